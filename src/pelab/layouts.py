@@ -1,0 +1,77 @@
+"""Model kinds: how a (prompt, answer) pair becomes a sequence, and how answers are predicted.
+
+Decoder (causal, GPT-style; Kazemnejad et al. 2023's setting):
+    ``BOS p_1 .. p_n SEP a_1 .. a_m``; next-token loss on the answer tokens only; evaluation
+    decodes greedily, one token at a time, from ``BOS p SEP`` (exact match is never computed
+    with teacher forcing).
+Encoder (bidirectional, Deletang et al. 2023's setting):
+    ``BOS p_1 .. p_n SEP BLANK x m``; the answer is read off the BLANK slots in one pass.
+
+An encoder-decoder kind (the original Transformer) adds a class here with the same two methods.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from pelab.pe.base import ConfigError
+from pelab.tasks.base import BLANK, BOS, SEP
+
+
+def _prefix(prompt: Tensor) -> Tensor:
+    """``[b, n]`` -> ``BOS prompt SEP`` as ``[b, n + 2]``."""
+    b = prompt.shape[0]
+    bos = prompt.new_full((b, 1), BOS)
+    sep = prompt.new_full((b, 1), SEP)
+    return torch.cat((bos, prompt, sep), dim=1)
+
+
+class DecoderLayout:
+    causal = True
+
+    @staticmethod
+    def teacher_forcing(prompt: Tensor, answer: Tensor) -> tuple[Tensor, Tensor]:
+        """Inputs ``[b, n + m + 1]`` and the answer's position slice (answer logits)."""
+        seq = torch.cat((_prefix(prompt), answer), dim=1)
+        n_prefix = prompt.shape[1] + 2
+        return seq[:, :-1], slice(n_prefix - 1, None)
+
+    @staticmethod
+    @torch.no_grad()
+    def predict(net: nn.Module, prompt: Tensor, answer_length: int) -> Tensor:
+        """Greedy decoding of ``answer_length`` tokens -> ``[b, m]``."""
+        seq = _prefix(prompt)
+        for _ in range(answer_length):
+            next_token = net(seq)[:, -1].argmax(dim=-1, keepdim=True)
+            seq = torch.cat((seq, next_token), dim=1)
+        return seq[:, -answer_length:]
+
+
+class EncoderLayout:
+    causal = False
+
+    @staticmethod
+    def teacher_forcing(prompt: Tensor, answer: Tensor) -> tuple[Tensor, Tensor]:
+        slots = answer.new_full(answer.shape, BLANK)
+        seq = torch.cat((_prefix(prompt), slots), dim=1)
+        return seq, slice(prompt.shape[1] + 2, None)
+
+    @staticmethod
+    @torch.no_grad()
+    def predict(net: nn.Module, prompt: Tensor, answer_length: int) -> Tensor:
+        slots = prompt.new_full((prompt.shape[0], answer_length), BLANK)
+        seq = torch.cat((_prefix(prompt), slots), dim=1)
+        return net(seq)[:, -answer_length:].argmax(dim=-1)
+
+
+LAYOUTS = {"decoder": DecoderLayout, "encoder": EncoderLayout}
+
+
+def get_layout(kind: str) -> type[DecoderLayout] | type[EncoderLayout]:
+    try:
+        return LAYOUTS[kind]
+    except KeyError:
+        raise ConfigError(
+            f"unknown model.kind {kind!r}; valid choices: {', '.join(LAYOUTS)}"
+        ) from None

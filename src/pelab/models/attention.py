@@ -1,0 +1,104 @@
+"""The one attention module. Every positional encoding acts through the hooks of
+``pelab.pe.base.PositionalEncoding``; attention calls them all and never asks which encoding runs.
+
+Einstein notation: ``b`` batch, ``n`` tokens, ``h`` heads, ``d`` head dim, ``i``/``j`` query/key.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from einops import rearrange
+from torch import Tensor, nn
+
+from pelab.pe.base import PositionalEncoding, Positions
+
+ATTENTION_IMPLS = ("auto", "eager", "fused")
+
+
+def causal_mask(i: int, j: int, device: torch.device) -> Tensor:
+    """``[i, j]`` booleans, True where query ``t`` (the last ``i`` of ``j`` tokens) may attend."""
+    return torch.ones(i, j, dtype=torch.bool, device=device).tril(diagonal=j - i)
+
+
+class Attention(nn.Module):
+    """Multi-head self-attention with positional-encoding hooks.
+
+    The kernel is chosen once, here: the fused ``scaled_dot_product_attention`` when the encoding
+    only transforms q/k and/or adds a content-free bias (which it receives as the attention mask),
+    the eager path otherwise. Both compute the same function (tested).
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        causal: bool,
+        pe: PositionalEncoding,
+        layer: int,
+        dropout: float = 0.0,
+        impl: str = "auto",
+    ) -> None:
+        super().__init__()
+        if impl not in ATTENTION_IMPLS:
+            raise ValueError(f"unknown attention impl {impl!r}; valid choices: {ATTENTION_IMPLS}")
+        self.n_heads, self.causal, self.layer, self.dropout = n_heads, causal, layer, dropout
+        self.scale = 1.0 / math.sqrt(d_model // n_heads)
+        self.qkv = nn.Linear(d_model, 3 * d_model, bias=False)
+        self.proj = nn.Linear(d_model, d_model, bias=False)
+        self.probs_tap = nn.Identity()  # analysis hooks read attention probabilities here
+        self._pe = (pe,)  # shared by all layers and owned by the model: not a submodule here
+        fused = impl == "fused" or (impl == "auto" and not pe.needs_eager_attention())
+        self.attend = self.attend_fused if fused else self.attend_eager
+
+    @property
+    def pe(self) -> PositionalEncoding:
+        return self._pe[0]
+
+    def forward(self, x: Tensor, pos: Positions) -> Tensor:
+        q, k, v = rearrange(
+            self.qkv(x), "b n (three h d) -> three b h n d", three=3, h=self.n_heads
+        )
+        q, k = self.pe.transform_qk(q, k, pos)
+        out = self.attend(q, k, v, pos)
+        return self.proj(rearrange(out, "b h n d -> b n (h d)"))
+
+    def attend_eager(self, q: Tensor, k: Tensor, v: Tensor, pos: Positions) -> Tensor:
+        pe = self.pe
+        logits = torch.einsum("bhid,bhjd->bhij", q, k) * self.scale
+        bias = pe.logit_bias(pos)
+        if bias is not None:
+            logits = logits + bias
+        logits = pe.modify_logits(logits, q, k, pos, self.layer)
+        if self.causal:  # the mask comes after every encoding hook, so no bias can unmask
+            logits = logits.masked_fill(~causal_mask(q.shape[2], k.shape[2], q.device), -math.inf)
+        probs = pe.modify_probs(logits.softmax(dim=-1), pos, self.layer)
+        probs = self.probs_tap(probs)
+        dropped = F.dropout(probs, self.dropout, self.training)
+        return pe.modify_output(dropped @ v, dropped, pos, self.layer)
+
+    def attend_fused(self, q: Tensor, k: Tensor, v: Tensor, pos: Positions) -> Tensor:
+        bias = self.pe.logit_bias(pos)
+        i, j = q.shape[2], k.shape[2]
+        if self.causal and (bias is not None or i != j):
+            bias = pos.memo(
+                ("causal_bias", id(self.pe)), lambda: _mask_future(bias, i, j, q.device)
+            )
+        return F.scaled_dot_product_attention(
+            q,
+            k,
+            v,
+            attn_mask=None if bias is None else bias.to(q.dtype),
+            dropout_p=self.dropout if self.training else 0.0,
+            is_causal=self.causal and bias is None,
+            scale=self.scale,
+        )
+
+
+def _mask_future(bias: Tensor | None, i: int, j: int, device: torch.device) -> Tensor:
+    """An additive mask: ``bias`` (or zeros) with -inf where a query would see a later key."""
+    allowed = causal_mask(i, j, device)
+    base = torch.zeros(i, j, device=device) if bias is None else bias
+    return base.masked_fill(~allowed, -math.inf)

@@ -1,0 +1,160 @@
+"""The positional-encoding interface, the registry, and explicit positions.
+
+A positional encoding (PE) is one ``nn.Module`` that may act at any of these points; each hook is
+an identity here, so an encoding overrides only what its paper changes and attention never asks
+which encoding it runs:
+
+============================  ====================================  ============================
+where it acts                 families                              hook
+============================  ====================================  ============================
+token embeddings, once        sinusoidal, learned, FLOATER, ...     ``embed(x, tokens, pos)``
+q and k before the product    RoPE, xPos                            ``transform_qk(q, k, pos)``
+logits, content-free          ALiBi, T5 buckets, Kerple, FIRE       ``logit_bias(pos)``
+logits, content-dependent     Shaw, Transformer-XL, DeBERTa, CoPE   ``modify_logits(...)``
+probabilities after softmax   URPE                                  ``modify_probs(...)``
+attention output (values)     Shaw values                           ``modify_output(...)``
+============================  ====================================  ============================
+
+Shapes: ``b`` batch, ``h`` heads, ``i``/``j`` query/key index, ``d`` head dim, ``n`` length.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot work, reported before any training starts."""
+
+
+@dataclass(frozen=True)
+class ModelDims:
+    """The model facts an encoding may need to build itself."""
+
+    d_model: int
+    n_heads: int
+    n_layers: int
+    causal: bool
+    max_len: int  # the longest sequence this run will feed the model (train and eval)
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+
+@dataclass(eq=False)
+class Positions:
+    """Explicit positions of queries ``q: [b|1, i]`` and keys ``k: [b|1, j]``.
+
+    A leading dimension of 1 broadcasts over the batch. A fresh object is made for every forward
+    pass, so ``memo`` lets layers share work (a bias matrix, a cos/sin table) within one forward.
+    """
+
+    q: Tensor
+    k: Tensor
+    _memo: dict[Any, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def contiguous(cls, n: int, device: torch.device | None = None, offset: int = 0) -> Positions:
+        pos = torch.arange(offset, offset + n, device=device)[None]
+        return cls(pos, pos)
+
+    @classmethod
+    def from_tensor(cls, pos: Tensor) -> Positions:
+        if pos.dim() == 1:
+            pos = pos[None]
+        return cls(pos, pos)
+
+    def delta(self) -> Tensor:
+        """Relative offsets ``q_i - k_j`` as ``[b|1, i, j]``."""
+        return self.q[..., :, None] - self.k[..., None, :]
+
+    def memo(self, key: Any, compute: Callable[[], Any]) -> Any:
+        if key not in self._memo:
+            self._memo[key] = compute()
+        return self._memo[key]
+
+
+class PositionalEncoding(nn.Module):
+    """Base class and null object: every hook is an identity, so this class alone is NoPE.
+
+    Attention decides once, at construction, whether it can use the fused kernel: only when an
+    encoding leaves ``modify_logits``, ``modify_probs`` and ``modify_output`` untouched (see
+    ``needs_eager_attention``).
+    """
+
+    def __init__(self, dims: ModelDims) -> None:
+        super().__init__()
+        self.dims = dims
+
+    def embed(self, x: Tensor, tokens: Tensor, pos: Positions) -> Tensor:
+        """Token embeddings ``x: [b, n, d_model]`` -> same shape."""
+        return x
+
+    def transform_qk(self, q: Tensor, k: Tensor, pos: Positions) -> tuple[Tensor, Tensor]:
+        """Queries and keys ``[b, h, n, d]`` before the dot product."""
+        return q, k
+
+    def logit_bias(self, pos: Positions) -> Tensor | None:
+        """A content-free additive bias ``[b|1, h|1, i, j]`` on the logits, or None."""
+        return None
+
+    def modify_logits(
+        self, logits: Tensor, q: Tensor, k: Tensor, pos: Positions, layer: int
+    ) -> Tensor:
+        """Content-dependent change of the scaled logits ``[b, h, i, j]`` (before masking)."""
+        return logits
+
+    def modify_probs(self, probs: Tensor, pos: Positions, layer: int) -> Tensor:
+        """Change of the attention probabilities ``[b, h, i, j]``."""
+        return probs
+
+    def modify_output(self, out: Tensor, probs: Tensor, pos: Positions, layer: int) -> Tensor:
+        """Change of the attention output ``[b, h, i, d]`` (e.g. relative value vectors)."""
+        return out
+
+    @classmethod
+    def needs_eager_attention(cls) -> bool:
+        """True when a hook that the fused attention kernel cannot express is overridden."""
+        base = PositionalEncoding
+        return any(
+            getattr(cls, name) is not getattr(base, name)
+            for name in ("modify_logits", "modify_probs", "modify_output")
+        )
+
+
+PE_REGISTRY: dict[str, type[PositionalEncoding]] = {}
+
+
+def register_pe(name: str) -> Callable[[type[PositionalEncoding]], type[PositionalEncoding]]:
+    """Class decorator: make an encoding available as ``pe=<name>``."""
+
+    def add(cls: type[PositionalEncoding]) -> type[PositionalEncoding]:
+        if name in PE_REGISTRY:
+            raise ValueError(f"positional encoding {name!r} is registered twice")
+        PE_REGISTRY[name] = cls
+        cls.pe_name = name
+        return cls
+
+    return add
+
+
+def get_pe(name: str) -> type[PositionalEncoding]:
+    try:
+        return PE_REGISTRY[name]
+    except KeyError:
+        raise ConfigError(
+            f"unknown positional encoding {name!r}; valid choices: {', '.join(sorted(PE_REGISTRY))}"
+        ) from None
+
+
+@register_pe("none")
+class NoPE(PositionalEncoding):
+    """No positional information (NoPE; Kazemnejad et al. 2023, "The Impact of Positional Encoding
+    on Length Generalization in Transformers"). A causal mask alone lets a decoder infer position;
+    an encoder without positions is permutation-equivariant."""

@@ -1,0 +1,145 @@
+"""Training entry point: ``train(cfg)`` builds everything from the Hydra config and runs it;
+``run(cfg)`` wraps it so that every run leaves a ``results.json``, success or failure."""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+from hydra.core.hydra_config import HydraConfig
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+
+from pelab import pe as _pe  # noqa: F401  (registers the encodings)
+from pelab import tasks as _tasks  # noqa: F401  (registers the tasks)
+from pelab.data.datamodule import TaskDataModule
+from pelab.layouts import get_layout
+from pelab.lit_module import SequenceModel
+from pelab.models.transformer import Transformer
+from pelab.tasks.base import Task
+from pelab.utils.report import print_results
+from pelab.utils.results import environment, per_length, write_json_atomic
+
+log = logging.getLogger(__name__)
+
+
+def build_task(cfg: DictConfig) -> Task:
+    return instantiate(cfg.task, _partial_=True)()  # called outside Hydra: errors unwrapped
+
+
+def build_model(cfg: DictConfig, task: Task) -> SequenceModel:
+    """The LightningModule for ``cfg`` (validates every shape and length before training)."""
+    layout = get_layout(cfg.model.kind)
+    # called outside Hydra, so configuration errors reach the user unwrapped
+    build_net = instantiate(cfg.model.net, _partial_=True)
+    net: Transformer = build_net(
+        vocab_size=task.vocab_size,
+        max_len=task.max_sequence_length(),
+        causal=layout.causal,
+        pe=instantiate(cfg.pe),
+    )
+    return SequenceModel(
+        net, layout, task, optimizer=instantiate(cfg.model.optimizer), **cfg.model.schedule
+    )
+
+
+def _instantiate_dict(section: DictConfig | None) -> list[Any]:
+    """Instantiate each entry with a ``_target_`` (callbacks, loggers); skip null entries."""
+    if not section:
+        return []
+    return [instantiate(c) for c in section.values() if c is not None and "_target_" in c]
+
+
+def train(cfg: DictConfig) -> dict[str, Any]:
+    """Fit, then test on every evaluation length; returns the run's metrics and sizes."""
+    L.seed_everything(cfg.seed, workers=True)
+    torch.set_float32_matmul_precision("high")
+    task = build_task(cfg)
+    model = build_model(cfg, task)
+    datamodule = TaskDataModule(
+        task,
+        batch_size=cfg.data.batch_size,
+        num_batches=cfg.trainer.max_steps,
+        seed=cfg.seed,
+        eval_batch_size=cfg.data.eval_batch_size,
+        cache_dir=cfg.paths.cache_dir,
+    )
+    loggers = _instantiate_dict(cfg.get("logger"))
+    trainer: L.Trainer = instantiate(
+        cfg.trainer, callbacks=_instantiate_dict(cfg.get("callbacks")), logger=loggers or False
+    )
+    params = model.net.num_params()
+    for logger in loggers:
+        logger.log_hyperparams(
+            {
+                **OmegaConf.to_container(cfg, resolve=True),
+                "params": params,
+                "choices": choices(cfg),
+            }
+        )
+    if cfg.train:
+        trainer.fit(model, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
+    if cfg.test:
+        best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
+        trainer.test(model, datamodule=datamodule, ckpt_path=best or None, verbose=False)
+    return {"metrics": dict(model.final_metrics), "params": params, "task": task}
+
+
+def choices(cfg: DictConfig) -> dict[str, Any]:
+    """The config-group choices of this run (model, pe, task, ...) and its seed."""
+    picked = dict(HydraConfig.get().runtime.choices) if HydraConfig.initialized() else {}
+    keep = ("model", "pe", "task", "trainer", "experiment")
+    return {**{k: picked.get(k) for k in keep}, "seed": cfg.seed}
+
+
+def run(cfg: DictConfig) -> dict[str, Any]:
+    """``train`` plus bookkeeping: ``results.json`` (always, atomically), the per-length table,
+    and ``wandb.finish()`` so the next job of a multirun opens its own W&B run."""
+    start = time.perf_counter()
+    output_dir = Path(cfg.paths.output_dir)
+    record: dict[str, Any] = {
+        "status": "running",
+        "choices": choices(cfg),
+        "config": OmegaConf.to_container(cfg, resolve=True),
+    }
+    try:
+        out = train(cfg)
+        task = out.pop("task")
+        metrics = out["metrics"]
+        record.update(
+            status="completed",
+            metrics={
+                "test": per_length(metrics, "test"),
+                "test_id": _group(metrics, "test/id/"),
+                "test_ood": _group(metrics, "test/ood/"),
+                "val": per_length(metrics, "val"),
+            },
+            train_lengths=list(task.train_lengths),
+            params=out["params"],
+        )
+        print_results(record, task)
+        return record
+    except BaseException as error:
+        record.update(status="failed", error=f"{type(error).__name__}: {error}")
+        raise
+    finally:
+        record["wall_time_s"] = round(time.perf_counter() - start, 2)
+        record.update(environment())
+        write_json_atomic(output_dir / "results.json", record)
+        log.info("results written to %s", output_dir / "results.json")
+        _finish_wandb()
+
+
+def _group(metrics: dict[str, float], prefix: str) -> dict[str, float]:
+    return {k[len(prefix) :]: v for k, v in metrics.items() if k.startswith(prefix)}
+
+
+def _finish_wandb() -> None:
+    import wandb
+
+    if wandb.run is not None:
+        wandb.finish()

@@ -1,0 +1,67 @@
+"""Shared fixtures: Hydra composition in-process (the ~6 s import cost is paid once per session)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, open_dict
+
+CONFIG_DIR = str(Path(__file__).resolve().parents[1] / "configs")
+
+# A model and budget small enough for a test: a full run in a few seconds.
+TINY = [
+    "model.net.d_model=16",
+    "model.net.n_heads=2",
+    "model.net.n_layers=1",
+    "trainer.max_steps=4",
+    "trainer.val_check_interval=2",
+    "task.n_val=8",
+    "task.n_test=8",
+    "data.batch_size=8",
+    "data.eval_batch_size=8",
+    "trainer.enable_progress_bar=false",
+]
+
+
+@pytest.fixture(autouse=True)
+def _offline_wandb(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+
+
+def compose_config(overrides: list[str], tmp_path: Path | None = None) -> DictConfig:
+    """``train.yaml`` composed as ``scripts/train.py`` would, with the Hydra context set, and
+    every path inside ``tmp_path``."""
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        cfg = compose("train", overrides=overrides, return_hydra_config=True)
+    HydraConfig().set_config(cfg)
+    with open_dict(cfg):
+        del cfg["hydra"]
+        if tmp_path is not None:
+            cfg.paths.root_dir = str(tmp_path)
+            cfg.paths.output_dir = str(tmp_path / "run")
+            cfg.paths.cache_dir = str(tmp_path / "cache")
+    return cfg
+
+
+@pytest.fixture
+def tiny_cfg(tmp_path: Path):
+    """A factory: ``tiny_cfg("pe=alibi", ...)`` -> a tiny, CSV-logged config in ``tmp_path``."""
+
+    def make(*overrides: str) -> DictConfig:
+        return compose_config([*TINY, "logger=csv", *overrides], tmp_path)
+
+    yield make
+    GlobalHydra.instance().clear()
+
+
+@pytest.fixture(scope="session")
+def repo_root() -> Path:
+    return Path(__file__).resolve().parents[1]
+
+

@@ -1,0 +1,80 @@
+import pytest
+import torch
+
+from pelab.data import eval_sets
+from pelab.data.datamodule import TaskDataModule, TrainBatches
+from pelab.tasks import TASK_REGISTRY
+
+
+def copy_task(**kwargs):
+    return TASK_REGISTRY["copy"](**kwargs)
+
+
+def test_eval_set_is_built_once_then_read_from_the_cache(tmp_path, monkeypatch):
+    task = copy_task()
+    first = eval_sets.load_eval_set(task, "val", 8, 16, tmp_path)
+    assert len(list(tmp_path.iterdir())) == 1
+
+    def no_rebuild(*args, **kwargs):
+        raise AssertionError("the cached set should have been reused")
+
+    monkeypatch.setattr(eval_sets, "build_eval_set", no_rebuild)
+    second = eval_sets.load_eval_set(task, "val", 8, 16, tmp_path)
+    assert torch.equal(first[:]["prompt"], second[:]["prompt"])
+    assert torch.equal(first[:]["answer"], second[:]["answer"])
+
+
+def test_cached_sets_hold_correct_answers(tmp_path):
+    task = TASK_REGISTRY["reverse"]()
+    data = eval_sets.load_eval_set(task, "test", 5, 32, tmp_path)
+    columns = data[:]
+    assert columns["prompt"].shape == (32, 5)
+    assert torch.equal(columns["answer"], columns["prompt"].flip(-1))
+
+
+def test_every_data_parameter_changes_the_cache_key():
+    base = eval_sets.cache_key(copy_task(), "val", 8, 16)
+    assert base == eval_sets.cache_key(copy_task(), "val", 8, 16)
+    others = [
+        eval_sets.cache_key(copy_task(num_symbols=7), "val", 8, 16),
+        eval_sets.cache_key(copy_task(eval_seed=1), "val", 8, 16),
+        eval_sets.cache_key(TASK_REGISTRY["sort"](), "val", 8, 16),
+        eval_sets.cache_key(copy_task(), "test", 8, 16),
+        eval_sets.cache_key(copy_task(), "val", 9, 16),
+        eval_sets.cache_key(copy_task(), "val", 8, 17),
+    ]
+    assert len({base, *others}) == 7
+
+
+def test_val_and_test_sets_differ_and_do_not_depend_on_the_training_seed(tmp_path):
+    task = copy_task()
+    val = eval_sets.load_eval_set(task, "val", 12, 64, None)
+    test = eval_sets.load_eval_set(task, "test", 12, 64, None)
+    assert not torch.equal(val[:]["prompt"], test[:]["prompt"])
+    dm = TaskDataModule(task, batch_size=4, num_batches=2, seed=99, cache_dir=tmp_path)
+    assert torch.equal(
+        next(iter(dm.val_dataloader()[1]))["prompt"],
+        eval_sets.load_eval_set(task, "val", 16, task.n_val, None)[:]["prompt"],
+    )
+
+
+def test_training_batches_are_a_function_of_seed_and_step():
+    task = copy_task(train_lengths=[3, 6], eval_lengths=[6])
+    a, b = TrainBatches(task, 8, 100, seed=0), TrainBatches(task, 8, 100, seed=1)
+    assert torch.equal(a[17][0], TrainBatches(task, 8, 100, seed=0)[17][0])
+    assert not torch.equal(a[17][0], a[18][0])
+    assert not all(torch.equal(a[i][0], b[i][0]) for i in range(5) if a[i][0].shape == b[i][0].shape)
+    lengths = {a[i][0].shape[1] for i in range(100)}
+    assert lengths == {3, 4, 5, 6}
+
+
+def test_one_loader_per_eval_length(tmp_path):
+    task = copy_task(eval_lengths=[4, 16, 40])
+    dm = TaskDataModule(task, batch_size=4, num_batches=2, seed=0, cache_dir=tmp_path)
+    shapes = [next(iter(loader))["prompt"].shape[1] for loader in dm.test_dataloader()]
+    assert shapes == [4, 16, 40]
+
+
+def test_bad_batch_size_is_refused():
+    with pytest.raises(ValueError, match="batch sizes must be >= 1"):
+        TaskDataModule(copy_task(), batch_size=0, num_batches=1, seed=0)

@@ -1,0 +1,83 @@
+import torch
+
+from pelab.models.attention import Attention, causal_mask
+from pelab.pe.base import ModelDims, PositionalEncoding, Positions
+
+DIMS = ModelDims(d_model=8, n_heads=2, n_layers=1, causal=True, max_len=16)
+
+
+def test_causal_mask_aligns_the_last_queries_with_the_last_keys():
+    assert causal_mask(3, 3, torch.device("cpu")).tolist() == [
+        [True, False, False], [True, True, False], [True, True, True]
+    ]
+    # two new queries over five keys (a decoding step): each sees every key up to itself
+    assert causal_mask(2, 5, torch.device("cpu")).tolist() == [
+        [True, True, True, True, False], [True, True, True, True, True]
+    ]
+
+
+class Recorder(PositionalEncoding):
+    """Records the order of hook calls and checks what each hook receives."""
+
+    def __init__(self) -> None:
+        super().__init__(DIMS)
+        self.calls: list[str] = []
+
+    def transform_qk(self, q, k, pos):
+        self.calls.append("transform_qk")
+        return q, k
+
+    def logit_bias(self, pos):
+        self.calls.append("logit_bias")
+        return torch.full((1, 1, pos.q.shape[-1], pos.k.shape[-1]), 1e4)  # huge, would unmask
+
+    def modify_logits(self, logits, q, k, pos, layer):
+        self.calls.append("modify_logits")
+        assert logits.shape == (1, 2, 4, 4) and layer == 3
+        return logits
+
+    def modify_probs(self, probs, pos, layer):
+        self.calls.append("modify_probs")
+        assert torch.allclose(probs.sum(-1), torch.ones(1, 2, 4))
+        assert (probs.triu(diagonal=1) == 0).all()  # the mask came after the bias
+        return probs
+
+    def modify_output(self, out, probs, pos, layer):
+        self.calls.append("modify_output")
+        return out
+
+
+def test_eager_attention_calls_every_hook_in_order_and_masks_after_the_encoding():
+    pe = Recorder()
+    attn = Attention(8, 2, causal=True, pe=pe, layer=3)
+    assert attn.attend == attn.attend_eager  # chosen at construction from the overridden hooks
+    attn(torch.randn(1, 4, 8), Positions.contiguous(4))
+    assert pe.calls == [
+        "transform_qk", "logit_bias", "modify_logits", "modify_probs", "modify_output"
+    ]
+
+
+def test_encodings_with_only_qk_and_bias_hooks_get_the_fused_kernel():
+    class BiasOnly(PositionalEncoding):
+        def logit_bias(self, pos):
+            return torch.zeros(1, 1, pos.q.shape[-1], pos.k.shape[-1])
+
+    attn = Attention(8, 2, causal=True, pe=BiasOnly(DIMS), layer=0)
+    assert attn.attend == attn.attend_fused
+    assert not BiasOnly.needs_eager_attention() and Recorder.needs_eager_attention()
+
+
+def test_shared_encoding_is_not_registered_in_each_layer():
+    pe = Recorder()
+    pe.weight = torch.nn.Parameter(torch.zeros(3))
+    attn = Attention(8, 2, causal=True, pe=pe, layer=0)
+    assert all(not name.startswith("pe") for name, _ in attn.named_parameters())
+
+
+def test_positions_memo_computes_once_per_forward():
+    pos = Positions.contiguous(4)
+    calls = []
+    for _ in range(3):
+        pos.memo("key", lambda: calls.append(1) or len(calls))
+    assert calls == [1]
+    assert pos.delta()[0].tolist()[1] == [1, 0, -1, -2]

@@ -1,0 +1,58 @@
+from functools import partial
+
+import pytest
+import torch
+
+from pelab.layouts import DecoderLayout
+from pelab.lit_module import SequenceModel, warmup_cosine
+from pelab.models.transformer import Transformer
+from pelab.pe import PE_REGISTRY
+from pelab.tasks import TASK_REGISTRY
+
+
+def test_warmup_then_cosine_to_the_floor():
+    f = warmup_cosine(warmup_steps=10, total_steps=110, min_ratio=0.1)
+    assert f(0) == pytest.approx(0.1) and f(9) == pytest.approx(1.0)
+    assert f(60) == pytest.approx(0.1 + 0.9 * 0.5)  # half-way through the decay
+    assert f(110) == pytest.approx(0.1) and f(500) == pytest.approx(0.1)
+
+
+def make_model(task):
+    net = Transformer(task.vocab_size, task.max_sequence_length(), True, partial(PE_REGISTRY["rope"]),
+                      d_model=16, n_heads=2, n_layers=1)
+    return SequenceModel(net, DecoderLayout, task, optimizer=partial(torch.optim.AdamW))
+
+
+def test_loss_is_computed_on_answer_tokens_only():
+    task = TASK_REGISTRY["copy"](train_lengths=[3, 3], eval_lengths=[3])
+    model = make_model(task)
+    model.log = lambda *a, **k: None
+    prompt = torch.tensor([[3, 4, 5]])
+    a = model.training_step((prompt, torch.tensor([[3, 4, 5]])), 0)
+    # the loss changes with the answer; the same answer with another prompt token changes it too
+    b = model.training_step((prompt, torch.tensor([[5, 4, 3]])), 0)
+    assert a.item() != pytest.approx(b.item())
+    inputs, answer_slice = DecoderLayout.teacher_forcing(prompt, torch.tensor([[3, 4, 5]]))
+    logits = model.net(inputs)[:, answer_slice]
+    expected = torch.nn.functional.cross_entropy(logits[0], torch.tensor([3, 4, 5]))
+    assert a.item() == pytest.approx(expected.item(), rel=1e-5)
+
+
+def test_metrics_per_length_and_in_out_of_distribution_means():
+    task = TASK_REGISTRY["copy"](train_lengths=[1, 4], eval_lengths=[2, 4, 8])
+    model = make_model(task)
+    logged = {}
+    model.log = lambda key, value, **k: logged.__setitem__(key, value)
+    model.layout = type("Fixed", (), {"predict": staticmethod(lambda net, p, m: p.clone())})
+    # a "model" that copies its prompt: all right on copy, but we feed wrong answers at length 8
+    for idx, length in enumerate(task.eval_lengths):
+        prompt = torch.randint(3, 19, (4, length))
+        answer = prompt.clone()
+        if length == 8:
+            answer[:2, :4] = 0  # two of four samples wrong on half of their tokens
+        model._evaluate({"prompt": prompt, "answer": answer}, idx)
+    model._log_epoch("test")
+    assert logged["test/exact_match/len_2"] == 1.0 and logged["test/exact_match/len_8"] == 0.5
+    assert logged["test/token_acc/len_8"] == pytest.approx(0.75)
+    assert logged["test/id/exact_match"] == 1.0 and logged["test/ood/exact_match"] == 0.5
+    assert logged["test/ood/token_acc"] == pytest.approx(0.75)

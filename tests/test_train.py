@@ -1,0 +1,76 @@
+"""Whole runs in-process: results.json, W&B offline, checkpoints, errors before training."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pelab.pe import ConfigError
+from pelab.train import run
+
+
+def read_results(cfg) -> dict:
+    return json.loads((Path(cfg.paths.output_dir) / "results.json").read_text())
+
+
+def test_a_tiny_run_writes_complete_results(tiny_cfg):
+    cfg = tiny_cfg("pe=alibi", "task=reverse", "seed=5")
+    run(cfg)
+    res = read_results(cfg)
+    assert res["status"] == "completed"
+    assert res["choices"] == {"model": "decoder", "pe": "alibi", "task": "reverse",
+                              "trainer": "default", "experiment": None, "seed": 5}
+    assert res["config"]["model"]["net"]["d_model"] == 16
+    lengths = [str(n) for n in cfg.task.eval_lengths]
+    assert list(res["metrics"]["test"]) == lengths
+    for m in res["metrics"]["test"].values():
+        assert 0.0 <= m["exact_match"] <= m["token_acc"] <= 1.0
+    assert set(res["metrics"]["test_id"]) == {"exact_match", "token_acc"}
+    assert set(res["metrics"]["test_ood"]) == {"exact_match", "token_acc"}
+    assert res["params"]["pe"] == 0 and res["params"]["total"] > 0
+    assert res["wall_time_s"] > 0 and res["versions"]["torch"]
+    checkpoints = Path(cfg.paths.output_dir, "checkpoints")
+    assert (checkpoints / "last.ckpt").exists() and (checkpoints / "best.ckpt").exists()
+
+
+def test_wandb_logs_offline_into_the_run_directory(tiny_cfg):
+    cfg = tiny_cfg("logger=wandb", "pe=t5_bias")
+    run(cfg)
+    runs = list(Path(cfg.paths.output_dir, "wandb").glob("offline-run-*"))
+    assert len(runs) == 1 and any(runs[0].glob("*.wandb"))
+    assert read_results(cfg)["params"]["pe"] == 32 * cfg.model.net.n_heads
+
+
+def test_the_same_seed_gives_the_same_numbers(tiny_cfg, tmp_path):
+    first = tiny_cfg("seed=1")
+    run(first)
+    second = tiny_cfg("seed=1")
+    second.paths.output_dir = str(tmp_path / "again")
+    run(second)
+    assert read_results(first)["metrics"] == read_results(second)["metrics"]
+
+
+def test_encoder_runs_end_to_end(tiny_cfg):
+    cfg = tiny_cfg("model=encoder", "pe=sinusoidal")
+    run(cfg)
+    res = read_results(cfg)
+    assert res["status"] == "completed" and res["choices"]["model"] == "encoder"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["pe=sinusoidal", "model.net.d_model=15", "model.net.n_heads=1"], "even model.net.d_model, got 15"),
+        (["pe=rope", "model.net.d_model=18", "model.net.n_heads=2"], "head_dim=9"),
+        (["pe=learned", "pe.max_len=20"], r"cannot\s+extrapolate.*raise pe.max_len to at least 66"),
+        (["model.kind=seq2seq"], "valid choices: decoder, encoder"),
+        (["task.train_lengths=[8,2]"], r"train_lengths must be \[min, max\]"),
+    ],
+)
+def test_bad_settings_fail_before_training_and_are_recorded(tiny_cfg, overrides, message):
+    cfg = tiny_cfg(*overrides)
+    with pytest.raises(ConfigError, match=message):
+        run(cfg)
+    res = read_results(cfg)
+    assert res["status"] == "failed" and "ConfigError" in res["error"]
+    assert not Path(cfg.paths.output_dir, "checkpoints").exists()  # nothing was trained
