@@ -1,4 +1,4 @@
-"""Shared fixtures: Hydra composition in-process (the ~6 s import cost is paid once per session)."""
+"""Shared fixtures: Hydra composition in-process (imports are paid once per session)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,6 @@ TINY = [
     "task.n_test=8",
     "data.batch_size=8",
     "data.eval_batch_size=8",
-    "trainer.enable_progress_bar=false",
 ]
 
 
@@ -63,5 +62,3 @@ def tiny_cfg(tmp_path: Path):
 @pytest.fixture(scope="session")
 def repo_root() -> Path:
     return Path(__file__).resolve().parents[1]
-
-

@@ -54,5 +54,7 @@ def test_encoder_prediction_is_one_forward_over_the_slots():
 
 
 def test_unknown_model_kind_names_the_valid_choices():
-    with pytest.raises(ConfigError, match="unknown model.kind 'seq2seq'; valid choices: decoder, encoder"):
+    with pytest.raises(
+        ConfigError, match="unknown model.kind 'seq2seq'; valid choices: decoder, encoder"
+    ):
         get_layout("seq2seq")

@@ -18,8 +18,15 @@ def test_warmup_then_cosine_to_the_floor():
 
 
 def make_model(task):
-    net = Transformer(task.vocab_size, task.max_sequence_length(), True, partial(PE_REGISTRY["rope"]),
-                      d_model=16, n_heads=2, n_layers=1)
+    net = Transformer(
+        task.vocab_size,
+        task.max_sequence_length(),
+        True,
+        partial(PE_REGISTRY["rope"]),
+        d_model=16,
+        n_heads=2,
+        n_layers=1,
+    )
     return SequenceModel(net, DecoderLayout, task, optimizer=partial(torch.optim.AdamW))
 
 

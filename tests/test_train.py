@@ -18,8 +18,14 @@ def test_a_tiny_run_writes_complete_results(tiny_cfg):
     run(cfg)
     res = read_results(cfg)
     assert res["status"] == "completed"
-    assert res["choices"] == {"model": "decoder", "pe": "alibi", "task": "reverse",
-                              "trainer": "default", "experiment": None, "seed": 5}
+    assert res["choices"] == {
+        "model": "decoder",
+        "pe": "alibi",
+        "task": "reverse",
+        "trainer": "default",
+        "experiment": None,
+        "seed": 5,
+    }
     assert res["config"]["model"]["net"]["d_model"] == 16
     lengths = [str(n) for n in cfg.task.eval_lengths]
     assert list(res["metrics"]["test"]) == lengths
@@ -60,9 +66,15 @@ def test_encoder_runs_end_to_end(tiny_cfg):
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        (["pe=sinusoidal", "model.net.d_model=15", "model.net.n_heads=1"], "even model.net.d_model, got 15"),
+        (
+            ["pe=sinusoidal", "model.net.d_model=15", "model.net.n_heads=1"],
+            "even model.net.d_model, got 15",
+        ),
         (["pe=rope", "model.net.d_model=18", "model.net.n_heads=2"], "head_dim=9"),
-        (["pe=learned", "pe.max_len=20"], r"cannot\s+extrapolate.*raise pe.max_len to at least 66"),
+        (
+            ["pe=learned", "pe.max_len=20"],
+            r"cannot\s+extrapolate.*raise pe.max_len to at least 66",
+        ),
         (["model.kind=seq2seq"], "valid choices: decoder, encoder"),
         (["task.train_lengths=[8,2]"], r"train_lengths must be \[min, max\]"),
     ],

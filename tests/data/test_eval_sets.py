@@ -63,7 +63,9 @@ def test_training_batches_are_a_function_of_seed_and_step():
     a, b = TrainBatches(task, 8, 100, seed=0), TrainBatches(task, 8, 100, seed=1)
     assert torch.equal(a[17][0], TrainBatches(task, 8, 100, seed=0)[17][0])
     assert not torch.equal(a[17][0], a[18][0])
-    assert not all(torch.equal(a[i][0], b[i][0]) for i in range(5) if a[i][0].shape == b[i][0].shape)
+    assert not all(
+        torch.equal(a[i][0], b[i][0]) for i in range(5) if a[i][0].shape == b[i][0].shape
+    )
     lengths = {a[i][0].shape[1] for i in range(100)}
     assert lengths == {3, 4, 5, 6}
 

@@ -8,11 +8,14 @@ DIMS = ModelDims(d_model=8, n_heads=2, n_layers=1, causal=True, max_len=16)
 
 def test_causal_mask_aligns_the_last_queries_with_the_last_keys():
     assert causal_mask(3, 3, torch.device("cpu")).tolist() == [
-        [True, False, False], [True, True, False], [True, True, True]
+        [True, False, False],
+        [True, True, False],
+        [True, True, True],
     ]
     # two new queries over five keys (a decoding step): each sees every key up to itself
     assert causal_mask(2, 5, torch.device("cpu")).tolist() == [
-        [True, True, True, True, False], [True, True, True, True, True]
+        [True, True, True, True, False],
+        [True, True, True, True, True],
     ]
 
 
@@ -53,7 +56,11 @@ def test_eager_attention_calls_every_hook_in_order_and_masks_after_the_encoding(
     assert attn.attend == attn.attend_eager  # chosen at construction from the overridden hooks
     attn(torch.randn(1, 4, 8), Positions.contiguous(4))
     assert pe.calls == [
-        "transform_qk", "logit_bias", "modify_logits", "modify_probs", "modify_output"
+        "transform_qk",
+        "logit_bias",
+        "modify_logits",
+        "modify_probs",
+        "modify_output",
     ]
 
 

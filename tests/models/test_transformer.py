@@ -8,8 +8,15 @@ from pelab.pe import PE_REGISTRY, ConfigError
 
 
 def build(name: str = "rope", **kwargs) -> Transformer:
-    args = dict(vocab_size=10, max_len=32, causal=True, pe=partial(PE_REGISTRY[name]),
-                d_model=16, n_heads=2, n_layers=2)
+    args = dict(
+        vocab_size=10,
+        max_len=32,
+        causal=True,
+        pe=partial(PE_REGISTRY[name]),
+        d_model=16,
+        n_heads=2,
+        n_layers=2,
+    )
     return Transformer(**{**args, **kwargs})
 
 
@@ -32,5 +39,7 @@ def test_parameter_counts_separate_the_encoding_and_count_shared_tables_once():
 
 
 def test_heads_must_divide_the_model_dimension():
-    with pytest.raises(ConfigError, match=r"model.net.d_model=10 is not divisible by model.net.n_heads=4"):
+    with pytest.raises(
+        ConfigError, match=r"model.net.d_model=10 is not divisible by model.net.n_heads=4"
+    ):
         build(d_model=10, n_heads=4)

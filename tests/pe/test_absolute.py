@@ -27,7 +27,9 @@ def test_concat_layout_puts_all_sines_before_all_cosines():
 
 def test_sinusoid_base_is_configurable():
     row = sinusoid_table(torch.tensor([2]), 4, base=100.0)[0]  # frequencies 1 and 0.1
-    assert torch.allclose(row, torch.tensor([math.sin(2), math.cos(2), math.sin(0.2), math.cos(0.2)]))
+    assert torch.allclose(
+        row, torch.tensor([math.sin(2), math.cos(2), math.sin(0.2), math.cos(0.2)])
+    )
 
 
 def test_shifted_sinusoid_is_a_fixed_linear_map_of_the_original():
@@ -76,11 +78,15 @@ def test_learned_table_refuses_positions_beyond_its_size():
     pe = LearnedPE(DIMS)
     x = torch.zeros(1, 2, 4)
     with pytest.raises(ConfigError, match="position 20"):
-        pe.embed(x, torch.zeros(1, 2, dtype=torch.long), Positions.from_tensor(torch.tensor([0, 20])))
+        pe.embed(
+            x, torch.zeros(1, 2, dtype=torch.long), Positions.from_tensor(torch.tensor([0, 20]))
+        )
 
 
 def test_learned_embedding_is_the_table_row_of_each_position():
     pe = LearnedPE(DIMS)
     x = torch.zeros(1, 3, 4)
-    out = pe.embed(x, torch.zeros(1, 3, dtype=torch.long), Positions.from_tensor(torch.tensor([4, 0, 9])))
+    out = pe.embed(
+        x, torch.zeros(1, 3, dtype=torch.long), Positions.from_tensor(torch.tensor([4, 0, 9]))
+    )
     assert torch.equal(out[0], pe.table.weight[[4, 0, 9]])

@@ -16,8 +16,14 @@ ABSOLUTE = ["sinusoidal", "learned"]
 def make_net(name: str, causal: bool = True, impl: str = "auto", max_len: int = 64) -> Transformer:
     torch.manual_seed(0)
     net = Transformer(
-        vocab_size=12, max_len=max_len, causal=causal, pe=partial(PE_REGISTRY[name]),
-        d_model=16, n_heads=2, n_layers=2, attn_impl=impl,
+        vocab_size=12,
+        max_len=max_len,
+        causal=causal,
+        pe=partial(PE_REGISTRY[name]),
+        d_model=16,
+        n_heads=2,
+        n_layers=2,
+        attn_impl=impl,
     )
     for p in net.parameters():  # sharp attention, so that positions visibly matter
         torch.nn.init.normal_(p, std=0.5 if p.dim() > 1 else 1.0)

@@ -27,7 +27,7 @@ def test_two_dim_rotation_matches_the_hand_computed_angle():
 
 def test_frequencies_follow_base_to_the_minus_2i_over_d():
     pe = RotaryPE(dims(8), base=100.0)
-    assert torch.allclose(pe.inv_freq, torch.tensor([1.0, 100 ** -0.25, 100 ** -0.5, 100 ** -0.75]))
+    assert torch.allclose(pe.inv_freq, torch.tensor([1.0, 100**-0.25, 100**-0.5, 100**-0.75]))
 
 
 @pytest.mark.parametrize("layout", ["interleaved", "half"])

@@ -21,6 +21,7 @@ import torch
 from pelab.tasks.base import Task
 
 FORMAT_VERSION = 1
+datasets.disable_progress_bars()  # sets are small; their progress bars would drown the log
 
 
 def eval_seed(task: Task, split: str, length: int) -> int:

@@ -60,7 +60,7 @@ class Transformer(nn.Module):
         max_len: int,
         causal: bool,
         pe: Callable[[ModelDims], PositionalEncoding],
-        d_model: int = 128,
+        d_model: int = 64,
         n_heads: int = 4,
         n_layers: int = 2,
         d_ff: int | None = None,
@@ -99,7 +99,8 @@ class Transformer(nn.Module):
                 nn.init.normal_(p, std=std)
 
     def forward(self, tokens: Tensor, positions: Tensor | None = None) -> Tensor:
-        """``tokens: [b, n]`` (and optional ``positions: [b|1, n]``, default 0..n-1) -> ``[b, n, vocab]``."""
+        """``tokens: [b, n]``, optional ``positions: [b|1, n]`` (default 0..n-1) -> logits
+        ``[b, n, vocab]``."""
         pos = (
             Positions.contiguous(tokens.shape[1], tokens.device)
             if positions is None

@@ -68,10 +68,10 @@ class LearnedPE(PositionalEncoding):
         max_len = dims.max_len if max_len is None else max_len
         if max_len < dims.max_len:
             raise ConfigError(
-                f"pe=learned has a table of {max_len} positions but this run feeds sequences of up "
-                f"to {dims.max_len} tokens (its longest task.eval_lengths). A learned table cannot "
-                f"extrapolate beyond its size: raise pe.max_len to at least {dims.max_len} (or "
-                f"leave it null), or shorten task.eval_lengths."
+                f"pe=learned has a table of {max_len} positions but this run feeds sequences "
+                f"of up to {dims.max_len} tokens (its longest task.eval_lengths). A learned "
+                f"table cannot extrapolate beyond its size: raise pe.max_len to at least "
+                f"{dims.max_len} (or leave it null), or shorten task.eval_lengths."
             )
         self.table = nn.Embedding(max_len, dims.d_model)
         nn.init.normal_(self.table.weight, std=init_std)

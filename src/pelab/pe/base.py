@@ -148,8 +148,9 @@ def get_pe(name: str) -> type[PositionalEncoding]:
     try:
         return PE_REGISTRY[name]
     except KeyError:
+        valid = ", ".join(sorted(PE_REGISTRY))
         raise ConfigError(
-            f"unknown positional encoding {name!r}; valid choices: {', '.join(sorted(PE_REGISTRY))}"
+            f"unknown positional encoding {name!r}; valid choices: {valid}"
         ) from None
 
 

@@ -32,7 +32,7 @@ class Task(ABC):
         self,
         train_lengths: Sequence[int] = (1, 16),
         eval_lengths: Sequence[int] = (8, 16, 24, 32),
-        num_symbols: int = 16,
+        num_symbols: int = 32,
         n_val: int = 128,
         n_test: int = 512,
         eval_seed: int = 1234,

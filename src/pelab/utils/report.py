@@ -14,9 +14,8 @@ def print_results(record: dict[str, Any], task: Task, console: Console | None = 
     """Exact match and token accuracy per evaluation length, marked in/out of distribution."""
     c = record["choices"]
     lo, hi = task.train_lengths
-    table = Table(
-        title=f"{c['pe']} · {c['task']} · {c['model']} · seed {c['seed']}  (trained on lengths {lo}-{hi})"
-    )
+    title = f"{c['pe']} · {c['task']} · {c['model']} · seed {c['seed']}"
+    table = Table(title=f"{title}  (trained on lengths {lo}-{hi})")
     for column in ("length", "split", "exact match", "token acc"):
         table.add_column(column, justify="right")
     for length, m in record["metrics"]["test"].items():

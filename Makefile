@@ -1,0 +1,37 @@
+# pelab: `make help` lists the targets.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# CPU build by default. For a GPU: `make install TORCH="torch==2.13.0" TORCH_INDEX=<your CUDA wheel index>`
+TORCH ?= torch==2.13.0
+TORCH_INDEX ?=
+
+.PHONY: help install train test test-full benchmark lint clean
+
+help: ## show this help
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  %-10s %s\n", $$1, $$2}'
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet "$(TORCH)" $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
+	$(PY) -m pip install --quiet -e ".[dev]"
+	touch $@
+
+install: $(VENV)/.installed ## create .venv and install pelab (torch first, CPU build)
+
+train: install ## train the default run: pe=rope task=copy
+	$(PY) scripts/train.py pe=rope task=copy
+
+test: install ## run the test suite
+	$(PY) -m pytest
+
+benchmark: install ## pelab's training step vs a minimal PyTorch loop
+	$(PY) scripts/benchmark.py
+
+lint: install ## ruff lint and format check
+	$(PY) -m ruff check src scripts tests
+	$(PY) -m ruff format --check src scripts tests
+
+clean: ## remove run outputs and caches (keeps .venv)
+	rm -rf logs multirun outputs wandb .cache .pytest_cache

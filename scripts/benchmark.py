@@ -1,0 +1,184 @@
+"""Training throughput of pelab against a minimal hand-written PyTorch loop, side by side.
+
+Both train the same decoder shape on the same copy batches: pelab through its Hydra config,
+LightningModule and Trainer; the baseline as ~40 lines of plain PyTorch (fused attention,
+complex-product RoPE, AdamW, clipping, LR schedule). Each side runs in alternating rounds;
+we report the median tokens/s over timing windows after warm-up, and the ratio.
+
+    python scripts/benchmark.py            # full: 4 layers, d_model 128, 64 tokens, batch 64
+    python scripts/benchmark.py --quick    # a smoke run in seconds
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from functools import partial
+from pathlib import Path
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from pelab.data.datamodule import TaskDataModule
+from pelab.layouts import DecoderLayout
+from pelab.lit_module import SequenceModel, warmup_cosine
+from pelab.models.transformer import Transformer
+from pelab.pe import PE_REGISTRY
+from pelab.tasks import TASK_REGISTRY
+
+
+class MinimalBlock(nn.Module):
+    def __init__(self, d: int, heads: int, rope: bool) -> None:
+        super().__init__()
+        self.heads, self.rope = heads, rope
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.qkv, self.proj = nn.Linear(d, 3 * d, bias=False), nn.Linear(d, d, bias=False)
+        self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
+
+    def forward(self, x: torch.Tensor, freqs: torch.Tensor) -> torch.Tensor:
+        b, n, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).view(b, n, 3, self.heads, -1).permute(2, 0, 3, 1, 4)
+        if self.rope:
+            q, k = (
+                torch.view_as_real(
+                    torch.view_as_complex(t.unflatten(-1, (-1, 2))) * freqs
+                ).flatten(-2)
+                for t in (q, k)
+            )
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(a.transpose(1, 2).reshape(b, n, d))
+        return x + self.mlp(self.ln2(x))
+
+
+class MinimalDecoder(nn.Module):
+    def __init__(self, vocab: int, d: int, heads: int, layers: int, rope: bool) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(vocab, d)
+        self.blocks = nn.ModuleList(MinimalBlock(d, heads, rope) for _ in range(layers))
+        self.ln, self.head = nn.LayerNorm(d), nn.Linear(d, vocab, bias=False)
+        self.inv_freq = 10000.0 ** (-torch.arange(0, d // heads, 2).float() / (d // heads))
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        angles = torch.arange(tokens.shape[1]).float()[:, None] * self.inv_freq
+        freqs = torch.polar(torch.ones_like(angles), angles)
+        x = self.emb(tokens)
+        for block in self.blocks:
+            x = block(x, freqs)
+        return self.head(self.ln(x))
+
+
+def minimal_loop(batches, shape, rope: bool, steps: int, window: int) -> list[float]:
+    torch.manual_seed(0)
+    model = MinimalDecoder(shape["vocab"], shape["d"], shape["heads"], shape["layers"], rope)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.98), weight_decay=0.01)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, warmup_cosine(100, steps, 0.1))
+    stamps = []
+    for i in range(steps):
+        prompt, answer = batches[i]
+        inputs, answer_slice = DecoderLayout.teacher_forcing(prompt, answer)
+        logits = model(inputs)[:, answer_slice]
+        loss = F.cross_entropy(logits.flatten(0, 1), answer.flatten())
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        if i % window == 0:
+            stamps.append(time.perf_counter())
+    return stamps
+
+
+class Stamps(L.Callback):
+    def __init__(self, window: int) -> None:
+        self.window, self.stamps = window, []
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx) -> None:
+        if batch_idx % self.window == 0:
+            self.stamps.append(time.perf_counter())
+
+
+def pelab_loop(task, shape, pe: str, steps: int, window: int, tmp: Path) -> list[float]:
+    L.seed_everything(0, verbose=False)
+    net = Transformer(
+        task.vocab_size,
+        task.max_sequence_length(),
+        True,
+        partial(PE_REGISTRY[pe]),
+        d_model=shape["d"],
+        n_heads=shape["heads"],
+        n_layers=shape["layers"],
+    )
+    optimizer = partial(torch.optim.AdamW, lr=1e-3, betas=(0.9, 0.98), weight_decay=0.01)
+    module = SequenceModel(net, DecoderLayout, task, optimizer)
+    data = TaskDataModule(task, shape["batch"], steps, seed=0)
+    stamps = Stamps(window)
+    trainer = L.Trainer(
+        max_steps=steps,
+        accelerator="cpu",
+        logger=False,
+        callbacks=[stamps],
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+        gradient_clip_val=1.0,
+        default_root_dir=str(tmp),
+    )
+    trainer.fit(module, datamodule=data)
+    return stamps.stamps
+
+
+def tokens_per_second(stamps: list[float], window: int, tokens: int, warmup: int) -> list[float]:
+    gaps = [b - a for a, b in zip(stamps[warmup:], stamps[warmup + 1 :], strict=False)]
+    return [window * tokens / g for g in gaps]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="a few windows: a smoke run")
+    parser.add_argument("--rounds", type=int, default=None, help="alternating rounds per side")
+    parser.add_argument("--json", type=Path, default=Path("benchmark.json"))
+    args = parser.parse_args()
+    torch.set_float32_matmul_precision("high")
+    shape = dict(d=128, heads=4, layers=4, batch=64, length=31)  # 1 + 31 + 1 + 31 - 1 = 63 tokens
+    if args.quick:
+        shape.update(d=32, layers=1, batch=16)
+    window, windows, warmup = (5, 4, 1) if args.quick else (20, 8, 2)
+    rounds = args.rounds or (1 if args.quick else 2)
+    steps = window * (windows + warmup) + 1
+    n = shape["length"]
+    task = TASK_REGISTRY["copy"](train_lengths=[n, n], eval_lengths=[n])
+    vocab = task.vocab_size
+    tokens = shape["batch"] * (2 * n + 1)
+    batches = TaskDataModule(task, shape["batch"], steps, seed=0).train_dataloader().dataset
+    print(f"shape: {shape}, {tokens} tokens/step, torch threads: {torch.get_num_threads()}")
+    results = {}
+    tmp = Path(".cache/benchmark")
+    for pe in ("none", "rope"):
+        speeds = {"pelab": [], "minimal": []}
+        for _ in range(rounds):
+            stamps = pelab_loop(task, shape, pe, steps, window, tmp)
+            speeds["pelab"] += tokens_per_second(stamps, window, tokens, warmup)
+            stamps = minimal_loop(batches, {**shape, "vocab": vocab}, pe == "rope", steps, window)
+            speeds["minimal"] += tokens_per_second(stamps, window, tokens, warmup)
+        med = {k: statistics.median(v) for k, v in speeds.items()}
+        results[pe] = {
+            **{f"{k}_tokens_per_s": round(v) for k, v in med.items()},
+            "ratio": round(med["pelab"] / med["minimal"], 3),
+            "windows": len(speeds["pelab"]),
+        }
+    print(f"\n{'encoding':<10}{'pelab tok/s':>14}{'minimal tok/s':>16}{'ratio':>8}")
+    for pe, r in results.items():
+        print(
+            f"{pe:<10}{r['pelab_tokens_per_s']:>14,}{r['minimal_tokens_per_s']:>16,}{r['ratio']:>8.3f}"
+        )
+    args.json.write_text(json.dumps({"shape": shape, "results": results}, indent=2))
+    print(f"\nwritten to {args.json}")
+
+
+if __name__ == "__main__":
+    main()
