@@ -147,8 +147,8 @@ def main() -> None:
     shape = dict(d=128, heads=4, layers=4, batch=64, length=31)  # 1 + 31 + 1 + 31 - 1 = 63 tokens
     if args.quick:
         shape.update(d=32, layers=1, batch=16)
-    window, windows, warmup = (5, 4, 1) if args.quick else (20, 8, 2)
-    rounds = args.rounds or (1 if args.quick else 2)
+    window, windows, warmup = (5, 4, 1) if args.quick else (20, 4, 1)
+    rounds = args.rounds or (1 if args.quick else 4)
     steps = window * (windows + warmup) + 1
     n = shape["length"]
     task = TASK_REGISTRY["copy"](train_lengths=[n, n], eval_lengths=[n])

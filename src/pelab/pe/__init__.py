@@ -1,6 +1,9 @@
-"""Positional encodings. Importing this package registers every encoding by name."""
+"""Positional encodings. Importing this package imports every module in it, which registers
+each encoding by name (``@register_pe``): a new encoding is one new module, nothing else."""
 
-from pelab.pe import absolute, bias, rotary  # noqa: F401  (registration side effect)
+import importlib
+import pkgutil
+
 from pelab.pe.base import (
     PE_REGISTRY,
     ConfigError,
@@ -11,6 +14,9 @@ from pelab.pe.base import (
     get_pe,
     register_pe,
 )
+
+for _module in pkgutil.iter_modules(__path__):
+    importlib.import_module(f"{__name__}.{_module.name}")
 
 __all__ = [
     "PE_REGISTRY",

@@ -1,6 +1,12 @@
-"""Tasks. Importing this package registers every task by name."""
+"""Tasks. Importing this package imports every module in it, which registers each task by name
+(``@register_task``): a new task is one new module, nothing else."""
 
-from pelab.tasks import copy, reverse, sort  # noqa: F401  (registration side effect)
+import importlib
+import pkgutil
+
 from pelab.tasks.base import BLANK, BOS, N_SPECIAL, SEP, TASK_REGISTRY, Task, register_task
+
+for _module in pkgutil.iter_modules(__path__):
+    importlib.import_module(f"{__name__}.{_module.name}")
 
 __all__ = ["BLANK", "BOS", "N_SPECIAL", "SEP", "TASK_REGISTRY", "Task", "register_task"]
