@@ -77,6 +77,7 @@ def test_encoder_runs_end_to_end(tiny_cfg):
         ),
         (["model.kind=seq2seq"], "valid choices: decoder, encoder"),
         (["task.train_lengths=[8,2]"], r"train_lengths must be \[min, max\]"),
+        (["trainer.max_steps=-1"], r"trainer.max_steps must be >= 1, got -1"),
     ],
 )
 def test_bad_settings_fail_before_training_and_are_recorded(tiny_cfg, overrides, message):

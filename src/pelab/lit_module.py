@@ -112,8 +112,7 @@ class SequenceModel(L.LightningModule):
 
     def configure_optimizers(self):  # noqa: ANN201 (Lightning's union of return types)
         optimizer = self.optimizer_factory(self.net.parameters())
-        total = self.trainer.max_steps if self.trainer.max_steps > 0 else 10_000
-        schedule = warmup_cosine(self.warmup_steps, total, self.min_lr_ratio)
+        schedule = warmup_cosine(self.warmup_steps, self.trainer.max_steps, self.min_lr_ratio)
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
         return {
             "optimizer": optimizer,

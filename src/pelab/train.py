@@ -20,6 +20,7 @@ from pelab.data.datamodule import TaskDataModule
 from pelab.layouts import get_layout
 from pelab.lit_module import SequenceModel
 from pelab.models.transformer import Transformer
+from pelab.pe.base import ConfigError
 from pelab.tasks.base import Task
 from pelab.utils.report import print_results
 from pelab.utils.results import environment, per_length, write_json_atomic
@@ -58,6 +59,11 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     """Fit, then test on every evaluation length; returns the run's metrics and sizes."""
     L.seed_everything(cfg.seed, workers=True)
     torch.set_float32_matmul_precision("high")
+    if cfg.trainer.max_steps < 1:
+        raise ConfigError(
+            f"trainer.max_steps must be >= 1, got {cfg.trainer.max_steps}: pelab trains by steps, "
+            "with a fresh batch every step (epochs have no meaning here)"
+        )
     task = build_task(cfg)
     model = build_model(cfg, task)
     datamodule = TaskDataModule(

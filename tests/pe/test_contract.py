@@ -9,8 +9,8 @@ from pelab.models.transformer import Transformer
 from pelab.pe import PE_REGISTRY
 
 ALL = sorted(PE_REGISTRY)
-RELATIVE = ["none", "rope", "alibi", "t5_bias"]  # use only differences of positions
-ABSOLUTE = ["sinusoidal", "learned"]
+RELATIVE = ["none", "rope", "alibi", "t5_bias", "kerple", "shaw", "urpe"]  # differences only
+ABSOLUTE = ["sinusoidal", "scaled_sinusoidal", "learned", "hierarchical"]
 
 
 def make_net(name: str, causal: bool = True, impl: str = "auto", max_len: int = 64) -> Transformer:

@@ -1,0 +1,86 @@
+"""KERPLE: a conditionally positive definite kernel of the distance, used as an attention bias."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+import torch
+from torch import Tensor, nn
+
+from pelab.pe.base import ConfigError, ModelDims, PositionalEncoding, Positions, register_pe
+
+
+class Kernel(NamedTuple):
+    bias: Callable[[Tensor, Tensor, Tensor], Tensor]  # (distance, r1, r2) -> bias
+    r1_init: float  # r1 ~ U(0, r1_init)
+    r2_init: float  # r2 ~ U(0, r2_init)
+    r2_max: float | None  # upper bound of r2, if any
+
+
+def log_kernel(distance: Tensor, r1: Tensor, r2: Tensor) -> Tensor:
+    return -r1 * torch.log1p(r2 * distance)
+
+
+def power_kernel(distance: Tensor, r1: Tensor, r2: Tensor) -> Tensor:
+    return -r1 * distance.pow(r2)
+
+
+KERNELS = {
+    "log": Kernel(log_kernel, r1_init=2.0, r2_init=1.0, r2_max=None),
+    "power": Kernel(power_kernel, r1_init=1.0, r2_init=2.0, r2_max=2.0),
+}
+
+
+@register_pe("kerple")
+class KerplePE(PositionalEncoding):
+    """KERPLE (Chi, Fan, Ramadge & Rudnicky 2022, "KERPLE: Kernelized Relative Positional
+    Embedding for Length Extrapolation"), both of its kernels, with ``r1, r2 > 0`` per head:
+
+    - ``kernel: log``:   ``logit_ij += -r1 * log(1 + r2 * |i - j|)``
+    - ``kernel: power``: ``logit_ij += -r1 * |i - j|^r2`` with ``0 < r2 <= 2``
+
+    Both are conditionally positive definite kernels of the positions; the softmax absorbs the
+    constant shift that would make them positive definite. The bias depends on ``i - j`` only,
+    so it is invariant to shifting all positions.
+
+    Choices, all as in the authors' released code (chijames/KERPLE, ``ParallelKerpleLog`` and
+    ``ParallelKerplePower``):
+
+    - one pair ``(r1, r2)`` per head, shared by all layers (one module serves every layer);
+    - uniform initialisation: log ``r1 ~ U(0, 2)``, ``r2 ~ U(0, 1)``; power ``r1 ~ U(0, 1)``,
+      ``r2 ~ U(0, 2)``;
+    - positivity by projection: before each use ``r1, r2`` are clamped in place to
+      ``>= 1e-2`` (and ``r2 <= 2`` for power), i.e. projected gradient descent. A parameter
+      pushed out of range sits on the boundary and still gets its true gradient, so it can come
+      back (a clamp inside the graph would zero that gradient for good).
+
+    Bidirectional (encoder) use: the paper trains causal models, where ``|i - j| = i - j`` on
+    every visible pair. The kernels are functions of ``|i - j|``, so an encoder gets the
+    symmetric bias: the same ``r1, r2`` for keys before and after the query (as ``AlibiPE``).
+    """
+
+    eps = 1e-2  # lower bound of r1 and r2, the authors' value
+
+    def __init__(self, dims: ModelDims, kernel: str = "log") -> None:
+        super().__init__(dims)
+        if kernel not in KERNELS:
+            raise ConfigError(f"unknown pe.kernel {kernel!r}; valid choices: {list(KERNELS)}")
+        self.kernel = KERNELS[kernel]
+        self.r1 = nn.Parameter(torch.rand(dims.n_heads) * self.kernel.r1_init)  # [h]
+        self.r2 = nn.Parameter(torch.rand(dims.n_heads) * self.kernel.r2_init)  # [h]
+
+    def logit_bias(self, pos: Positions) -> Tensor:
+        return pos.memo(id(self), lambda: self._bias(pos))
+
+    def project(self) -> None:
+        """Clamp ``r1, r2`` into their valid ranges, in place. Through ``.data``, so autograd
+        does not see the change and a graph built earlier in the same step stays valid."""
+        self.r1.data.clamp_(min=self.eps)
+        self.r2.data.clamp_(min=self.eps, max=self.kernel.r2_max)
+
+    def _bias(self, pos: Positions) -> Tensor:
+        self.project()
+        distance = pos.delta().abs().float()[:, None]  # [b|1, 1, i, j]
+        r1, r2 = self.r1[:, None, None], self.r2[:, None, None]  # [h, 1, 1]
+        return self.kernel.bias(distance, r1, r2)  # [b|1, h, i, j]

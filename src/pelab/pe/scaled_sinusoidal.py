@@ -1,0 +1,47 @@
+"""Scaled sinusoidal encoding: the fixed sinusoid times one learned scalar."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from pelab.pe.absolute import sinusoid_table
+from pelab.pe.base import ConfigError, ModelDims, PositionalEncoding, Positions, register_pe
+
+
+@register_pe("scaled_sinusoidal")
+class ScaledSinusoidalPE(PositionalEncoding):
+    """``x_p += g * PE(p)``: Vaswani's sinusoid ``PE`` (see ``sinusoid_table``; ``base`` and
+    ``layout`` as in ``pe=sinusoidal``) times a single trained scalar ``g`` shared by all
+    positions and dimensions. "ScaledSinu" of Hua, Dai, Liu and Le 2022, "Transformer Quality in
+    Linear Time" (FLASH), their absolute-position baseline; the scalar lets training choose how
+    loud the position signal is against the token embeddings.
+
+    Initial value: the FLASH paper gives none that we could verify. ``init_scale=None`` starts
+    ``g`` at ``d_model^-0.5``, as Google's GAU code (google-research/retvec,
+    ``ScaledSinusoidalPositionalEmbedding``) and x-transformers (``ScaledSinusoidalEmbedding``)
+    do; ports in the lucidrains FLASH lineage (``ScaledSinuEmbedding``) start at 1.0, which
+    ``init_scale=1.0`` reproduces. Defined at every position, like the plain sinusoid.
+    """
+
+    def __init__(
+        self,
+        dims: ModelDims,
+        base: float = 10000.0,
+        layout: str = "interleaved",
+        init_scale: float | None = None,
+    ) -> None:
+        super().__init__(dims)
+        if dims.d_model % 2:
+            raise ConfigError(
+                f"pe=scaled_sinusoidal needs an even model.net.d_model, got {dims.d_model}; "
+                f"use e.g. model.net.d_model={dims.d_model + 1}"
+            )
+        sinusoid_table(torch.zeros(1), dims.d_model, base, layout)  # validate layout early
+        self.base, self.layout = base, layout
+        init = dims.d_model**-0.5 if init_scale is None else init_scale
+        self.scale = nn.Parameter(torch.tensor(float(init)))
+
+    def embed(self, x: Tensor, tokens: Tensor, pos: Positions) -> Tensor:
+        table = sinusoid_table(pos.q, self.dims.d_model, self.base, self.layout)  # [b|1, n, d]
+        return x + (self.scale * table).to(x.dtype)
