@@ -20,6 +20,7 @@ GROUPS = [
     "model",
     "pe",
     "task",
+    "positions",
     "trainer",
     "logger",
     "callbacks",

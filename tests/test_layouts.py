@@ -31,9 +31,11 @@ class CopyOracle(torch.nn.Module):
         super().__init__()
         self.offset, self.vocab = offset, vocab
         self.calls = 0
+        self.positions = []
 
-    def forward(self, tokens):
+    def forward(self, tokens, positions=None):
         self.calls += 1
+        self.positions.append(positions)
         shifted = torch.roll(tokens, self.offset, dims=1)
         shifted[:, : self.offset] = 3
         return torch.nn.functional.one_hot(shifted, self.vocab).float()
@@ -45,6 +47,17 @@ def test_greedy_decoding_feeds_back_its_own_predictions():
     out = DecoderLayout.predict(oracle, PROMPT, 3)
     assert out.tolist() == [[5, 6, 7]]
     assert oracle.calls == 3  # one forward per generated token
+
+
+def test_greedy_decoding_passes_the_prefix_of_the_given_positions():
+    oracle = CopyOracle(offset=3)
+    positions = torch.tensor([[0, 5, 9, 14, 20, 21, 30, 41]])  # BOS, 3 prompt, SEP, 3 answer
+    DecoderLayout.predict(oracle, PROMPT, 3, positions)
+    assert [p.tolist() for p in oracle.positions] == [
+        [[0, 5, 9, 14, 20]],
+        [[0, 5, 9, 14, 20, 21]],
+        [[0, 5, 9, 14, 20, 21, 30]],
+    ]
 
 
 def test_encoder_prediction_is_one_forward_over_the_slots():

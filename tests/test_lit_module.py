@@ -50,14 +50,14 @@ def test_metrics_per_length_and_in_out_of_distribution_means():
     model = make_model(task)
     logged = {}
     model.log = lambda key, value, **k: logged.__setitem__(key, value)
-    model.layout = type("Fixed", (), {"predict": staticmethod(lambda net, p, m: p.clone())})
+    model.layout = type("Fixed", (), {"predict": staticmethod(lambda net, p, m, pos: p.clone())})
     # a "model" that copies its prompt: all right on copy, but we feed wrong answers at length 8
     for idx, length in enumerate(task.eval_lengths):
         prompt = torch.randint(3, 19, (4, length))
         answer = prompt.clone()
         if length == 8:
             answer[:2, :4] = 0  # two of four samples wrong on half of their tokens
-        model._evaluate({"prompt": prompt, "answer": answer}, idx)
+        model._evaluate({"prompt": prompt, "answer": answer}, 0, idx)
     model._log_epoch("test")
     assert logged["test/exact_match/len_2"] == 1.0 and logged["test/exact_match/len_8"] == 0.5
     assert logged["test/token_acc/len_8"] == pytest.approx(0.75)

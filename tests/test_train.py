@@ -22,6 +22,7 @@ def test_a_tiny_run_writes_complete_results(tiny_cfg):
         "model": "decoder",
         "pe": "alibi",
         "task": "reverse",
+        "positions": "contiguous",
         "trainer": "default",
         "experiment": None,
         "seed": 5,

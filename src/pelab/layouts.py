@@ -39,11 +39,15 @@ class DecoderLayout:
 
     @staticmethod
     @torch.no_grad()
-    def predict(net: nn.Module, prompt: Tensor, answer_length: int) -> Tensor:
-        """Greedy decoding of ``answer_length`` tokens -> ``[b, m]``."""
+    def predict(
+        net: nn.Module, prompt: Tensor, answer_length: int, positions: Tensor | None = None
+    ) -> Tensor:
+        """Greedy decoding of ``answer_length`` tokens -> ``[b, m]``. ``positions`` (optional)
+        covers the whole sequence ``[b, n + m + 1]``; each step uses its prefix."""
         seq = _prefix(prompt)
         for _ in range(answer_length):
-            next_token = net(seq)[:, -1].argmax(dim=-1, keepdim=True)
+            pos = None if positions is None else positions[:, : seq.shape[1]]
+            next_token = net(seq, pos)[:, -1].argmax(dim=-1, keepdim=True)
             seq = torch.cat((seq, next_token), dim=1)
         return seq[:, -answer_length:]
 
@@ -59,10 +63,12 @@ class EncoderLayout:
 
     @staticmethod
     @torch.no_grad()
-    def predict(net: nn.Module, prompt: Tensor, answer_length: int) -> Tensor:
+    def predict(
+        net: nn.Module, prompt: Tensor, answer_length: int, positions: Tensor | None = None
+    ) -> Tensor:
         slots = prompt.new_full((prompt.shape[0], answer_length), BLANK)
         seq = torch.cat((_prefix(prompt), slots), dim=1)
-        return net(seq)[:, -answer_length:].argmax(dim=-1)
+        return net(seq, positions)[:, -answer_length:].argmax(dim=-1)
 
 
 LAYOUTS = {"decoder": DecoderLayout, "encoder": EncoderLayout}

@@ -12,6 +12,7 @@ from torch import Tensor, nn
 from torchmetrics import MeanMetric
 
 from pelab.layouts import DecoderLayout, EncoderLayout
+from pelab.positions import ContiguousPositions, RandomizedPositions
 from pelab.tasks.base import Task
 
 METRICS = ("exact_match", "token_acc")
@@ -46,9 +47,11 @@ class SequenceModel(L.LightningModule):
         optimizer: Callable[..., torch.optim.Optimizer],
         warmup_steps: int = 100,
         min_lr_ratio: float = 0.1,
+        positions: ContiguousPositions | RandomizedPositions | None = None,
     ) -> None:
         super().__init__()
         self.net, self.layout, self.task = net, layout, task
+        self.positions = positions or ContiguousPositions()
         self.optimizer_factory = optimizer
         self.warmup_steps, self.min_lr_ratio = warmup_steps, min_lr_ratio
         self.metrics = nn.ModuleDict(
@@ -66,26 +69,31 @@ class SequenceModel(L.LightningModule):
     def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
         prompt, answer = batch
         inputs, answer_slice = self.layout.teacher_forcing(prompt, answer)
-        logits = self.net(inputs)[:, answer_slice]  # [b, m, vocab]
+        positions = self.positions(*inputs.shape, device=inputs.device)  # None: 0..n-1
+        logits = self.net(inputs, positions)[:, answer_slice]  # [b, m, vocab]
         loss = F.cross_entropy(logits.flatten(0, 1).float(), answer.flatten())
         self.log("train/loss", loss, prog_bar=True)
         self.log("train/length", float(prompt.shape[1]))
         return loss
 
-    def _evaluate(self, batch: dict[str, Tensor], dataloader_idx: int) -> None:
+    def _evaluate(self, batch: dict[str, Tensor], batch_idx: int, dataloader_idx: int) -> None:
         prompt, answer = batch["prompt"], batch["answer"]
         length = self.task.eval_lengths[dataloader_idx]
-        correct = self.layout.predict(self.net, prompt, answer.shape[1]) == answer
+        b, m = answer.shape
+        # evaluation positions are a pure function of (length, batch): the same every epoch
+        generator = torch.Generator().manual_seed(length * 100_003 + batch_idx)
+        positions = self.positions(b, prompt.shape[1] + m + 2, generator, prompt.device)
+        correct = self.layout.predict(self.net, prompt, m, positions) == answer
         self.metrics[_key("exact_match", length)].update(correct.all(dim=-1).float())
         self.metrics[_key("token_acc", length)].update(correct.float().mean(dim=-1))
 
     def validation_step(
         self, batch: dict[str, Tensor], batch_idx: int, dataloader_idx: int = 0
     ) -> None:
-        self._evaluate(batch, dataloader_idx)
+        self._evaluate(batch, batch_idx, dataloader_idx)
 
     def test_step(self, batch: dict[str, Tensor], batch_idx: int, dataloader_idx: int = 0) -> None:
-        self._evaluate(batch, dataloader_idx)
+        self._evaluate(batch, batch_idx, dataloader_idx)
 
     def _log_epoch(self, split: str) -> None:
         values: dict[str, float] = {}

@@ -35,16 +35,23 @@ def build_task(cfg: DictConfig) -> Task:
 def build_model(cfg: DictConfig, task: Task) -> SequenceModel:
     """The LightningModule for ``cfg`` (validates every shape and length before training)."""
     layout = get_layout(cfg.model.kind)
+    positions = instantiate(cfg.positions)
+    positions.check(task.max_sequence_length())
     # called outside Hydra, so configuration errors reach the user unwrapped
     build_net = instantiate(cfg.model.net, _partial_=True)
     net: Transformer = build_net(
         vocab_size=task.vocab_size,
-        max_len=task.max_sequence_length(),
+        max_len=max(task.max_sequence_length(), positions.max_position),
         causal=layout.causal,
         pe=instantiate(cfg.pe),
     )
     return SequenceModel(
-        net, layout, task, optimizer=instantiate(cfg.model.optimizer), **cfg.model.schedule
+        net,
+        layout,
+        task,
+        optimizer=instantiate(cfg.model.optimizer),
+        positions=positions,
+        **cfg.model.schedule,
     )
 
 
@@ -98,7 +105,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
 def choices(cfg: DictConfig) -> dict[str, Any]:
     """The config-group choices of this run (model, pe, task, ...) and its seed."""
     picked = dict(HydraConfig.get().runtime.choices) if HydraConfig.initialized() else {}
-    keep = ("model", "pe", "task", "trainer", "experiment")
+    keep = ("model", "pe", "task", "positions", "trainer", "experiment")
     return {**{k: picked.get(k) for k in keep}, "seed": cfg.seed}
 
 

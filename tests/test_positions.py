@@ -1,0 +1,68 @@
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from pelab.pe import ConfigError
+from pelab.positions import ContiguousPositions, RandomizedPositions
+from pelab.train import build_model, build_task, run
+
+
+def test_randomized_positions_are_sorted_distinct_and_in_range():
+    sampler = RandomizedPositions(max_position=50)
+    pos = sampler(64, 20, torch.Generator().manual_seed(0))
+    assert pos.shape == (64, 20)
+    assert (pos[:, 1:] > pos[:, :-1]).all()  # strictly increasing: sorted and distinct
+    assert pos.min() >= 0 and pos.max() < 50
+    assert len({tuple(row) for row in pos.tolist()}) > 60  # rows are drawn independently
+    assert pos.max() > 40  # positions far beyond n are used
+
+
+def test_randomized_positions_follow_the_generator():
+    sampler = RandomizedPositions(max_position=100)
+    a = sampler(4, 10, torch.Generator().manual_seed(3))
+    assert torch.equal(a, sampler(4, 10, torch.Generator().manual_seed(3)))
+    assert not torch.equal(a, sampler(4, 10, torch.Generator().manual_seed(4)))
+
+
+def test_contiguous_positions_leave_the_model_default():
+    assert ContiguousPositions()(4, 10) is None
+
+
+def test_max_position_must_cover_the_longest_sequence(tiny_cfg):
+    cfg = tiny_cfg("positions=randomized", "positions.max_position=40")
+    with pytest.raises(ConfigError, match=r"max_position=40 is shorter than .* \(66 tokens\)"):
+        build_model(cfg, build_task(cfg))
+
+
+def test_a_learned_table_grows_to_every_position_the_sampler_can_draw(tiny_cfg):
+    cfg = tiny_cfg("positions=randomized", "pe=learned")
+    model = build_model(cfg, build_task(cfg))
+    assert model.net.pe.table.num_embeddings == cfg.positions.max_position
+
+
+def test_training_and_evaluation_see_randomized_positions(tiny_cfg):
+    cfg = tiny_cfg("positions=randomized", "pe=sinusoidal")
+    seen = []
+    model = build_model(cfg, build_task(cfg))
+    forward = model.net.forward
+    model.net.forward = lambda tokens, positions=None: (
+        seen.append(positions) or forward(tokens, positions)
+    )
+    model.log = lambda *a, **k: None
+    prompt = torch.randint(3, 10, (2, 4))
+    model.training_step((prompt, prompt), 0)
+    model._evaluate({"prompt": prompt, "answer": prompt}, 0, 0)
+    assert all(p is not None and p.shape[0] == 2 for p in seen)
+    assert seen[0].max() >= 10  # not 0..n-1
+    first_eval = seen[1]
+    model._evaluate({"prompt": prompt, "answer": prompt}, 0, 0)
+    assert torch.equal(seen[1 + 4], first_eval)  # evaluation draws the same positions each time
+
+
+def test_a_randomized_run_completes(tiny_cfg):
+    cfg = tiny_cfg("positions=randomized", "pe=rope")
+    run(cfg)
+    res = json.loads((Path(cfg.paths.output_dir) / "results.json").read_text())
+    assert res["status"] == "completed" and res["choices"]["positions"] == "randomized"
