@@ -6,7 +6,7 @@ import pytest
 from hydra.errors import MissingConfigException
 from hydra.utils import get_class, instantiate
 
-from pelab.pe import PE_REGISTRY
+from pelab.pe import PE_REGISTRY, ConfigError
 from pelab.tasks import TASK_REGISTRY
 from pelab.train import build_model
 from tests.conftest import CONFIG_DIR, compose_config
@@ -53,6 +53,10 @@ def test_every_task_config_targets_a_registered_task():
 @pytest.mark.parametrize("pe", options("pe"))
 def test_every_model_and_encoding_builds(model, pe):
     cfg = compose_config([f"model={model}", f"pe={pe}"])
+    if model == "encoder" and PE_REGISTRY[pe].causal_only:
+        with pytest.raises(ConfigError, match="causal"):
+            build_model(cfg, instantiate(cfg.task))
+        return
     module = build_model(cfg, instantiate(cfg.task))
     assert module.layout.causal == (cfg.model.kind == "decoder")
     assert type(module.net.pe) is PE_REGISTRY[pe]

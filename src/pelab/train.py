@@ -127,8 +127,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
             status="completed",
             metrics={
                 "test": per_length(metrics, "test"),
-                "test_id": _group(metrics, "test/id/"),
-                "test_ood": _group(metrics, "test/ood/"),
+                "test_id": group_metrics(metrics, "test/id/"),
+                "test_ood": group_metrics(metrics, "test/ood/"),
                 "val": per_length(metrics, "val"),
             },
             train_lengths=list(task.train_lengths),
@@ -147,7 +147,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         _finish_wandb()
 
 
-def _group(metrics: dict[str, float], prefix: str) -> dict[str, float]:
+def group_metrics(metrics: dict[str, float], prefix: str) -> dict[str, float]:
     return {k[len(prefix) :]: v for k, v in metrics.items() if k.startswith(prefix)}
 
 

@@ -6,10 +6,29 @@ import pytest
 import torch
 
 from pelab.models.transformer import Transformer
-from pelab.pe import PE_REGISTRY
+from pelab.pe import PE_REGISTRY, ConfigError
 
 ALL = sorted(PE_REGISTRY)
-RELATIVE = ["none", "rope", "alibi", "t5_bias", "kerple", "shaw", "urpe"]  # differences only
+BIDIRECTIONAL = [name for name in ALL if not PE_REGISTRY[name].causal_only]
+
+
+def with_model_kinds(names: list[str]) -> list[tuple[str, bool]]:
+    """(name, causal) pairs: decoders for all, encoders for those defined bidirectionally."""
+    return [(n, causal) for n in names for causal in (True, False) if causal or n in BIDIRECTIONAL]
+
+
+RELATIVE = [  # use only differences of positions
+    "none",
+    "rope",
+    "alibi",
+    "t5_bias",
+    "kerple",
+    "shaw",
+    "urpe",
+    "cope",
+    "transformer_xl",
+    "deberta",
+]
 ABSOLUTE = ["sinusoidal", "scaled_sinusoidal", "learned", "hierarchical"]
 
 
@@ -45,8 +64,7 @@ def test_decoder_output_at_t_never_depends_on_later_tokens(name):
     assert not torch.allclose(a[:, 6:], b[:, 6:], atol=1e-3)
 
 
-@pytest.mark.parametrize("name", RELATIVE)
-@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize(("name", "causal"), with_model_kinds(RELATIVE))
 def test_relative_encodings_are_invariant_to_shifting_all_positions(name, causal):
     net = make_net(name, causal=causal)
     tokens = torch.randint(0, 12, (2, 9))
@@ -70,7 +88,7 @@ def test_encoder_without_positions_is_permutation_equivariant():
     assert torch.allclose(net(tokens)[:, perm], net(tokens[:, perm]), atol=1e-5)
 
 
-@pytest.mark.parametrize("name", [n for n in ALL if n != "none"])
+@pytest.mark.parametrize("name", [n for n in BIDIRECTIONAL if n != "none"])
 def test_every_other_encoding_breaks_permutation_equivariance(name):
     net = make_net(name, causal=False)
     tokens = torch.tensor([[3, 4, 5, 6]])
@@ -78,8 +96,10 @@ def test_every_other_encoding_breaks_permutation_equivariance(name):
     assert not torch.allclose(net(tokens)[:, perm], net(tokens[:, perm]), atol=1e-4)
 
 
-@pytest.mark.parametrize("name", [n for n in ALL if not PE_REGISTRY[n].needs_eager_attention()])
-@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize(
+    ("name", "causal"),
+    with_model_kinds([n for n in ALL if not PE_REGISTRY[n].needs_eager_attention()]),
+)
 def test_fused_attention_computes_the_same_function_as_eager(name, causal):
     tokens = torch.randint(0, 12, (3, 11))
     eager = make_net(name, causal, impl="eager")(tokens)
@@ -102,3 +122,9 @@ def test_runs_beyond_training_lengths_or_refuses_clearly(name):
     net = make_net(name, max_len=64)
     out = net(torch.randint(0, 12, (1, 64)))
     assert out.shape == (1, 64, 12) and torch.isfinite(out).all()
+
+
+@pytest.mark.parametrize("name", [n for n in ALL if PE_REGISTRY[n].causal_only])
+def test_causal_only_encodings_refuse_an_encoder(name):
+    with pytest.raises(ConfigError, match="causal"):
+        make_net(name, causal=False)

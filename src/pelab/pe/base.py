@@ -88,8 +88,15 @@ class PositionalEncoding(nn.Module):
     ``needs_eager_attention``).
     """
 
+    causal_only = False  # True: defined for decoders only; an encoder gets a ConfigError
+
     def __init__(self, dims: ModelDims) -> None:
         super().__init__()
+        if self.causal_only and not dims.causal:
+            raise ConfigError(
+                f"pe={getattr(self, 'pe_name', type(self).__name__)} is defined for causal "
+                "models only; use model=decoder, or another encoding for model=encoder"
+            )
         self.dims = dims
 
     def embed(self, x: Tensor, tokens: Tensor, pos: Positions) -> Tensor:

@@ -1,6 +1,14 @@
-"""Rotary position embedding: q and k are rotated by angles proportional to their positions."""
+"""Rotary position embedding: q and k are rotated by angles proportional to their positions.
+
+Context-length scaling (position interpolation, NTK, dynamic NTK, YaRN) only changes *which
+frequencies* RoPE uses (and, for YaRN, a temperature), so it is a frequency strategy of the one
+``RotaryPE`` (``pe.scaling``), not a new module. xPos is RoPE whose rotations also scale.
+"""
 
 from __future__ import annotations
+
+import math
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
@@ -8,9 +16,11 @@ from torch import Tensor
 from pelab.pe.base import ConfigError, ModelDims, PositionalEncoding, Positions, register_pe
 
 
-def interleaved_rotation(angles: Tensor) -> Tensor:
-    """``angles: [b|1, n, r/2]`` -> unit complex factors ``e^(i angle)``, ``[b|1, 1, n, r/2]``."""
-    return torch.polar(torch.ones_like(angles), angles)[:, None]
+def interleaved_rotation(angles: Tensor, magnitude: Tensor | None = None) -> Tensor:
+    """``angles: [b|1, n, r/2]`` -> complex factors ``magnitude * e^(i angle)`` (unit when
+    ``magnitude`` is None), ``[b|1, 1, n, r/2]``."""
+    magnitude = torch.ones_like(angles) if magnitude is None else magnitude
+    return torch.polar(magnitude, angles)[:, None]
 
 
 def rotate_interleaved(x: Tensor, rotation: Tensor) -> Tensor:
@@ -20,9 +30,13 @@ def rotate_interleaved(x: Tensor, rotation: Tensor) -> Tensor:
     return torch.view_as_real(pairs * rotation).flatten(-2)
 
 
-def half_rotation(angles: Tensor) -> tuple[Tensor, Tensor]:
-    """``angles: [b|1, n, r/2]`` -> ``cos, sin`` as ``[b|1, 1, n, r/2]``."""
-    return angles.cos()[:, None], angles.sin()[:, None]
+def half_rotation(angles: Tensor, magnitude: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """``angles: [b|1, n, r/2]`` -> ``magnitude * cos`` and ``magnitude * sin``, each
+    ``[b|1, 1, n, r/2]`` (unit when ``magnitude`` is None)."""
+    cos, sin = angles.cos(), angles.sin()
+    if magnitude is not None:
+        cos, sin = cos * magnitude, sin * magnitude
+    return cos[:, None], sin[:, None]
 
 
 def rotate_half(x: Tensor, rotation: tuple[Tensor, Tensor]) -> Tensor:
@@ -39,6 +53,113 @@ LAYOUTS = {
 }
 
 
+# ---- frequency strategies ----------------------------------------------------------------------
+# Each maps the base frequencies ``inv_freq: [r/2]`` (theta_i = base^(-2i/r)) to the frequencies
+# used, plus a scale applied to both q and k (so the logits are scaled by its square):
+#   (inv_freq, rot_dim, base, factor, original_max_len, current_len) -> (inv_freq, scale)
+# ``original_max_len`` is None when not configured; ``current_len`` is None unless the strategy is
+# in LENGTH_DEPENDENT (it is the longest position + 1 of the current forward pass).
+Strategy = Callable[[Tensor, int, float, float, int | None, int | None], tuple[Tensor, float]]
+
+
+def no_scaling(
+    inv_freq: Tensor,
+    rot_dim: int,
+    base: float,
+    factor: float,
+    original_max_len: int | None,
+    current_len: int | None,
+) -> tuple[Tensor, float]:
+    return inv_freq, 1.0
+
+
+def linear_scaling(
+    inv_freq: Tensor,
+    rot_dim: int,
+    base: float,
+    factor: float,
+    original_max_len: int | None,
+    current_len: int | None,
+) -> tuple[Tensor, float]:
+    """Position interpolation (Chen et al. 2023, "Extending Context Window of Large Language
+    Models via Positional Interpolation"): ``m -> m / s``, i.e. every ``theta_i / s``."""
+    return inv_freq / factor, 1.0
+
+
+def ntk_frequencies(rot_dim: int, base: float, factor: float) -> Tensor:
+    """NTK-aware scaling (bloc97 2023; Peng et al. 2023, section 3.1): keep the formula, raise the
+    base, ``base' = base * s^(r / (r - 2))``: the highest frequency is unchanged and the lowest is
+    divided by exactly ``s``."""
+    new_base = base * factor ** (rot_dim / (rot_dim - 2))
+    return new_base ** (-torch.arange(0, rot_dim, 2, dtype=torch.float32) / rot_dim)
+
+
+def ntk_scaling(
+    inv_freq: Tensor,
+    rot_dim: int,
+    base: float,
+    factor: float,
+    original_max_len: int | None,
+    current_len: int | None,
+) -> tuple[Tensor, float]:
+    return ntk_frequencies(rot_dim, base, factor).to(inv_freq.device), 1.0
+
+
+def dynamic_ntk_scaling(
+    inv_freq: Tensor,
+    rot_dim: int,
+    base: float,
+    factor: float,
+    original_max_len: int | None,
+    current_len: int | None,
+) -> tuple[Tensor, float]:
+    """Dynamic NTK (emozilla 2023; Peng et al. 2023, section 3.3): no change up to
+    ``original_max_len = L``; beyond it, NTK-aware with ``s' = s * n / L - (s - 1)`` for the
+    current length ``n``: continuous at ``n = L``, and ``s = 1`` gives Peng et al.'s
+    ``s' = n / L``."""
+    if current_len <= original_max_len:
+        return inv_freq, 1.0
+    grown = factor * current_len / original_max_len - (factor - 1)
+    return ntk_frequencies(rot_dim, base, grown).to(inv_freq.device), 1.0
+
+
+YARN_ALPHA, YARN_BETA = 1.0, 32.0  # Peng et al. 2023, section 3.2 (their values for Llama)
+
+
+def yarn_scaling(
+    inv_freq: Tensor,
+    rot_dim: int,
+    base: float,
+    factor: float,
+    original_max_len: int | None,
+    current_len: int | None,
+) -> tuple[Tensor, float]:
+    """YaRN (Peng et al. 2023, "YaRN: Efficient Context Window Extension of Large Language
+    Models"), NTK-by-parts plus attention temperature.
+
+    Dim ``i`` turns ``r_i = L / lambda_i`` times within ``L = original_max_len``, with wavelength
+    ``lambda_i = 2 pi / theta_i``. Ramp ``gamma = clamp((r_i - alpha) / (beta - alpha), 0, 1)``,
+    ``alpha = 1``, ``beta = 32``; ``theta_i' = (1 - gamma) theta_i / s + gamma theta_i``: dims
+    that turn more than beta times keep their frequency, those turning less than once are
+    interpolated by ``s``. Temperature ``sqrt(1/t) = 0.1 ln(s) + 1`` multiplies q and k.
+    """
+    turns = original_max_len * inv_freq / (2 * math.pi)  # r_i = L / lambda_i
+    gamma = ((turns - YARN_ALPHA) / (YARN_BETA - YARN_ALPHA)).clamp(0.0, 1.0)
+    return (1 - gamma) * inv_freq / factor + gamma * inv_freq, 0.1 * math.log(factor) + 1.0
+
+
+SCALINGS: dict[str, Strategy] = {
+    "none": no_scaling,
+    "linear": linear_scaling,
+    "ntk": ntk_scaling,
+    "dynamic_ntk": dynamic_ntk_scaling,
+    "yarn": yarn_scaling,
+}
+NEEDS_ORIGINAL_MAX_LEN = ("dynamic_ntk", "yarn")
+LENGTH_DEPENDENT = ("dynamic_ntk",)
+NEEDS_BASE = ("ntk", "dynamic_ntk")  # base * s^(r / (r - 2)): needs r > 2
+
+
 @register_pe("rope")
 class RotaryPE(PositionalEncoding):
     """RoPE (Su et al. 2021, "RoFormer: Enhanced Transformer with Rotary Position Embedding").
@@ -47,6 +168,14 @@ class RotaryPE(PositionalEncoding):
     by ``m * theta_i`` with ``theta_i = base^(-2i/r)``, so ``<R(m) q, R(n) k>`` depends on m - n
     only. Remaining dims pass through unrotated (GPT-NeoX's partial rotary). Rotation runs in
     float32 whatever the autocast dtype.
+
+    ``scaling`` picks a frequency strategy (see ``SCALINGS``) with factor ``s = scaling_factor``;
+    ``none`` is plain RoPE. ``original_max_len`` (the context length the model was trained on) is
+    required by ``dynamic_ntk`` and ``yarn``: an encoding cannot know the training length by
+    itself. YaRN's temperature multiplies all of q and k (rotated or not), so the logits are
+    scaled by exactly ``1/t = (0.1 ln s + 1)^2``. ``dynamic_ntk`` reads the current length as the
+    largest position + 1, so unlike the others it is shift invariant only below
+    ``original_max_len``.
     """
 
     def __init__(
@@ -55,6 +184,9 @@ class RotaryPE(PositionalEncoding):
         base: float = 10000.0,
         layout: str = "interleaved",
         fraction: float = 1.0,
+        scaling: str = "none",
+        scaling_factor: float = 1.0,
+        original_max_len: int | None = None,
     ) -> None:
         super().__init__(dims)
         if layout not in LAYOUTS:
@@ -64,27 +196,124 @@ class RotaryPE(PositionalEncoding):
         self.rot_dim = int(dims.head_dim * fraction)
         if self.rot_dim % 2 or self.rot_dim == 0:
             raise ConfigError(
-                f"pe=rope rotates pairs of dims, so fraction * head_dim must be even and > 0; "
-                f"got head_dim={dims.head_dim} (model.net.d_model={dims.d_model} / "
+                f"pe={self.pe_name} rotates pairs of dims, so fraction * head_dim must be even "
+                f"and > 0; got head_dim={dims.head_dim} (model.net.d_model={dims.d_model} / "
                 f"model.net.n_heads={dims.n_heads}) and fraction={fraction} -> "
                 f"{dims.head_dim * fraction:g} dims"
             )
-        self.layout = layout
+        self._check_scaling(scaling, scaling_factor, original_max_len)
+        self.layout, self.base = layout, base
+        self.scaling, self.scaling_factor = scaling, float(scaling_factor)
+        self.original_max_len = original_max_len
         self.make_rotation, self.apply_rotation = LAYOUTS[layout]
         inv_freq = base ** (-torch.arange(0, self.rot_dim, 2, dtype=torch.float32) / self.rot_dim)
-        self.register_buffer("inv_freq", inv_freq, persistent=False)
+        self.register_buffer("inv_freq", inv_freq, persistent=False)  # unscaled theta_i, [r/2]
 
-    def angles(self, pos: Tensor) -> Tensor:
-        """``pos: [b|1, n]`` -> rotation angles ``m * theta_i`` as ``[b|1, n, r/2]`` (float32)."""
-        return pos.float()[..., None] * self.inv_freq
+    def _check_scaling(self, scaling: str, factor: float, original_max_len: int | None) -> None:
+        if scaling not in SCALINGS:
+            raise ConfigError(f"unknown pe.scaling {scaling!r}; valid choices: {list(SCALINGS)}")
+        if scaling == "none" and factor != 1.0:
+            raise ConfigError(
+                f"pe.scaling_factor={factor} has no effect with pe.scaling=none; pick a strategy: "
+                f"{[s for s in SCALINGS if s != 'none']}"
+            )
+        if factor < 1.0:
+            raise ConfigError(
+                f"pe.scaling_factor must be >= 1 (a context extension), got {factor}"
+            )
+        if scaling in NEEDS_ORIGINAL_MAX_LEN and (
+            original_max_len is None or original_max_len < 1
+        ):
+            raise ConfigError(
+                f"pe.scaling={scaling} needs pe.original_max_len (the sequence length the model "
+                f"was trained on, >= 1), got {original_max_len}"
+            )
+        if scaling in NEEDS_BASE and self.rot_dim < 4:
+            raise ConfigError(
+                f"pe.scaling={scaling} raises the base by s^(r/(r-2)), which needs r >= 4 rotated "
+                f"dims; got r={self.rot_dim}"
+            )
+
+    def frequencies(self, pos: Positions) -> tuple[Tensor, float]:
+        """The scaled frequencies ``[r/2]`` and q/k scale for this forward pass."""
+        current_len = None
+        if self.scaling in LENGTH_DEPENDENT:
+            current_len = int(torch.maximum(pos.q.max(), pos.k.max())) + 1
+        return SCALINGS[self.scaling](
+            self.inv_freq,
+            self.rot_dim,
+            self.base,
+            self.scaling_factor,
+            self.original_max_len,
+            current_len,
+        )
+
+    def magnitude(self, positions: Tensor, sign: int) -> Tensor | None:
+        """Per-pair scale of the rotation at ``positions: [b|1, n]`` (None: pure rotation);
+        ``sign`` is +1 for queries, -1 for keys."""
+        return None
+
+    def rotations(self, pos: Positions) -> tuple[Tensor, Tensor, float]:
+        inv_freq, scale = self.frequencies(pos)
+        rot_q = self.make_rotation(pos.q.float()[..., None] * inv_freq, self.magnitude(pos.q, 1))
+        rot_k = self.make_rotation(pos.k.float()[..., None] * inv_freq, self.magnitude(pos.k, -1))
+        return rot_q, rot_k, scale
 
     def transform_qk(self, q: Tensor, k: Tensor, pos: Positions) -> tuple[Tensor, Tensor]:
         # computed once per forward pass and shared by all layers
-        rot_q = pos.memo((id(self), "q"), lambda: self.make_rotation(self.angles(pos.q)))
-        rot_k = pos.memo((id(self), "k"), lambda: self.make_rotation(self.angles(pos.k)))
-        return self.rotate(q, rot_q), self.rotate(k, rot_k)
+        rot_q, rot_k, scale = pos.memo((id(self), "rotations"), lambda: self.rotations(pos))
+        q, k = self.rotate(q, rot_q), self.rotate(k, rot_k)
+        if scale != 1.0:  # YaRN: sqrt(1/t) on each of q and k, 1/t on the logits
+            q, k = q * scale, k * scale
+        return q, k
 
     def rotate(self, x: Tensor, rotation: Tensor | tuple[Tensor, Tensor]) -> Tensor:
         r = self.rot_dim
         rotated = self.apply_rotation(x[..., :r], rotation).to(x.dtype)
         return torch.cat((rotated, x[..., r:]), dim=-1) if r < x.shape[-1] else rotated
+
+
+@register_pe("xpos")
+class XPosPE(RotaryPE):
+    """xPos (Sun et al. 2022, "A Length-Extrapolatable Transformer"), RoPE with a decay.
+
+    Pair ``i`` of q at position n is rotated by ``n theta_i`` and scaled by ``zeta_i^(n/gamma)``,
+    of k at position m by ``m theta_i`` and ``zeta_i^(-m/gamma)``, with
+    ``zeta_i = (i / (r/2) + gamma_b) / (1 + gamma_b)`` in (0, 1), ``gamma_b = 0.4`` and
+    ``gamma = scale_base = 512`` (the paper's constants). The score of pair i carries
+    ``zeta_i^((n - m)/gamma)``: it depends on n - m only and decays as a key lies further back.
+
+    Causal only (``causal_only``: the base class refuses ``model=encoder``): a key after its
+    query (m > n) would be amplified by ``zeta^(-(m - n)/gamma)``, growing without bound.
+    Every option of ``RotaryPE`` (layout, fraction, scaling) applies; the decay acts on the
+    rotated dims. No trainable parameters.
+    """
+
+    causal_only = True
+
+    def __init__(
+        self,
+        dims: ModelDims,
+        base: float = 10000.0,
+        layout: str = "interleaved",
+        fraction: float = 1.0,
+        scaling: str = "none",
+        scaling_factor: float = 1.0,
+        original_max_len: int | None = None,
+        gamma_b: float = 0.4,
+        scale_base: float = 512.0,
+    ) -> None:
+        if gamma_b <= 0 or scale_base <= 0:
+            raise ConfigError(
+                f"pe.gamma_b and pe.scale_base must be > 0, got {gamma_b} and {scale_base}"
+            )
+        super().__init__(dims, base, layout, fraction, scaling, scaling_factor, original_max_len)
+        self.scale_base = scale_base
+        i = torch.arange(self.rot_dim // 2, dtype=torch.float32)
+        self.register_buffer(
+            "zeta", (i / (self.rot_dim / 2) + gamma_b) / (1 + gamma_b), persistent=False
+        )  # [r/2]
+
+    def magnitude(self, positions: Tensor, sign: int) -> Tensor:
+        # [b|1, n, 1] exponents over [r/2] bases -> [b|1, n, r/2]
+        return self.zeta ** (sign * positions.float()[..., None] / self.scale_base)

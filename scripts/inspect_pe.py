@@ -1,0 +1,233 @@
+"""Draw a positional encoding: ``python scripts/inspect_pe.py pe=<name> [model.net.d_model=128]
+[model=encoder] [length=32] [out_dir=...] [--no-wandb | wandb=false]``.
+
+The encoding is built exactly as training builds it (the Hydra config of ``configs/train.yaml``
+with the same overrides, then ``pelab.train.build_model``), untrained, and each figure that
+applies to it is saved as a PNG in ``out_dir`` (default ``logs/inspect/<pe>/``):
+
+- ``absolute.png``: ``embed`` of zero token vectors at positions ``0..length-1`` (positions x
+  dims), for encodings that act on the embeddings;
+- ``cosine.png``: cosine similarity of those position vectors, as a matrix and against distance;
+- ``relative_<hook>.png``: what the attention hooks add as a function of the distance ``i - j``,
+  one curve per head: the content-free ``logit_bias``; for ``transform_qk`` (RoPE, xPos) the
+  score ``q . k / sqrt(d)`` of one fixed random pair placed at every offset; for
+  ``modify_logits`` the change of the logits when every position carries the same random
+  ``q = k`` (layer 0); for ``modify_probs`` the factor by which uniform probabilities change;
+- ``linear_map.png`` (sinusoids): the least-squares fit ``PE(pos + k) ~ PE(pos) M_k`` over many
+  positions, whose residual is ~0 because a shift is a rotation of each sin/cos pair (Vaswani
+  et al. 2017, section 3.5), and ``M_k`` itself.
+
+Figures are logged to W&B as images (mode from ``pelab.utils.wandb_mode``: offline unless
+credentials exist) unless ``--no-wandb`` or ``wandb=false``.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import torch  # noqa: E402
+from hydra import compose, initialize_config_dir  # noqa: E402
+from torch import Tensor  # noqa: E402
+
+from pelab.pe.absolute import SinusoidalPE  # noqa: E402
+from pelab.pe.base import PositionalEncoding, Positions  # noqa: E402
+from pelab.pe.scaled_sinusoidal import ScaledSinusoidalPE  # noqa: E402
+from pelab.train import build_model, build_task  # noqa: E402
+from pelab.utils.wandb_mode import wandb_mode  # noqa: E402
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+OWN_OPTIONS = {"out_dir": None, "wandb": "true", "length": "32"}  # not Hydra overrides
+
+
+def overridden(pe: PositionalEncoding, hook: str) -> bool:
+    return getattr(type(pe), hook) is not getattr(PositionalEncoding, hook)
+
+
+def position_vectors(pe: PositionalEncoding, n: int) -> Tensor:
+    """``embed`` of zero token vectors at positions ``0..n-1``: ``[n, d_model]``."""
+    x = torch.zeros(1, n, pe.dims.d_model)
+    return pe.embed(x, torch.zeros(1, n, dtype=torch.long), Positions.contiguous(n))[0]
+
+
+def plot_absolute(table: Tensor, path: Path) -> None:
+    fig, ax = plt.subplots(figsize=(10, 4))
+    image = ax.imshow(table, aspect="auto", cmap="RdBu", interpolation="nearest")
+    ax.set(xlabel="dimension", ylabel="position", title="position vectors (embed of zeros)")
+    fig.colorbar(image, ax=ax)
+    fig.savefig(path, dpi=100, bbox_inches="tight")
+    plt.close(fig)
+
+
+def plot_cosine(table: Tensor, path: Path) -> None:
+    unit = torch.nn.functional.normalize(table, dim=-1)
+    similarity = unit @ unit.T  # [n, n]
+    n = len(table)
+    distance = torch.arange(n)
+    mean = [similarity.diagonal(k).mean().item() for k in range(n)]  # over pairs j - i = k
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.5))
+    image = left.imshow(similarity, cmap="viridis", vmin=-1, vmax=1)
+    left.set(xlabel="position j", ylabel="position i", title="cos(PE_i, PE_j)")
+    fig.colorbar(image, ax=left)
+    right.plot(distance, mean, marker=".", label="mean over pairs")
+    right.plot(distance, similarity[0].tolist(), alpha=0.6, label="from position 0")
+    right.set(
+        xlabel="distance |i - j|", ylabel="cosine similarity", title="similarity vs distance"
+    )
+    right.axhline(0, color="grey", lw=0.5)
+    right.legend()
+    fig.savefig(path, dpi=100, bbox_inches="tight")
+    plt.close(fig)
+
+
+def relative_curves(pe: PositionalEncoding, hook: str, length: int) -> tuple[Tensor, Tensor]:
+    """Distances ``c - j`` and the hook's per-head response ``[h, n]`` at query ``c``.
+
+    Positions ``0..n-1`` with ``c = length - 1``; an encoder also sees ``length - 1`` keys after
+    the query (negative distances), a decoder only the past and present.
+    """
+    dims = pe.dims
+    n = length if dims.causal else 2 * length - 1
+    c = length - 1
+    pos = Positions.contiguous(n)
+    generator = torch.Generator().manual_seed(0)
+    qk = torch.randn(2, 1, dims.n_heads, 1, dims.head_dim, generator=generator)
+    q, k = (x.expand(1, dims.n_heads, n, dims.head_dim) for x in qk)  # one vector everywhere
+    scale = dims.head_dim**-0.5
+    if hook == "logit_bias":
+        response = pe.logit_bias(pos).expand(1, dims.n_heads, n, n)
+    elif hook == "transform_qk":
+        q, k = pe.transform_qk(q, k, pos)
+        response = q @ k.transpose(-1, -2) * scale
+    elif hook == "modify_logits":
+        logits = q @ q.transpose(-1, -2) * scale  # q = k: one random vector as query and key
+        response = pe.modify_logits(logits, q, q, pos, 0) - logits
+    else:  # modify_probs
+        uniform = torch.full((1, dims.n_heads, n, n), 1.0 / n)
+        response = pe.modify_probs(uniform, pos, 0) / uniform
+    return c - torch.arange(n), response[0, :, c]
+
+
+HOOK_TITLES = {
+    "logit_bias": ("logit bias", "bias added to the logit"),
+    "transform_qk": ("score of a fixed random q, k pair", "q . k / sqrt(d) after transform_qk"),
+    "modify_logits": ("change of the logits (q = k fixed, layer 0)", "modified - plain logit"),
+    "modify_probs": ("change of uniform probabilities (layer 0)", "modified / uniform"),
+}
+
+
+def plot_relative(distance: Tensor, response: Tensor, hook: str, path: Path) -> None:
+    title, ylabel = HOOK_TITLES[hook]
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for head, curve in enumerate(response):
+        ax.plot(distance, curve, marker=".", ms=3, label=f"head {head}")
+    ax.set(xlabel="distance i - j (query minus key)", ylabel=ylabel, title=title)
+    ax.axvline(0, color="grey", lw=0.5)
+    ax.legend(fontsize="small", ncol=2)
+    fig.savefig(path, dpi=100, bbox_inches="tight")
+    plt.close(fig)
+
+
+def plot_linear_map(pe: PositionalEncoding, path: Path, show_k: int = 4) -> None:
+    """Fit ``PE[p + k] ~ PE[p] M_k`` over ``p < P`` with ``P`` well above ``d_model``, so that a
+    small residual is a property of the encoding and not of an underdetermined fit."""
+    d = pe.dims.d_model
+    table = position_vectors(pe, 4 * d + 64).double()
+    shifts = list(range(1, 65))
+    residuals, maps = [], {}
+    for k in shifts:
+        source, target = table[:-k], table[k:]
+        m = torch.linalg.lstsq(source, target).solution  # [d, d]
+        residuals.append(((source @ m - target).norm() / target.norm()).item())
+        maps[k] = m
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.5))
+    left.semilogy(shifts, residuals, marker=".")
+    left.set(
+        xlabel="shift k",
+        ylabel="||PE[p+k] - PE[p] M_k|| / ||PE[p+k]||",
+        title="linear map between shifted positions",
+    )
+    # the fastest pairs only: the slowest barely turn over P positions, so the fit cannot pin
+    # down their block of M_k (the residual stays ~0 whatever it picks there)
+    block = maps[show_k][:32, :32]
+    image = right.imshow(block, cmap="RdBu", vmin=-1, vmax=1)
+    right.set(title=f"M_{show_k}, first 32 dims: 2x2 rotations", xlabel="dim", ylabel="dim")
+    fig.colorbar(image, ax=right)
+    fig.savefig(path, dpi=100, bbox_inches="tight")
+    plt.close(fig)
+
+
+def draw(pe: PositionalEncoding, out_dir: Path, length: int) -> list[Path]:
+    """Every figure that applies to ``pe``; returns the PNG paths."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    if overridden(pe, "embed"):
+        table = position_vectors(pe, min(length, pe.dims.max_len))
+        for name, plot in (("absolute", plot_absolute), ("cosine", plot_cosine)):
+            plot(table, out_dir / f"{name}.png")
+            paths.append(out_dir / f"{name}.png")
+    for hook in HOOK_TITLES:
+        if overridden(pe, hook):
+            path = out_dir / f"relative_{hook}.png"
+            plot_relative(*relative_curves(pe, hook, length), hook, path)
+            paths.append(path)
+    if isinstance(pe, (SinusoidalPE, ScaledSinusoidalPE)):
+        plot_linear_map(pe, out_dir / "linear_map.png")
+        paths.append(out_dir / "linear_map.png")
+    return paths
+
+
+def split_arguments(argv: list[str]) -> tuple[dict[str, str | None], list[str]]:
+    """This script's own options (``out_dir=``, ``wandb=``, ``length=``, ``--no-wandb``) and the
+    Hydra overrides."""
+    options, overrides = dict(OWN_OPTIONS), []
+    for arg in argv:
+        key = arg.split("=", 1)[0]
+        if arg == "--no-wandb":
+            options["wandb"] = "false"
+        elif key in OWN_OPTIONS and "=" in arg:
+            options[key] = arg.split("=", 1)[1]
+        else:
+            overrides.append(arg)
+    return options, overrides
+
+
+def log_to_wandb(paths: list[Path], pe_name: str, out_dir: Path, config: dict) -> None:
+    import wandb
+
+    run = wandb.init(
+        project="pelab",
+        job_type="inspect",
+        name=f"inspect-{pe_name}",
+        dir=str(out_dir),
+        mode=wandb_mode(),
+        config=config,
+    )
+    run.log({f"inspect/{path.stem}": wandb.Image(str(path)) for path in paths})
+    run.finish()
+
+
+def main(argv: list[str] | None = None) -> list[Path]:
+    options, overrides = split_arguments(sys.argv[1:] if argv is None else argv)
+    with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
+        cfg = compose(config_name="train", overrides=overrides)
+    pe = build_model(cfg, build_task(cfg)).net.pe
+    out_dir = Path(options["out_dir"] or Path("logs/inspect") / pe.pe_name)
+    with torch.no_grad():
+        paths = draw(pe, out_dir, int(options["length"]))
+    for path in paths:
+        print(path)
+    if options["wandb"].lower() not in ("false", "0", "no", "off"):
+        config = {"pe": pe.pe_name, "overrides": overrides, "dims": asdict(pe.dims)}
+        log_to_wandb(paths, pe.pe_name, out_dir, config)
+    return paths
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,170 @@
+"""Re-evaluate a trained checkpoint, e.g. at longer lengths with a RoPE scaling strategy:
+``python scripts/eval.py ckpt_path=<run dir>/checkpoints/best.ckpt pe.scaling=yarn
+pe.scaling_factor=4 task.eval_lengths=[16,64,128]``.
+
+The model is rebuilt from the training run's resolved config (``<run dir>/results.json``, key
+``config``) with only the overrides in ``OVERRIDABLE`` applied; results go to a new
+``<run dir>/eval/<timestamp>_<scaling>/results.json`` with training's schema plus ``checkpoint``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import pickle
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from pelab.data.datamodule import TaskDataModule
+from pelab.pe.base import ConfigError
+from pelab.train import build_model, build_task, group_metrics
+from pelab.utils.report import print_results
+from pelab.utils.results import environment, per_length, write_json_atomic
+
+log = logging.getLogger(__name__)
+
+# The settings an evaluation may change (null in configs/eval.yaml: keep the training value).
+OVERRIDABLE = (
+    "pe.scaling",
+    "pe.scaling_factor",
+    "pe.original_max_len",
+    "task.eval_lengths",
+    "seed",
+)
+
+
+def training_record(ckpt_path: str | Path | None) -> tuple[Path, dict[str, Any]]:
+    """``<run dir>/checkpoints/<name>.ckpt`` -> the run dir and its ``results.json``."""
+    if not ckpt_path:
+        raise ConfigError("set ckpt_path=<run dir>/checkpoints/best.ckpt (the checkpoint to test)")
+    ckpt = Path(ckpt_path)
+    if not ckpt.is_file():
+        raise ConfigError(f"ckpt_path={ckpt} does not exist or is not a file")
+    run_dir = ckpt.resolve().parent.parent
+    results = run_dir / "results.json"
+    try:
+        record = json.loads(results.read_text())
+    except (OSError, json.JSONDecodeError) as error:
+        record, problem = {}, f"{type(error).__name__}: {error}"
+    else:
+        problem = "" if "config" in record else "it has no 'config' key"
+    if problem:
+        raise ConfigError(
+            f"cannot read the training run's config from {results} (the checkpoint must lie in "
+            f"<run dir>/checkpoints/ of a pelab run): {problem}"
+        )
+    return run_dir, record
+
+
+def eval_config(cfg: DictConfig, train_cfg: DictConfig, output_dir: Path) -> DictConfig:
+    """The training config with the user's ``OVERRIDABLE`` settings and this evaluation's
+    trainer, logger and paths."""
+    merged = train_cfg.copy()
+    with open_dict(merged):
+        for key in OVERRIDABLE:
+            value = OmegaConf.select(cfg, key)
+            if value is None:
+                continue
+            group, _, option = key.rpartition(".")
+            if group == "pe" and option not in train_cfg.pe:
+                raise ConfigError(
+                    f"{key}={value} is not an option of the checkpoint's encoding "
+                    f"({train_cfg.pe._target_}); its options: "
+                    f"{[k for k in train_cfg.pe if not k.startswith('_')]}"
+                )
+            OmegaConf.update(merged, key, value)
+        for key in ("trainer", "logger", "paths"):
+            merged[key] = cfg.get(key)
+        merged.paths.output_dir = str(output_dir)
+        merged.ckpt_path = cfg.ckpt_path
+    trained = build_task(train_cfg)
+    with open_dict(merged):
+        pe = merged.pe
+        # learned tables were sized to the training run: keep that size, so that a longer
+        # evaluation gets the encoding's own "cannot extrapolate" error, not a shape mismatch
+        if "max_len" in pe and pe.max_len is None:
+            pe.max_len = trained.max_sequence_length()
+        # the training context length, which an encoding cannot know by itself
+        if pe.get("scaling", "none") != "none" and pe.get("original_max_len") is None:
+            hi = trained.train_lengths[1]
+            pe.original_max_len = hi + trained.answer_length(hi) + 2
+    return merged
+
+
+def load_weights(model: torch.nn.Module, ckpt: Path) -> None:
+    try:
+        state = torch.load(ckpt, map_location="cpu", weights_only=True)["state_dict"]
+    except (OSError, RuntimeError, EOFError, KeyError, TypeError, pickle.UnpicklingError) as e:
+        raise ConfigError(
+            f"ckpt_path={ckpt} is not a readable Lightning checkpoint: {type(e).__name__}: {e}"
+        ) from None
+    try:
+        model.load_state_dict(state)
+    except RuntimeError as error:
+        raise ConfigError(
+            f"the weights in {ckpt} do not fit the model built from its run's config and your "
+            f"overrides (an encoding whose parameters depend on the sequence length cannot be "
+            f"evaluated at other lengths): {error}"
+        ) from None
+
+
+def evaluate(cfg: DictConfig) -> dict[str, Any]:
+    """Test ``cfg.ckpt_path`` on ``task.eval_lengths``; returns the record written to
+    ``<run dir>/eval/<timestamp>_<scaling>/results.json``."""
+    start = time.perf_counter()
+    run_dir, train_record = training_record(cfg.get("ckpt_path"))
+    train_cfg = OmegaConf.create(train_record["config"])
+    scaling = OmegaConf.select(cfg, "pe.scaling") or train_cfg.pe.get("scaling", "none")
+    stamp = datetime.now().strftime("%Y-%m-%d_%H-%M-%S-%f")
+    output_dir = run_dir / "eval" / f"{stamp}_{scaling}"
+    merged = eval_config(cfg, train_cfg, output_dir)
+    record: dict[str, Any] = {
+        "status": "running",
+        "choices": {**train_record.get("choices", {}), "seed": merged.seed},
+        "config": OmegaConf.to_container(merged, resolve=True),
+        "checkpoint": str(Path(cfg.ckpt_path).resolve()),
+    }
+    try:
+        L.seed_everything(merged.seed, workers=True)
+        task = build_task(merged)
+        model = build_model(merged, task)
+        load_weights(model, Path(cfg.ckpt_path))
+        datamodule = TaskDataModule(
+            task,
+            batch_size=merged.data.batch_size,
+            num_batches=1,
+            seed=merged.seed,
+            eval_batch_size=merged.data.eval_batch_size,
+            cache_dir=merged.paths.cache_dir,
+        )
+        loggers = [instantiate(c) for c in (merged.get("logger") or {}).values() if c]
+        trainer: L.Trainer = instantiate(merged.trainer, logger=loggers or False)
+        trainer.test(model, datamodule=datamodule, verbose=False)
+        metrics = dict(model.final_metrics)
+        record.update(
+            status="completed",
+            metrics={
+                "test": per_length(metrics, "test"),
+                "test_id": group_metrics(metrics, "test/id/"),
+                "test_ood": group_metrics(metrics, "test/ood/"),
+            },
+            train_lengths=list(task.train_lengths),
+            params=model.net.num_params(),
+        )
+        print_results(record, task)
+        return record
+    except BaseException as error:
+        record.update(status="failed", error=f"{type(error).__name__}: {error}")
+        raise
+    finally:
+        record["wall_time_s"] = round(time.perf_counter() - start, 2)
+        record.update(environment())
+        write_json_atomic(output_dir / "results.json", record)
+        log.info("results written to %s", output_dir / "results.json")

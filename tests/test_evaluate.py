@@ -1,0 +1,132 @@
+"""Re-evaluating a trained checkpoint at new lengths and with a RoPE scaling strategy."""
+
+import json
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, open_dict
+
+from pelab.evaluate import evaluate
+from pelab.pe import ConfigError
+from pelab.train import run
+from tests.conftest import CONFIG_DIR, TINY, compose_config
+
+
+def compose_eval(overrides: list[str], root: Path) -> DictConfig:
+    """``eval.yaml`` composed as ``scripts/eval.py`` would, with every path inside ``root``."""
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        cfg = compose("eval", overrides=overrides, return_hydra_config=True)
+    HydraConfig().set_config(cfg)
+    with open_dict(cfg):
+        del cfg["hydra"]
+        cfg.paths.root_dir = str(root)
+        cfg.paths.cache_dir = str(root / "cache")
+    GlobalHydra.instance().clear()
+    return cfg
+
+
+def train_tiny(root: Path, *overrides: str) -> Path:
+    """A tiny training run in ``root/run``; returns its best checkpoint."""
+    cfg = compose_config([*TINY, "logger=csv", *overrides], root)
+    run(cfg)
+    GlobalHydra.instance().clear()
+    return Path(cfg.paths.output_dir, "checkpoints", "best.ckpt")
+
+
+@pytest.fixture(scope="module")
+def rope_ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return train_tiny(tmp_path_factory.mktemp("rope"), "pe=rope")
+
+
+def test_a_checkpoint_is_re_evaluated_longer_with_linear_scaling(rope_ckpt):
+    run_dir = rope_ckpt.parent.parent
+    train_results = (run_dir / "results.json").read_bytes()
+    overrides = [
+        f"ckpt_path='{rope_ckpt}'",
+        "pe.scaling=linear",
+        "pe.scaling_factor=2",
+        "task.eval_lengths=[16,48]",
+        "logger=csv",
+    ]
+    record = evaluate(compose_eval(overrides, run_dir.parent))
+
+    written = list((run_dir / "eval").glob("*_linear/results.json"))
+    assert len(written) == 1
+    res = json.loads(written[0].read_text())
+    assert res["status"] == "completed" and res == json.loads(json.dumps(record, default=str))
+    assert res["checkpoint"] == str(rope_ckpt.resolve())
+    assert list(res["metrics"]["test"]) == ["16", "48"]
+    for m in res["metrics"]["test"].values():
+        assert 0.0 <= m["exact_match"] <= m["token_acc"] <= 1.0
+    assert (
+        set(res["metrics"]["test_id"])
+        == set(res["metrics"]["test_ood"])
+        == {
+            "exact_match",
+            "token_acc",
+        }
+    )
+    pe = res["config"]["pe"]
+    assert (pe["scaling"], pe["scaling_factor"]) == ("linear", 2.0)
+    assert pe["original_max_len"] == 16 + 16 + 2  # longest training sequence: BOS, 16, SEP, 16
+    assert res["config"]["model"]["net"]["d_model"] == 16  # the model of the training run
+    assert res["choices"]["pe"] == "rope" and res["params"]["total"] > 0
+    assert (written[0].parent / "csv").is_dir()  # the logger writes beside the results
+    assert (run_dir / "results.json").read_bytes() == train_results  # training record untouched
+
+
+def test_without_overrides_the_training_numbers_are_reproduced(rope_ckpt):
+    run_dir = rope_ckpt.parent.parent
+    evaluate(compose_eval([f"ckpt_path='{rope_ckpt}'"], run_dir.parent))
+    res = json.loads(next((run_dir / "eval").glob("*_none/results.json")).read_text())
+    trained = json.loads((run_dir / "results.json").read_text())
+    assert res["metrics"]["test"] == trained["metrics"]["test"]
+
+
+def test_a_missing_checkpoint_is_a_clear_error(tmp_path):
+    missing = tmp_path / "run" / "checkpoints" / "best.ckpt"
+    with pytest.raises(ConfigError, match=r"ckpt_path=.*best.ckpt does not exist"):
+        evaluate(compose_eval([f"ckpt_path='{missing}'"], tmp_path))
+    assert not (tmp_path / "run").exists()
+    with pytest.raises(ConfigError, match=r"set ckpt_path="):
+        evaluate(compose_eval([], tmp_path))
+
+
+def test_a_corrupt_checkpoint_is_a_clear_error(rope_ckpt):
+    corrupt = rope_ckpt.parent / "corrupt.ckpt"
+    corrupt.write_bytes(b"not a checkpoint")
+    with pytest.raises(ConfigError, match=r"corrupt.ckpt is not a readable Lightning checkpoint"):
+        evaluate(compose_eval([f"ckpt_path='{corrupt}'"], rope_ckpt.parent.parent.parent))
+
+
+def test_weights_that_do_not_fit_the_config_are_a_clear_error(rope_ckpt, tmp_path):
+    # a run dir whose results.json claims a wider model than the checkpoint holds
+    run_dir = tmp_path / "run"
+    (run_dir / "checkpoints").mkdir(parents=True)
+    record = json.loads((rope_ckpt.parent.parent / "results.json").read_text())
+    record["config"]["model"]["net"]["d_model"] = 32
+    (run_dir / "results.json").write_text(json.dumps(record))
+    ckpt = run_dir / "checkpoints" / "best.ckpt"
+    ckpt.write_bytes(rope_ckpt.read_bytes())
+    with pytest.raises(ConfigError, match=r"do not fit the model built from its run's config"):
+        evaluate(compose_eval([f"ckpt_path='{ckpt}'"], tmp_path))
+
+
+def test_scaling_an_encoding_without_that_option_is_refused(tmp_path):
+    ckpt = train_tiny(tmp_path, "pe=alibi")
+    overrides = [f"ckpt_path='{ckpt}'", "pe.scaling=yarn"]
+    with pytest.raises(ConfigError, match=r"pe.scaling=yarn is not an option of .*AlibiPE"):
+        evaluate(compose_eval(overrides, tmp_path))
+
+
+def test_a_learned_table_cannot_be_evaluated_beyond_its_size(tmp_path):
+    ckpt = train_tiny(tmp_path, "pe=learned")
+    overrides = [f"ckpt_path='{ckpt}'", "task.eval_lengths=[16,40]"]
+    with pytest.raises(ConfigError, match=r"pe=learned has a table of 66 positions.*extrapolate"):
+        evaluate(compose_eval(overrides, tmp_path))
+    failed = json.loads(next((tmp_path / "run" / "eval").glob("*/results.json")).read_text())
+    assert failed["status"] == "failed" and "ConfigError" in failed["error"]
