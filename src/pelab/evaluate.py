@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import logging
 import pickle
-import time
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -24,9 +23,9 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from pelab.data.datamodule import TaskDataModule
 from pelab.pe.base import ConfigError
-from pelab.train import build_model, build_task, group_metrics
+from pelab.train import build_model, build_task
 from pelab.utils.report import print_results
-from pelab.utils.results import environment, per_length, write_json_atomic
+from pelab.utils.results import recorded, summarize
 
 log = logging.getLogger(__name__)
 
@@ -118,7 +117,6 @@ def load_weights(model: torch.nn.Module, ckpt: Path) -> None:
 def evaluate(cfg: DictConfig) -> dict[str, Any]:
     """Test ``cfg.ckpt_path`` on ``task.eval_lengths``; returns the record written to
     ``<run dir>/eval/<timestamp>_<scaling>/results.json``."""
-    start = time.perf_counter()
     run_dir, train_record = training_record(cfg.get("ckpt_path"))
     train_cfg = OmegaConf.create(train_record["config"])
     scaling = OmegaConf.select(cfg, "pe.scaling") or train_cfg.pe.get("scaling", "none")
@@ -131,7 +129,7 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
         "config": OmegaConf.to_container(merged, resolve=True),
         "checkpoint": str(Path(cfg.ckpt_path).resolve()),
     }
-    try:
+    with recorded(output_dir / "results.json", record):
         L.seed_everything(merged.seed, workers=True)
         task = build_task(merged)
         model = build_model(merged, task)
@@ -147,24 +145,11 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
         loggers = [instantiate(c) for c in (merged.get("logger") or {}).values() if c]
         trainer: L.Trainer = instantiate(merged.trainer, logger=loggers or False)
         trainer.test(model, datamodule=datamodule, verbose=False)
-        metrics = dict(model.final_metrics)
         record.update(
             status="completed",
-            metrics={
-                "test": per_length(metrics, "test"),
-                "test_id": group_metrics(metrics, "test/id/"),
-                "test_ood": group_metrics(metrics, "test/ood/"),
-            },
+            metrics=summarize(dict(model.final_metrics)),
             train_lengths=list(task.train_lengths),
             params=model.net.num_params(),
         )
         print_results(record, task)
-        return record
-    except BaseException as error:
-        record.update(status="failed", error=f"{type(error).__name__}: {error}")
-        raise
-    finally:
-        record["wall_time_s"] = round(time.perf_counter() - start, 2)
-        record.update(environment())
-        write_json_atomic(output_dir / "results.json", record)
-        log.info("results written to %s", output_dir / "results.json")
+    return record

@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import logging
-import time
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +21,7 @@ from pelab.models.transformer import Transformer
 from pelab.pe.base import ConfigError
 from pelab.tasks.base import Task
 from pelab.utils.report import print_results
-from pelab.utils.results import environment, per_length, write_json_atomic
-
-log = logging.getLogger(__name__)
+from pelab.utils.results import recorded, summarize
 
 
 def build_task(cfg: DictConfig) -> Task:
@@ -112,43 +108,24 @@ def choices(cfg: DictConfig) -> dict[str, Any]:
 def run(cfg: DictConfig) -> dict[str, Any]:
     """``train`` plus bookkeeping: ``results.json`` (always, atomically), the per-length table,
     and ``wandb.finish()`` so the next job of a multirun opens its own W&B run."""
-    start = time.perf_counter()
-    output_dir = Path(cfg.paths.output_dir)
     record: dict[str, Any] = {
         "status": "running",
         "choices": choices(cfg),
         "config": OmegaConf.to_container(cfg, resolve=True),
     }
     try:
-        out = train(cfg)
-        task = out.pop("task")
-        metrics = out["metrics"]
-        record.update(
-            status="completed",
-            metrics={
-                "test": per_length(metrics, "test"),
-                "test_id": group_metrics(metrics, "test/id/"),
-                "test_ood": group_metrics(metrics, "test/ood/"),
-                "val": per_length(metrics, "val"),
-            },
-            train_lengths=list(task.train_lengths),
-            params=out["params"],
-        )
-        print_results(record, task)
+        with recorded(Path(cfg.paths.output_dir) / "results.json", record):
+            out = train(cfg)
+            record.update(
+                status="completed",
+                metrics=summarize(out["metrics"]),
+                train_lengths=list(out["task"].train_lengths),
+                params=out["params"],
+            )
+            print_results(record, out["task"])
         return record
-    except BaseException as error:
-        record.update(status="failed", error=f"{type(error).__name__}: {error}")
-        raise
     finally:
-        record["wall_time_s"] = round(time.perf_counter() - start, 2)
-        record.update(environment())
-        write_json_atomic(output_dir / "results.json", record)
-        log.info("results written to %s", output_dir / "results.json")
         _finish_wandb()
-
-
-def group_metrics(metrics: dict[str, float], prefix: str) -> dict[str, float]:
-    return {k[len(prefix) :]: v for k, v in metrics.items() if k.startswith(prefix)}
 
 
 def _finish_wandb() -> None:

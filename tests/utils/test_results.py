@@ -73,3 +73,26 @@ def test_wandb_online_with_an_api_key_and_explicit_mode_wins(clean_env, monkeypa
 def test_a_broken_netrc_means_offline_not_a_crash(clean_env):
     clean_env.write_text("machine\n")
     assert wandb_mode() == "offline"
+
+
+def test_recorded_writes_the_record_on_success_and_on_failure(tmp_path):
+    path = tmp_path / "results.json"
+    with results.recorded(path, {"status": "running"}) as record:
+        record["status"] = "completed"
+    saved = json.loads(path.read_text())
+    assert saved["status"] == "completed" and saved["wall_time_s"] >= 0 and "versions" in saved
+    with pytest.raises(KeyError), results.recorded(path, {"status": "running"}):
+        raise KeyError("boom")
+    saved = json.loads(path.read_text())
+    assert saved["status"] == "failed" and saved["error"] == "KeyError: 'boom'"
+
+
+def test_summary_separates_per_length_and_grouped_metrics():
+    summary = results.summarize(
+        {"test/exact_match/len_4": 1.0, "test/id/exact_match": 1.0, "test/ood/token_acc": 0.5}
+    )
+    assert summary == {
+        "test": {"4": {"exact_match": 1.0}},
+        "test_id": {"exact_match": 1.0},
+        "test_ood": {"token_acc": 0.5},
+    }

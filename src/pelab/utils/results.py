@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import platform
 import subprocess
 import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 PACKAGES = ("pelab", "torch", "lightning", "hydra-core", "wandb", "datasets")
 
@@ -63,3 +69,39 @@ def per_length(metrics: dict[str, float], split: str) -> dict[str, dict[str, flo
             metric, length = key[len(prefix) :].split("/len_")
             table.setdefault(length, {})[metric] = value
     return dict(sorted(table.items(), key=lambda kv: int(kv[0])))
+
+
+def group_metrics(metrics: dict[str, float], prefix: str) -> dict[str, float]:
+    """``{"test/id/exact_match": x}`` with prefix ``test/id/`` -> ``{"exact_match": x}``."""
+    return {k[len(prefix) :]: v for k, v in metrics.items() if k.startswith(prefix)}
+
+
+def summarize(metrics: dict[str, float]) -> dict[str, Any]:
+    """The ``metrics`` section of ``results.json``: test per length, its in- and out-of-
+    distribution means, and the last validation per length (when there was one)."""
+    summary = {
+        "test": per_length(metrics, "test"),
+        "test_id": group_metrics(metrics, "test/id/"),
+        "test_ood": group_metrics(metrics, "test/ood/"),
+    }
+    if val := per_length(metrics, "val"):
+        summary["val"] = val
+    return summary
+
+
+@contextmanager
+def recorded(path: str | Path, record: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """Whatever happens inside, ``record`` ends up in ``path`` (atomically) with the wall time,
+    the environment, and on an exception ``status: failed`` and the error; the exception is
+    re-raised."""
+    start = time.perf_counter()
+    try:
+        yield record
+    except BaseException as error:
+        record.update(status="failed", error=f"{type(error).__name__}: {error}")
+        raise
+    finally:
+        record["wall_time_s"] = round(time.perf_counter() - start, 2)
+        record.update(environment())
+        write_json_atomic(path, record)
+        log.info("results written to %s", path)
