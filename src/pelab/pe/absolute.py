@@ -43,15 +43,17 @@ class SinusoidalPE(PositionalEncoding):
         super().__init__(dims)
         if dims.d_model % 2:
             raise ConfigError(
-                f"pe=sinusoidal needs an even model.net.d_model, got {dims.d_model}; "
+                f"pe={self.pe_name} needs an even model.net.d_model, got {dims.d_model}; "
                 f"use e.g. model.net.d_model={dims.d_model + 1}"
             )
         sinusoid_table(torch.zeros(1), dims.d_model, base, layout)  # validate layout early
         self.base, self.layout = base, layout
 
+    def table(self, pos: Positions) -> Tensor:
+        return sinusoid_table(pos.q, self.dims.d_model, self.base, self.layout)  # [b|1, n, d]
+
     def embed(self, x: Tensor, tokens: Tensor, pos: Positions) -> Tensor:
-        table = sinusoid_table(pos.q, self.dims.d_model, self.base, self.layout)  # [b|1, n, d]
-        return x + table.to(x.dtype)
+        return x + self.table(pos).to(x.dtype)
 
 
 @register_pe("learned")

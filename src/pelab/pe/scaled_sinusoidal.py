@@ -5,12 +5,12 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from pelab.pe.absolute import sinusoid_table
-from pelab.pe.base import ConfigError, ModelDims, PositionalEncoding, Positions, register_pe
+from pelab.pe.absolute import SinusoidalPE
+from pelab.pe.base import ModelDims, Positions, register_pe
 
 
 @register_pe("scaled_sinusoidal")
-class ScaledSinusoidalPE(PositionalEncoding):
+class ScaledSinusoidalPE(SinusoidalPE):
     """``x_p += g * PE(p)``: Vaswani's sinusoid ``PE`` (see ``sinusoid_table``; ``base`` and
     ``layout`` as in ``pe=sinusoidal``) times a single trained scalar ``g`` shared by all
     positions and dimensions. "ScaledSinu" of Hua, Dai, Liu and Le 2022, "Transformer Quality in
@@ -31,17 +31,9 @@ class ScaledSinusoidalPE(PositionalEncoding):
         layout: str = "interleaved",
         init_scale: float | None = None,
     ) -> None:
-        super().__init__(dims)
-        if dims.d_model % 2:
-            raise ConfigError(
-                f"pe=scaled_sinusoidal needs an even model.net.d_model, got {dims.d_model}; "
-                f"use e.g. model.net.d_model={dims.d_model + 1}"
-            )
-        sinusoid_table(torch.zeros(1), dims.d_model, base, layout)  # validate layout early
-        self.base, self.layout = base, layout
+        super().__init__(dims, base, layout)
         init = dims.d_model**-0.5 if init_scale is None else init_scale
         self.scale = nn.Parameter(torch.tensor(float(init)))
 
     def embed(self, x: Tensor, tokens: Tensor, pos: Positions) -> Tensor:
-        table = sinusoid_table(pos.q, self.dims.d_model, self.base, self.layout)  # [b|1, n, d]
-        return x + (self.scale * table).to(x.dtype)
+        return x + (self.scale * self.table(pos)).to(x.dtype)
