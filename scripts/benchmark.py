@@ -1,9 +1,11 @@
-"""Training throughput of pelab against a minimal hand-written PyTorch loop, side by side.
+"""Training throughput of pelab, side by side in one run.
 
-Both train the same decoder shape on the same copy batches: pelab through its Hydra config,
-LightningModule and Trainer; the baseline as ~40 lines of plain PyTorch (fused attention,
-complex-product RoPE, AdamW, clipping, LR schedule). Each side runs in alternating rounds;
-we report the median tokens/s over timing windows after warm-up, and the ratio.
+1. pelab against a minimal hand-written PyTorch loop: both train the same decoder shape on the
+   same copy batches, pelab through its LightningModule and Trainer, the baseline as ~40 lines of
+   plain PyTorch (fused attention, complex-product RoPE, AdamW, clipping, LR schedule). Each side
+   runs in alternating rounds; we report the median tokens/s over timing windows after warm-up.
+2. Every registered encoding's training step (forward, backward, AdamW) relative to ``none`` on
+   the same model and batches, in interleaved rounds, with its parameter count.
 
     python scripts/benchmark.py            # full: 4 layers, d_model 128, 64 tokens, batch 64
     python scripts/benchmark.py --quick    # a smoke run in seconds
@@ -137,6 +139,49 @@ def tokens_per_second(stamps: list[float], window: int, tokens: int, warmup: int
     return [window * tokens / g for g in gaps]
 
 
+def encoding_step_times(batches, shape, steps: int, rounds: int) -> dict[str, dict]:
+    """Median ms per training step of every decoder-capable encoding, interleaved by round."""
+    task_len = 2 * shape["length"] + 2
+    models = {}
+    for name, cls in sorted(PE_REGISTRY.items()):
+        torch.manual_seed(0)
+        net = Transformer(
+            shape["vocab"],
+            task_len,
+            True,
+            partial(cls),
+            d_model=shape["d"],
+            n_heads=shape["heads"],
+            n_layers=shape["layers"],
+        )
+        models[name] = (net, torch.optim.AdamW(net.parameters(), lr=1e-3))
+    times: dict[str, list[float]] = {name: [] for name in models}
+    for _ in range(rounds):
+        for name, (net, opt) in models.items():
+            for i in range(steps + 1):  # the first step of each round warms up
+                prompt, answer = batches[i]
+                start = time.perf_counter()
+                inputs, answer_slice = DecoderLayout.teacher_forcing(prompt, answer)
+                loss = F.cross_entropy(
+                    net(inputs)[:, answer_slice].flatten(0, 1), answer.flatten()
+                )
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+                if i:
+                    times[name].append(time.perf_counter() - start)
+    base = statistics.median(times["none"])
+    return {
+        name: {
+            "ms_per_step": round(1e3 * statistics.median(t), 1),
+            "vs_none": round(statistics.median(t) / base, 3),
+            "pe_params": models[name][0].num_params()["pe"],
+            "attention": "eager" if PE_REGISTRY[name].needs_eager_attention() else "fused",
+        }
+        for name, t in times.items()
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a few windows: a smoke run")
@@ -176,7 +221,19 @@ def main() -> None:
         print(
             f"{pe:<10}{r['pelab_tokens_per_s']:>14,}{r['minimal_tokens_per_s']:>16,}{r['ratio']:>8.3f}"
         )
-    args.json.write_text(json.dumps({"shape": shape, "results": results}, indent=2))
+    steps_per_round, enc_rounds = (2, 1) if args.quick else (5, 3)
+    encodings = encoding_step_times(
+        batches, {**shape, "vocab": vocab}, steps_per_round, enc_rounds
+    )
+    print(f"\n{'encoding':<20}{'attention':>10}{'ms/step':>10}{'vs none':>9}{'PE params':>11}")
+    for name, r in encodings.items():
+        print(
+            f"{name:<20}{r['attention']:>10}{r['ms_per_step']:>10.1f}{r['vs_none']:>9.3f}"
+            f"{r['pe_params']:>11,}"
+        )
+    args.json.write_text(
+        json.dumps({"shape": shape, "results": results, "encodings": encodings}, indent=2)
+    )
     print(f"\nwritten to {args.json}")
 
 
