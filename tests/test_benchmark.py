@@ -1,0 +1,28 @@
+"""The benchmark script's quick mode runs and reports every measure (its numbers are not checked:
+speed is measured by the benchmark, never asserted by tests)."""
+
+import json
+import subprocess
+import sys
+
+from pelab.pe import PE_REGISTRY
+
+
+def test_quick_benchmark_reports_every_measure(tmp_path, repo_root):
+    out = tmp_path / "benchmark.json"
+    proc = subprocess.run(
+        [sys.executable, "scripts/benchmark.py", "--quick", "--json", str(out)],
+        cwd=repo_root,
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert set(report["results"]) == {"none", "rope"}
+    assert all(r["ratio"] > 0 and r["windows"] > 0 for r in report["results"].values())
+    assert set(report["encodings"]) == set(PE_REGISTRY)
+    assert report["encodings"]["none"]["vs_none"] == 1.0
+    assert report["encodings"]["learned"]["pe_params"] > 0
+    assert report["encodings"]["shaw"]["attention"] == "eager"
