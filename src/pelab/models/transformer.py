@@ -107,8 +107,8 @@ class Transformer(nn.Module):
             else Positions.from_tensor(positions)
         )
         x = self.pe.embed(self.tok_emb(tokens), tokens, pos)
-        for block in self.blocks:
-            x = block(x, pos)
+        for layer, block in enumerate(self.blocks):
+            x = block(self.pe.layer_input(x, pos, layer), pos)
         return self.head(self.norm(x))
 
     def num_params(self) -> dict[str, int]:

@@ -7,7 +7,8 @@ which encoding it runs:
 ============================  ====================================  ============================
 where it acts                 families                              hook
 ============================  ====================================  ============================
-token embeddings, once        sinusoidal, learned, FLOATER, ...     ``embed(x, tokens, pos)``
+token embeddings, once        sinusoidal, learned, ...              ``embed(x, tokens, pos)``
+each block's input            FLOATER                               ``layer_input(x, pos, l)``
 q and k before the product    RoPE, xPos                            ``transform_qk(q, k, pos)``
 logits, content-free          ALiBi, T5 buckets, Kerple, FIRE       ``logit_bias(pos)``
 logits, content-dependent     Shaw, Transformer-XL, DeBERTa, CoPE   ``modify_logits(...)``
@@ -101,6 +102,11 @@ class PositionalEncoding(nn.Module):
 
     def embed(self, x: Tensor, tokens: Tensor, pos: Positions) -> Tensor:
         """Token embeddings ``x: [b, n, d_model]`` -> same shape."""
+        return x
+
+    def layer_input(self, x: Tensor, pos: Positions, layer: int) -> Tensor:
+        """The residual stream ``[b, n, d_model]`` entering block ``layer`` (encodings injected at
+        every layer, e.g. FLOATER)."""
         return x
 
     def transform_qk(self, q: Tensor, k: Tensor, pos: Positions) -> tuple[Tensor, Tensor]:
