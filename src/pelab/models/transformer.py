@@ -75,7 +75,7 @@ class Transformer(nn.Module):
         for name, value in (("d_model", d_model), ("n_heads", n_heads), ("n_layers", n_layers)):
             if value < 1:
                 raise ConfigError(f"model.net.{name} must be >= 1, got {value}")
-        self.dims = ModelDims(d_model, n_heads, n_layers, causal, max_len)
+        self.dims = ModelDims(d_model, n_heads, n_layers, causal, max_len, vocab_size)
         self.pe = pe(self.dims)
         self.tok_emb = nn.Embedding(vocab_size, d_model)
         self.blocks = nn.ModuleList(

@@ -42,6 +42,7 @@ class ModelDims:
     n_layers: int
     causal: bool
     max_len: int  # the longest sequence this run will feed the model (train and eval)
+    vocab_size: int = 0  # token ids are 0 .. vocab_size - 1 (0: unknown to the encoding)
 
     @property
     def head_dim(self) -> int:
