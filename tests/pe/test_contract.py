@@ -29,7 +29,14 @@ RELATIVE = [  # use only differences of positions
     "transformer_xl",
     "deberta",
 ]
-ABSOLUTE = ["sinusoidal", "scaled_sinusoidal", "learned", "hierarchical"]
+ABSOLUTE = [
+    "sinusoidal",
+    "scaled_sinusoidal",
+    "learned",
+    "hierarchical",
+    "floater",
+    "complex_order",
+]
 
 
 def make_net(name: str, causal: bool = True, impl: str = "auto", max_len: int = 64) -> Transformer:
