@@ -32,12 +32,14 @@ def _offline_wandb(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("WANDB_SILENT", "true")
 
 
-def compose_config(overrides: list[str], tmp_path: Path | None = None) -> DictConfig:
-    """``train.yaml`` composed as ``scripts/train.py`` would, with the Hydra context set, and
-    every path inside ``tmp_path``."""
+def compose_config(
+    overrides: list[str], tmp_path: Path | None = None, config_name: str = "train"
+) -> DictConfig:
+    """``configs/<config_name>.yaml`` composed as its script would, with the Hydra context set,
+    and every path inside ``tmp_path``."""
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-        cfg = compose("train", overrides=overrides, return_hydra_config=True)
+        cfg = compose(config_name, overrides=overrides, return_hydra_config=True)
     HydraConfig().set_config(cfg)
     with open_dict(cfg):
         del cfg["hydra"]

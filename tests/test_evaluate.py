@@ -4,29 +4,18 @@ import json
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
-from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig, open_dict
+from omegaconf import DictConfig
 
 from pelab.evaluate import evaluate
 from pelab.pe import ConfigError
 from pelab.train import run
-from tests.conftest import CONFIG_DIR, TINY, compose_config
+from tests.conftest import TINY, compose_config
 
 
 def compose_eval(overrides: list[str], root: Path) -> DictConfig:
     """``eval.yaml`` composed as ``scripts/eval.py`` would, with every path inside ``root``."""
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-        cfg = compose("eval", overrides=overrides, return_hydra_config=True)
-    HydraConfig().set_config(cfg)
-    with open_dict(cfg):
-        del cfg["hydra"]
-        cfg.paths.root_dir = str(root)
-        cfg.paths.cache_dir = str(root / "cache")
-    GlobalHydra.instance().clear()
-    return cfg
+    return compose_config(overrides, root, config_name="eval")
 
 
 def train_tiny(root: Path, *overrides: str) -> Path:

@@ -7,6 +7,7 @@ import torch
 
 from pelab.models.transformer import Transformer
 from pelab.pe import PE_REGISTRY, ConfigError
+from tests.pe.nets import sharp_net
 
 ALL = sorted(PE_REGISTRY)
 BIDIRECTIONAL = [name for name in ALL if not PE_REGISTRY[name].causal_only]
@@ -40,20 +41,7 @@ ABSOLUTE = [
 
 
 def make_net(name: str, causal: bool = True, impl: str = "auto", max_len: int = 64) -> Transformer:
-    torch.manual_seed(0)
-    net = Transformer(
-        vocab_size=12,
-        max_len=max_len,
-        causal=causal,
-        pe=partial(PE_REGISTRY[name]),
-        d_model=16,
-        n_heads=2,
-        n_layers=2,
-        attn_impl=impl,
-    )
-    for p in net.parameters():  # sharp attention, so that positions visibly matter
-        torch.nn.init.normal_(p, std=0.5 if p.dim() > 1 else 1.0)
-    return net.eval()
+    return sharp_net(partial(PE_REGISTRY[name]), causal, max_len=max_len, impl=impl)
 
 
 def test_every_family_has_at_least_one_registered_encoding():

@@ -6,6 +6,7 @@ import torch
 from pelab.models.transformer import Transformer
 from pelab.pe.base import ConfigError, ModelDims, Positions
 from pelab.pe.cope import CoPE
+from tests.pe.nets import sharp_net
 
 ON, OFF = 100.0, -100.0  # q . k of a key that counts (gate sigmoid(100) = 1) or not (~ 0)
 
@@ -21,12 +22,7 @@ def gated_qk(products: list[float]) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def make_net(causal: bool, **options) -> Transformer:
-    """As tests/pe/test_contract.py: a sharp 2-layer model, with pe=cope options."""
-    torch.manual_seed(0)
-    net = Transformer(12, 32, causal, partial(CoPE, **options), d_model=16, n_heads=2)
-    for p in net.parameters():
-        torch.nn.init.normal_(p, std=0.5 if p.dim() > 1 else 1.0)
-    return net.eval()
+    return sharp_net(partial(CoPE, **options), causal, max_len=32)
 
 
 def test_positions_count_only_the_gated_keys_from_the_key_up_to_the_query():

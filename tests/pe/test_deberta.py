@@ -7,6 +7,7 @@ import torch
 from pelab.models.transformer import Transformer
 from pelab.pe.base import ConfigError, ModelDims, Positions
 from pelab.pe.deberta import DebertaPE, log_bucket
+from tests.pe.nets import sharp_net
 
 
 def dims(causal: bool, head_dim: int = 4, heads: int = 2, layers: int = 2) -> ModelDims:
@@ -14,12 +15,7 @@ def dims(causal: bool, head_dim: int = 4, heads: int = 2, layers: int = 2) -> Mo
 
 
 def make_net(causal: bool, **options) -> Transformer:
-    """As tests/pe/test_contract.py: a sharp 2-layer model, with pe=deberta options."""
-    torch.manual_seed(0)
-    net = Transformer(12, 64, causal, partial(DebertaPE, **options), d_model=16, n_heads=2)
-    for p in net.parameters():
-        torch.nn.init.normal_(p, std=0.5 if p.dim() > 1 else 1.0)
-    return net.eval()
+    return sharp_net(partial(DebertaPE, **options), causal)
 
 
 def naive_logits(pe, q, k, positions, layer):

@@ -7,6 +7,7 @@ import torch
 from pelab.models.transformer import Transformer
 from pelab.pe.base import ConfigError, ModelDims, Positions
 from pelab.pe.fire import FirePE
+from tests.pe.nets import sharp_net
 
 
 def dims(heads: int = 2, causal: bool = True) -> ModelDims:
@@ -29,19 +30,7 @@ def bias_at(pe: FirePE, positions: torch.Tensor) -> torch.Tensor:
 
 
 def make_net(causal: bool, threshold: float) -> Transformer:
-    torch.manual_seed(0)
-    net = Transformer(
-        vocab_size=12,
-        max_len=64,
-        causal=causal,
-        pe=partial(FirePE, threshold_init=threshold),
-        d_model=16,
-        n_heads=2,
-        n_layers=2,
-    )
-    for p in net.parameters():  # sharp attention, so that positions visibly matter
-        torch.nn.init.normal_(p, std=0.5 if p.dim() > 1 else 1.0)
-    return net.eval()
+    return sharp_net(partial(FirePE, threshold_init=threshold), causal)
 
 
 def test_bias_is_the_mlp_of_the_normalised_log_distance_hand_computed():

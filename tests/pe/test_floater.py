@@ -8,6 +8,7 @@ import pelab.pe.floater as floater
 from pelab.models.transformer import Transformer
 from pelab.pe.base import ConfigError, ModelDims, Positions
 from pelab.pe.floater import FloaterPE
+from tests.pe.nets import sharp_net
 
 DIMS = ModelDims(d_model=8, n_heads=2, n_layers=3, causal=True, max_len=16)
 
@@ -21,19 +22,9 @@ def make_pe(**kwargs) -> FloaterPE:
 
 
 def make_net(causal: bool = True, n_layers: int = 2, **kwargs) -> Transformer:
-    torch.manual_seed(0)
-    net = Transformer(
-        vocab_size=12,
-        max_len=16,
-        causal=causal,
-        pe=partial(FloaterPE, **kwargs),
-        d_model=8,
-        n_heads=2,
-        n_layers=n_layers,
+    return sharp_net(
+        partial(FloaterPE, **kwargs), causal, max_len=16, d_model=8, n_layers=n_layers
     )
-    for p in net.parameters():
-        torch.nn.init.normal_(p, std=0.5 if p.dim() > 1 else 1.0)
-    return net.eval()
 
 
 def table(pe: FloaterPE, positions) -> torch.Tensor:

@@ -7,6 +7,7 @@ import torch
 from pelab.models.transformer import Transformer
 from pelab.pe.base import ConfigError, ModelDims, Positions
 from pelab.pe.kerple import KerplePE
+from tests.pe.nets import sharp_net
 
 
 def dims(heads: int = 2, causal: bool = True) -> ModelDims:
@@ -22,19 +23,7 @@ def kerple(kernel: str, r1: list[float], r2: list[float], causal: bool = True) -
 
 
 def make_net(kernel: str, causal: bool) -> Transformer:
-    torch.manual_seed(0)
-    net = Transformer(
-        vocab_size=12,
-        max_len=64,
-        causal=causal,
-        pe=partial(KerplePE, kernel=kernel),
-        d_model=16,
-        n_heads=2,
-        n_layers=2,
-    )
-    for p in net.parameters():  # sharp attention, so that positions visibly matter
-        torch.nn.init.normal_(p, std=0.5 if p.dim() > 1 else 1.0)
-    return net.eval()
+    return sharp_net(partial(KerplePE, kernel=kernel), causal)
 
 
 DISTANCE = torch.tensor([[0.0, 1, 2], [1, 0, 1], [2, 1, 0]])

@@ -7,6 +7,7 @@ import torch
 from pelab.models.transformer import Transformer
 from pelab.pe.base import ConfigError, ModelDims, Positions
 from pelab.pe.shaw import ShawPE, clipped_offset_index
+from tests.pe.nets import sharp_net
 
 
 def dims(causal: bool, head_dim: int = 4, heads: int = 2, layers: int = 2) -> ModelDims:
@@ -14,12 +15,7 @@ def dims(causal: bool, head_dim: int = 4, heads: int = 2, layers: int = 2) -> Mo
 
 
 def make_net(causal: bool, **options) -> Transformer:
-    """As tests/pe/test_contract.py: a sharp 2-layer model, with pe=shaw options."""
-    torch.manual_seed(0)
-    net = Transformer(12, 32, causal, partial(ShawPE, **options), d_model=16, n_heads=2)
-    for p in net.parameters():
-        torch.nn.init.normal_(p, std=0.5 if p.dim() > 1 else 1.0)
-    return net.eval()
+    return sharp_net(partial(ShawPE, **options), causal, max_len=32)
 
 
 def naive_logits_and_output(pe, q, k, v, positions, layer, causal):

@@ -8,6 +8,7 @@ from pelab.models.transformer import Transformer
 from pelab.pe.absolute import sinusoid_table
 from pelab.pe.base import ConfigError, ModelDims, Positions
 from pelab.pe.transformer_xl import TransformerXLPE, rel_shift
+from tests.pe.nets import sharp_net
 
 
 def dims(causal: bool, head_dim: int = 4, heads: int = 2, layers: int = 2) -> ModelDims:
@@ -15,12 +16,7 @@ def dims(causal: bool, head_dim: int = 4, heads: int = 2, layers: int = 2) -> Mo
 
 
 def make_net(causal: bool) -> Transformer:
-    """As tests/pe/test_contract.py: a sharp 2-layer model with pe=transformer_xl."""
-    torch.manual_seed(0)
-    net = Transformer(12, 32, causal, partial(TransformerXLPE), d_model=16, n_heads=2)
-    for p in net.parameters():
-        torch.nn.init.normal_(p, std=0.5 if p.dim() > 1 else 1.0)
-    return net.eval()
+    return sharp_net(partial(TransformerXLPE), causal, max_len=32)
 
 
 def random_pe(causal: bool) -> TransformerXLPE:

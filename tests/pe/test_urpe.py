@@ -7,15 +7,11 @@ from pelab.models.transformer import Transformer
 from pelab.pe.base import ConfigError, ModelDims, NoPE, Positions
 from pelab.pe.bias import T5BiasPE, t5_bucket
 from pelab.pe.urpe import UniversalRelativePE
+from tests.pe.nets import sharp_net
 
 
 def make_net(pe, causal: bool) -> Transformer:
-    """As tests/pe/test_contract.py: a sharp 2-layer model (max_len 16)."""
-    torch.manual_seed(0)
-    net = Transformer(12, 16, causal, pe, d_model=16, n_heads=2)
-    for p in net.parameters():
-        torch.nn.init.normal_(p, std=0.5 if p.dim() > 1 else 1.0)
-    return net.eval()
+    return sharp_net(pe, causal, max_len=16)
 
 
 def toeplitz_matrix(pe: UniversalRelativePE, positions: torch.Tensor, layer: int) -> torch.Tensor:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -292,22 +293,14 @@ class XPosPE(RotaryPE):
     causal_only = True
 
     def __init__(
-        self,
-        dims: ModelDims,
-        base: float = 10000.0,
-        layout: str = "interleaved",
-        fraction: float = 1.0,
-        scaling: str = "none",
-        scaling_factor: float = 1.0,
-        original_max_len: int | None = None,
-        gamma_b: float = 0.4,
-        scale_base: float = 512.0,
+        self, dims: ModelDims, gamma_b: float = 0.4, scale_base: float = 512.0, **rotary: Any
     ) -> None:
+        """``rotary``: any option of ``RotaryPE`` (base, layout, fraction, scaling, ...)."""
         if gamma_b <= 0 or scale_base <= 0:
             raise ConfigError(
                 f"pe.gamma_b and pe.scale_base must be > 0, got {gamma_b} and {scale_base}"
             )
-        super().__init__(dims, base, layout, fraction, scaling, scaling_factor, original_max_len)
+        super().__init__(dims, **rotary)
         self.scale_base = scale_base
         i = torch.arange(self.rot_dim // 2, dtype=torch.float32)
         self.register_buffer(
