@@ -71,3 +71,21 @@ def test_unknown_model_kind_names_the_valid_choices():
         ConfigError, match="unknown model.kind 'seq2seq'; valid choices: decoder, encoder"
     ):
         get_layout("seq2seq")
+
+
+class Recorder(torch.nn.Module):
+    """Returns its input tokens as logits and remembers the positions it was given."""
+
+    def forward(self, tokens, positions=None):
+        self.positions = positions
+        return torch.nn.functional.one_hot(tokens, 10).float()
+
+
+@pytest.mark.parametrize("layout", [DecoderLayout, EncoderLayout])
+def test_answer_logits_slice_the_canonical_positions(layout):
+    net = Recorder()
+    canonical = torch.arange(8)[None] * 10  # BOS, 3 prompt, SEP, 3 answer
+    logits = layout.answer_logits(net, PROMPT, ANSWER, canonical)
+    assert logits.shape == (1, 3, 10)
+    fed = 7 if layout is DecoderLayout else 8  # the decoder never feeds the last answer token
+    assert net.positions.tolist() == canonical[:, :fed].tolist()

@@ -66,3 +66,8 @@ def test_a_randomized_run_completes(tiny_cfg):
     run(cfg)
     res = json.loads((Path(cfg.paths.output_dir) / "results.json").read_text())
     assert res["status"] == "completed" and res["choices"]["positions"] == "randomized"
+
+
+def test_randomized_positions_refuse_a_task_with_its_own_coordinates():
+    with pytest.raises(ConfigError, match="2-D coordinates; use positions=contiguous"):
+        RandomizedPositions(64).check(10, position_dims=2)

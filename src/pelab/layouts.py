@@ -7,7 +7,11 @@ Decoder (causal, GPT-style; Kazemnejad et al. 2023's setting):
 Encoder (bidirectional, Deletang et al. 2023's setting):
     ``BOS p_1 .. p_n SEP BLANK x m``; the answer is read off the BLANK slots in one pass.
 
-An encoder-decoder kind (the original Transformer) adds a class here with the same two methods.
+Every layout has the same three methods, so the LightningModule never asks which kind runs:
+``teacher_forcing`` (the training sequence), ``answer_logits`` (the answer's logits, ``[b, m, V]``)
+and ``predict`` (the greedy answer, ``[b, m]``). Positions, when given, cover the canonical
+sequence ``BOS p_1 .. p_n SEP a_1 .. a_m`` (``n + m + 2`` tokens, ``[b|1, n + m + 2(, k)]``);
+each layout slices what it feeds the model.
 """
 
 from __future__ import annotations
@@ -37,13 +41,21 @@ class DecoderLayout:
         n_prefix = prompt.shape[1] + 2
         return seq[:, :-1], slice(n_prefix - 1, None)
 
+    @classmethod
+    def answer_logits(
+        cls, net: nn.Module, prompt: Tensor, answer: Tensor, positions: Tensor | None = None
+    ) -> Tensor:
+        inputs, answer_slice = cls.teacher_forcing(prompt, answer)
+        pos = None if positions is None else positions[:, :-1]
+        return net(inputs, pos)[:, answer_slice]
+
     @staticmethod
     @torch.no_grad()
     def predict(
         net: nn.Module, prompt: Tensor, answer_length: int, positions: Tensor | None = None
     ) -> Tensor:
-        """Greedy decoding of ``answer_length`` tokens -> ``[b, m]``. ``positions`` (optional)
-        covers the whole sequence ``[b, n + m + 1]``; each step uses its prefix."""
+        """Greedy decoding of ``answer_length`` tokens -> ``[b, m]``; each step feeds the model
+        the prefix of ``positions`` that covers its tokens."""
         seq = _prefix(prompt)
         for _ in range(answer_length):
             pos = None if positions is None else positions[:, : seq.shape[1]]
@@ -60,6 +72,13 @@ class EncoderLayout:
         slots = answer.new_full(answer.shape, BLANK)
         seq = torch.cat((_prefix(prompt), slots), dim=1)
         return seq, slice(prompt.shape[1] + 2, None)
+
+    @classmethod
+    def answer_logits(
+        cls, net: nn.Module, prompt: Tensor, answer: Tensor, positions: Tensor | None = None
+    ) -> Tensor:
+        inputs, answer_slice = cls.teacher_forcing(prompt, answer)
+        return net(inputs, positions)[:, answer_slice]
 
     @staticmethod
     @torch.no_grad()

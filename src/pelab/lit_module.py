@@ -68,13 +68,24 @@ class SequenceModel(L.LightningModule):
 
     def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
         prompt, answer = batch
-        inputs, answer_slice = self.layout.teacher_forcing(prompt, answer)
-        positions = self.positions(*inputs.shape, device=inputs.device)  # None: 0..n-1
-        logits = self.net(inputs, positions)[:, answer_slice]  # [b, m, vocab]
+        positions = self.sequence_positions(prompt, answer.shape[1])
+        logits = self.layout.answer_logits(self.net, prompt, answer, positions)  # [b, m, vocab]
         loss = F.cross_entropy(logits.flatten(0, 1).float(), answer.flatten())
         self.log("train/loss", loss, prog_bar=True)
         self.log("train/length", float(prompt.shape[1]))
         return loss
+
+    def sequence_positions(
+        self, prompt: Tensor, answer_length: int, generator: torch.Generator | None = None
+    ) -> Tensor | None:
+        """Positions of the canonical sequence ``BOS prompt SEP answer`` (``n + m + 2`` tokens):
+        the task's own coordinates when it has them (e.g. a grid's (row, col)), else the run's
+        position sampler (``None``: contiguous ``0 .. n+m+1``)."""
+        b, n = prompt.shape
+        coordinates = self.task.coordinates(n, answer_length)  # [n + m + 2, k] or None
+        if coordinates is not None:
+            return coordinates[None].to(prompt.device)
+        return self.positions(b, n + answer_length + 2, generator, prompt.device)
 
     def _evaluate(self, batch: dict[str, Tensor], batch_idx: int, dataloader_idx: int) -> None:
         prompt, answer = batch["prompt"], batch["answer"]
@@ -82,7 +93,7 @@ class SequenceModel(L.LightningModule):
         b, m = answer.shape
         # evaluation positions are a pure function of (length, batch): the same every epoch
         generator = torch.Generator().manual_seed(length * 100_003 + batch_idx)
-        positions = self.positions(b, prompt.shape[1] + m + 2, generator, prompt.device)
+        positions = self.sequence_positions(prompt, m, generator)
         correct = self.layout.predict(self.net, prompt, m, positions) == answer
         self.metrics[_key("exact_match", length)].update(correct.all(dim=-1).float())
         self.metrics[_key("token_acc", length)].update(correct.float().mean(dim=-1))

@@ -14,8 +14,8 @@ class ContiguousPositions:
 
     max_position = 0  # imposes no size on the model
 
-    def check(self, longest: int) -> None:
-        """Any length works."""
+    def check(self, longest: int, position_dims: int = 1) -> None:
+        """Any length works; a task with its own k-D coordinates (a grid) uses those."""
 
     def __call__(
         self, batch: int, n: int, generator: torch.Generator | None = None, device=None
@@ -40,7 +40,12 @@ class RandomizedPositions:
             raise ConfigError(f"positions.max_position must be >= 1, got {max_position}")
         self.max_position = max_position
 
-    def check(self, longest: int) -> None:
+    def check(self, longest: int, position_dims: int = 1) -> None:
+        if position_dims != 1:
+            raise ConfigError(
+                f"positions=randomized samples 1-D positions, but this task gives "
+                f"{position_dims}-D coordinates; use positions=contiguous"
+            )
         if longest > self.max_position:
             raise ConfigError(
                 f"positions.max_position={self.max_position} is shorter than the longest "

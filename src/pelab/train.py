@@ -32,7 +32,7 @@ def build_model(cfg: DictConfig, task: Task) -> SequenceModel:
     """The LightningModule for ``cfg`` (validates every shape and length before training)."""
     layout = get_layout(cfg.model.kind)
     positions = instantiate(cfg.positions)
-    positions.check(task.max_sequence_length())
+    positions.check(task.max_sequence_length(), task.position_dims)
     # called outside Hydra, so configuration errors reach the user unwrapped
     build_net = instantiate(cfg.model.net, _partial_=True)
     net: Transformer = build_net(
@@ -40,6 +40,7 @@ def build_model(cfg: DictConfig, task: Task) -> SequenceModel:
         max_len=max(task.max_sequence_length(), positions.max_position),
         causal=layout.causal,
         pe=instantiate(cfg.pe),
+        position_dims=task.position_dims,
     )
     return SequenceModel(
         net,

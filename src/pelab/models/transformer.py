@@ -66,6 +66,7 @@ class Transformer(nn.Module):
         d_ff: int | None = None,
         dropout: float = 0.0,
         attn_impl: str = "auto",
+        position_dims: int = 1,
     ) -> None:
         super().__init__()
         if d_model % n_heads:
@@ -75,7 +76,9 @@ class Transformer(nn.Module):
         for name, value in (("d_model", d_model), ("n_heads", n_heads), ("n_layers", n_layers)):
             if value < 1:
                 raise ConfigError(f"model.net.{name} must be >= 1, got {value}")
-        self.dims = ModelDims(d_model, n_heads, n_layers, causal, max_len, vocab_size)
+        self.dims = ModelDims(
+            d_model, n_heads, n_layers, causal, max_len, vocab_size, position_dims
+        )
         self.pe = pe(self.dims)
         self.tok_emb = nn.Embedding(vocab_size, d_model)
         self.blocks = nn.ModuleList(
@@ -99,8 +102,8 @@ class Transformer(nn.Module):
                 nn.init.normal_(p, std=std)
 
     def forward(self, tokens: Tensor, positions: Tensor | None = None) -> Tensor:
-        """``tokens: [b, n]``, optional ``positions: [b|1, n]`` (default 0..n-1) -> logits
-        ``[b, n, vocab]``."""
+        """``tokens: [b, n]``, optional ``positions: [b|1, n]`` (default 0..n-1; ``[b|1, n, k]``
+        for k-D positions) -> logits ``[b, n, vocab]``."""
         pos = (
             Positions.contiguous(tokens.shape[1], tokens.device)
             if positions is None

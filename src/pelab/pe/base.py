@@ -43,6 +43,7 @@ class ModelDims:
     causal: bool
     max_len: int  # the longest sequence this run will feed the model (train and eval)
     vocab_size: int = 0  # token ids are 0 .. vocab_size - 1 (0: unknown to the encoding)
+    position_dims: int = 1  # coordinates per position the task gives: 1 (sequence), 2 (grid)
 
     @property
     def head_dim(self) -> int:
@@ -91,13 +92,23 @@ class PositionalEncoding(nn.Module):
     """
 
     causal_only = False  # True: defined for decoders only; an encoder gets a ConfigError
+    position_dims: int | None = 1  # coordinates it reads per position; None: reads no positions
 
     def __init__(self, dims: ModelDims) -> None:
         super().__init__()
+        name = getattr(self, "pe_name", type(self).__name__)
         if self.causal_only and not dims.causal:
             raise ConfigError(
-                f"pe={getattr(self, 'pe_name', type(self).__name__)} is defined for causal "
-                "models only; use model=decoder, or another encoding for model=encoder"
+                f"pe={name} is defined for causal models only; use model=decoder, or another "
+                "encoding for model=encoder"
+            )
+        if self.position_dims is not None and self.position_dims != dims.position_dims:
+            fitting = sorted(
+                n for n, c in PE_REGISTRY.items() if c.position_dims in (None, dims.position_dims)
+            )
+            raise ConfigError(
+                f"pe={name} reads {self.position_dims}-D positions but the task gives "
+                f"{dims.position_dims}-D positions; encodings that fit: {', '.join(fitting)}"
             )
         self.dims = dims
 
@@ -173,3 +184,5 @@ class NoPE(PositionalEncoding):
     """No positional information (NoPE; Kazemnejad et al. 2023, "The Impact of Positional Encoding
     on Length Generalization in Transformers"). A causal mask alone lets a decoder infer position;
     an encoder without positions is permutation-equivariant."""
+
+    position_dims = None

@@ -44,6 +44,8 @@ class CoPE(PositionalEncoding):
     Positions given to the model are not used at all: CoPE is invariant to shifting them.
     """
 
+    position_dims = None
+
     def __init__(self, dims: ModelDims, npos_max: int = 64) -> None:
         super().__init__(dims)
         if isinstance(npos_max, bool) or not isinstance(npos_max, int) or npos_max < 1:

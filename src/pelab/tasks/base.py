@@ -71,9 +71,20 @@ class Task(ABC):
     def vocab_size(self) -> int:
         return N_SPECIAL + self.num_symbols
 
-    def answer_length(self, length: int) -> int:
-        """Answer tokens for a prompt of ``length`` symbols."""
+    position_dims = 1  # coordinates per token: 1 (a sequence), 2 (a grid's row and column)
+
+    def prompt_length(self, length: int) -> int:
+        """Prompt tokens at ``length`` on the task's length axis."""
         return length
+
+    def answer_length(self, length: int) -> int:
+        """Answer tokens at ``length`` on the task's length axis."""
+        return length
+
+    def coordinates(self, prompt_length: int, answer_length: int) -> Tensor | None:
+        """The task's own positions for ``BOS prompt SEP answer``, ``[n + m + 2, position_dims]``,
+        or None to use the run's position sampler (1-D tasks)."""
+        return None
 
     def in_distribution(self, length: int) -> bool:
         return self.train_lengths[0] <= length <= self.train_lengths[1]
@@ -81,7 +92,7 @@ class Task(ABC):
     def max_sequence_length(self) -> int:
         """Tokens of the longest sequence any layout feeds the model: BOS, prompt, SEP, answer."""
         longest = max(self.train_lengths[1], *self.eval_lengths)
-        return longest + self.answer_length(longest) + 2
+        return self.prompt_length(longest) + self.answer_length(longest) + 2
 
     def sample(self, batch: int, length: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
         """``batch`` prompts of ``length`` random symbols and their answers, ``[b, n]`` each."""
