@@ -1,46 +1,103 @@
+"""The task contract, checked for every registered task through the Task API only.
+
+Each task is built with ``cls.example(directory)`` (its defaults, or a tiny example dataset) and
+probed at the ends of its train range and at its longest evaluation length.
+"""
+
+import inspect
+import json
+from pathlib import Path
+
 import pytest
 import torch
+from hydra.utils import get_class
+from omegaconf import OmegaConf
 
 from pelab.pe.base import ConfigError
-from pelab.tasks import N_SPECIAL, TASK_REGISTRY
+from pelab.tasks import N_SPECIAL, TASK_REGISTRY, Task
+from tests.conftest import CONFIG_DIR
 
 TASKS = sorted(TASK_REGISTRY)
+# constructor parameters that set the protocol, not the data of one (split, length) set
+PROTOCOL_PARAMS = {"train_lengths", "eval_lengths", "n_val", "n_test", "eval_seed"}
 
 
-@pytest.mark.parametrize("name", TASKS)
-@pytest.mark.parametrize("length", [1, 5, 64])
-def test_generated_answers_equal_the_reference_solver(name, length):
-    task = TASK_REGISTRY[name]()
-    prompt, answer = task.sample(50, length, torch.Generator().manual_seed(length))
-    for p, a in zip(prompt.tolist(), answer.tolist(), strict=True):
-        assert a == task.reference(p)
+@pytest.fixture(params=TASKS)
+def task(request, tmp_path_factory) -> Task:
+    return TASK_REGISTRY[request.param].example(tmp_path_factory.mktemp(request.param))
 
 
-@pytest.mark.parametrize("name", TASKS)
-def test_tokens_stay_in_the_symbol_range_and_lengths_are_exact(name):
-    task = TASK_REGISTRY[name](num_symbols=5)
-    prompt, answer = task.sample(200, 9, torch.Generator().manual_seed(0))
-    assert prompt.shape == (200, 9) and answer.shape == (200, task.answer_length(9))
-    for t in (prompt, answer):
-        assert t.min() >= N_SPECIAL and t.max() < task.vocab_size == N_SPECIAL + 5
-    assert len(prompt.unique()) == 5  # every symbol is used
+def probe_lengths(task: Task) -> list[int]:
+    return sorted({*task.train_lengths, max(task.eval_lengths)})
 
 
-@pytest.mark.parametrize("name", TASKS)
-def test_same_seed_same_data_other_seed_other_data(name):
-    task = TASK_REGISTRY[name]()
-    a = task.sample(8, 12, torch.Generator().manual_seed(3))
-    b = task.sample(8, 12, torch.Generator().manual_seed(3))
-    c = task.sample(8, 12, torch.Generator().manual_seed(4))
+def test_generated_answers_equal_the_reference_solver(task):
+    for length in probe_lengths(task):
+        prompt, answer = task.sample(32, length, torch.Generator().manual_seed(length))
+        for p, a in zip(prompt.tolist(), answer.tolist(), strict=True):
+            assert a == task.reference(p), (task.task_name, length, p)
+
+
+def test_shapes_follow_the_length_axis_and_tokens_are_symbols(task):
+    for length in probe_lengths(task):
+        prompt, answer = task.sample(16, length, torch.Generator().manual_seed(0))
+        assert prompt.shape == (16, task.prompt_length(length))
+        assert answer.shape == (16, task.answer_length(length))
+        assert prompt.dtype == answer.dtype == torch.long
+        for t in (prompt, answer):  # BOS, SEP and BLANK belong to the layouts
+            assert t.min() >= N_SPECIAL and t.max() < task.vocab_size
+        assert task.prompt_length(length) + task.answer_length(length) + 2 <= (
+            task.max_sequence_length()
+        )
+
+
+def test_every_symbol_of_the_vocabulary_occurs(task):
+    """The vocabulary is no larger than the data needs: a large batch uses every symbol."""
+    prompt, answer = task.sample(512, task.train_lengths[1], torch.Generator().manual_seed(0))
+    used = set(prompt.unique().tolist()) | set(answer.unique().tolist())
+    assert used == set(range(N_SPECIAL, task.vocab_size))
+
+
+def test_same_seed_same_data_other_seed_other_data(task):
+    length = task.train_lengths[1]
+    a = task.sample(8, length, torch.Generator().manual_seed(3))
+    b = task.sample(8, length, torch.Generator().manual_seed(3))
+    c = task.sample(8, length, torch.Generator().manual_seed(4))
     assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
-    assert not torch.equal(a[0], c[0])
+    assert not (torch.equal(a[0], c[0]) and torch.equal(a[1], c[1]))
 
 
-def test_hand_written_examples():
-    prompt = torch.tensor([[5, 3, 4, 3]])
-    assert TASK_REGISTRY["copy"]().solve(prompt).tolist() == [[5, 3, 4, 3]]
-    assert TASK_REGISTRY["reverse"]().solve(prompt).tolist() == [[3, 4, 3, 5]]
-    assert TASK_REGISTRY["sort"]().solve(prompt).tolist() == [[3, 3, 4, 5]]
+def test_spec_names_every_data_parameter_and_is_json(task):
+    spec = task.spec()
+    assert json.loads(json.dumps(spec)) == spec
+    signature = inspect.signature(type(task).__init__).parameters.values()
+    data_params = {
+        p.name
+        for p in signature
+        if p.name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+    }
+    assert data_params - PROTOCOL_PARAMS <= set(spec)
+
+
+def test_protocol_attributes(task):
+    assert isinstance(task.length_axis, str) and task.length_axis
+    assert task.vocab_size > N_SPECIAL
+    assert any(task.in_distribution(n) for n in task.eval_lengths)
+    assert all(task.supports_length(n) for n in (*task.train_lengths, *task.eval_lengths))
+    n, m = task.prompt_length(task.train_lengths[1]), task.answer_length(task.train_lengths[1])
+    coordinates = task.coordinates(n, m)
+    if task.position_dims == 1 and coordinates is None:
+        return
+    assert coordinates.shape == (n + m + 2, task.position_dims)
+
+
+@pytest.mark.parametrize("name", TASKS)
+def test_every_task_has_its_config_file(name):
+    path = Path(CONFIG_DIR) / "task" / f"{name}.yaml"
+    assert path.exists(), f"task {name!r} has no configs/task/{name}.yaml"
+    text = path.read_text()
+    assert text.startswith("#"), "the config's first line states the task and its protocol"
+    assert get_class(OmegaConf.load(path)._target_) is TASK_REGISTRY[name]
 
 
 def test_in_distribution_split_and_longest_sequence():
@@ -63,3 +120,41 @@ def test_in_distribution_split_and_longest_sequence():
 def test_bad_task_settings_are_refused_with_the_value(kwargs, message):
     with pytest.raises(ConfigError, match=message):
         TASK_REGISTRY["copy"](**kwargs)
+
+
+class Digits(Task):
+    """A stand-in fixed-alphabet task with only even lengths (not registered)."""
+
+    fixed_num_symbols = 10
+
+    def check_length(self, length: int) -> None:
+        if length % 2:
+            raise ConfigError(f"Digits: lengths must be even, got {length}")
+
+    def solve(self, prompt):
+        return prompt
+
+    @staticmethod
+    def reference(prompt):
+        return prompt
+
+
+def test_a_fixed_alphabet_sets_num_symbols_and_refuses_another():
+    assert Digits(train_lengths=[2, 4], eval_lengths=[4]).vocab_size == N_SPECIAL + 10
+    assert Digits(train_lengths=[2, 4], eval_lengths=[4], num_symbols=10).num_symbols == 10
+    with pytest.raises(ConfigError, match=r"fixed alphabet of 10 symbols.*got 5"):
+        Digits(train_lengths=[2, 4], eval_lengths=[4], num_symbols=5)
+
+
+def test_open_alphabets_default_to_32_symbols():
+    assert TASK_REGISTRY["copy"]().num_symbols == 32
+    assert TASK_REGISTRY["copy"](num_symbols=None).num_symbols == 32
+
+
+def test_lengths_are_checked_at_construction():
+    task = Digits(train_lengths=[2, 4], eval_lengths=[4, 8])
+    assert task.supports_length(8) and not task.supports_length(7)
+    with pytest.raises(ConfigError, match="lengths must be even, got 3"):
+        Digits(train_lengths=[3, 4], eval_lengths=[4])
+    with pytest.raises(ConfigError, match="lengths must be even, got 9"):
+        Digits(train_lengths=[2, 4], eval_lengths=[4, 9])

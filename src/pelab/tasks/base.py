@@ -1,14 +1,26 @@
 """The task interface, the task registry, and the special tokens shared by all tasks.
 
-A task maps a prompt of ``length`` symbols to an answer. It knows nothing about model kinds:
-``pelab.layouts`` turns (prompt, answer) into a decoder or an encoder sequence.
+A task maps a prompt to an answer, both sized by one point ``length`` of the task's length axis
+(``length_axis``: tokens, digits per operand, number of terms, ...). It knows nothing about model
+kinds: ``pelab.layouts`` turns (prompt, answer) into a decoder or an encoder sequence, so every
+task has both layouts. The contract every task keeps (``tests/tasks/test_tasks.py`` checks it for
+every registered task):
+
+- at a given ``length`` every sample has ``prompt_length(length)`` prompt tokens and
+  ``answer_length(length)`` answer tokens (a task pads inside its own alphabet if it must);
+- prompt and answer tokens are symbols, ``N_SPECIAL <= token < vocab_size``: the special tokens
+  BOS, SEP and BLANK belong to the layouts, never to a task's data;
+- ``sample`` is vectorised and a pure function of the generator's state; its answers equal
+  ``reference`` (plain Python, the solver the tests trust) on every prompt;
+- ``spec()`` names every constructor parameter that changes the data (it keys the cache).
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from typing import Any
+from pathlib import Path
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
@@ -24,20 +36,34 @@ class Task(ABC):
 
     ``train_lengths = [min, max]``: each training batch draws one length uniformly from it (as
     in Deletang et al. 2023). ``eval_lengths``: every metric is reported per length, split into
-    in-distribution (inside the train range) and out-of-distribution lengths. Symbols are token
-    ids ``N_SPECIAL .. N_SPECIAL + num_symbols - 1``.
+    in-distribution (inside the train range) and out-of-distribution lengths. Lengths are points
+    of ``length_axis``. Symbols are token ids ``N_SPECIAL .. N_SPECIAL + num_symbols - 1``.
+
+    Alphabet: a task over any alphabet takes ``num_symbols`` (default ``default_num_symbols``);
+    a task with a fixed alphabet (digits, bits, operators) sets ``fixed_num_symbols`` and then
+    ``num_symbols`` may only be left out (``None``) or equal it, anything else is refused.
+    Lengths: ``check_length`` refuses lengths the task cannot build; ``__init__`` calls it on
+    both ends of the train range and on every evaluation length (a subclass whose check reads
+    its own parameters sets them before calling ``super().__init__``).
     """
+
+    length_axis: ClassVar[str] = "tokens"  # what one unit of ``length`` is
+    position_dims: ClassVar[int] = 1  # coordinates per token: 1 (a sequence), 2 (a grid)
+    default_num_symbols: ClassVar[int] = 32
+    fixed_num_symbols: ClassVar[int | None] = None  # set by tasks with a fixed alphabet
+    task_name: ClassVar[str]  # set by ``register_task``
 
     def __init__(
         self,
         train_lengths: Sequence[int] = (1, 16),
         eval_lengths: Sequence[int] = (8, 16, 24, 32),
-        num_symbols: int = 32,
+        num_symbols: int | None = None,
         n_val: int = 128,
         n_test: int = 512,
         eval_seed: int = 1234,
     ) -> None:
         name = type(self).__name__
+        num_symbols = self._resolve_num_symbols(num_symbols)
         if len(train_lengths) != 2 or not 1 <= train_lengths[0] <= train_lengths[1]:
             raise ConfigError(
                 f"{name}: task.train_lengths must be [min, max] with 1 <= min <= max, "
@@ -66,12 +92,43 @@ class Task(ABC):
             n_test,
             eval_seed,
         )
+        for length in sorted({*self.train_lengths, *self.eval_lengths}):
+            self.check_length(length)
+
+    def _resolve_num_symbols(self, num_symbols: int | None) -> int:
+        fixed = self.fixed_num_symbols
+        if fixed is None:
+            return self.default_num_symbols if num_symbols is None else int(num_symbols)
+        if num_symbols is not None and num_symbols != fixed:
+            raise ConfigError(
+                f"{type(self).__name__}: the task has a fixed alphabet of {fixed} symbols; "
+                f"leave task.num_symbols out (null) or set it to {fixed}, got {num_symbols}"
+            )
+        return fixed
+
+    def check_length(self, length: int) -> None:
+        """Raise ``ConfigError`` (naming ``length`` and the valid ones) if the task cannot be
+        built at ``length``; every length >= 1 is valid unless a task says otherwise."""
+        if length < 1:
+            raise ConfigError(f"{type(self).__name__}: lengths must be >= 1, got {length}")
+
+    def supports_length(self, length: int) -> bool:
+        try:
+            self.check_length(length)
+        except ConfigError:
+            return False
+        return True
+
+    @classmethod
+    def example(cls, directory: Path) -> Task:
+        """A small instance with default settings, for generic tests, the benchmark and docs.
+        A task that reads external data (``from_dataset``) overrides it and writes a tiny
+        example into ``directory``."""
+        return cls()
 
     @property
     def vocab_size(self) -> int:
         return N_SPECIAL + self.num_symbols
-
-    position_dims = 1  # coordinates per token: 1 (a sequence), 2 (a grid's row and column)
 
     def prompt_length(self, length: int) -> int:
         """Prompt tokens at ``length`` on the task's length axis."""
@@ -103,10 +160,10 @@ class Task(ABC):
     def solve(self, prompt: Tensor) -> Tensor:
         """The answers to ``prompt: [b, n]``, vectorised (the generator's fast path)."""
 
-    @staticmethod
     @abstractmethod
-    def reference(prompt: list[int]) -> list[int]:
-        """The answer to one prompt in plain Python: the reference solver the tests trust."""
+    def reference(self, prompt: list[int]) -> list[int]:
+        """The answer to one prompt in plain Python: the reference solver the tests trust (a
+        ``staticmethod`` when the answer does not depend on the task's parameters)."""
 
     def spec(self) -> dict[str, Any]:
         """Everything that changes the data; keys the evaluation-set cache."""
