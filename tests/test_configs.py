@@ -52,7 +52,8 @@ def test_every_task_config_targets_a_registered_task():
 @pytest.mark.parametrize("model", options("model"))
 @pytest.mark.parametrize("pe", options("pe"))
 def test_every_model_and_encoding_builds(model, pe):
-    cfg = compose_config([f"model={model}", f"pe={pe}"])
+    task = "grid" if PE_REGISTRY[pe].position_dims == 2 else "copy"  # 2-D encodings need a grid
+    cfg = compose_config([f"model={model}", f"pe={pe}", f"task={task}"])
     if model == "encoder" and PE_REGISTRY[pe].causal_only:
         with pytest.raises(ConfigError, match="causal"):
             build_model(cfg, instantiate(cfg.task))
