@@ -39,6 +39,8 @@ class Task(ABC):
     in-distribution (inside the train range) and out-of-distribution lengths. Lengths are points
     of ``length_axis``. Symbols are token ids ``N_SPECIAL .. N_SPECIAL + num_symbols - 1``.
 
+    Defaults: ``default_train_lengths``, ``default_eval_lengths`` and ``default_num_symbols``
+    apply when the argument is left out (``None``); the task's config file repeats them.
     Alphabet: a task over any alphabet takes ``num_symbols`` (default ``default_num_symbols``);
     a task with a fixed alphabet (digits, bits, operators) sets ``fixed_num_symbols`` and then
     ``num_symbols`` may only be left out (``None``) or equal it, anything else is refused.
@@ -49,14 +51,16 @@ class Task(ABC):
 
     length_axis: ClassVar[str] = "tokens"  # what one unit of ``length`` is
     position_dims: ClassVar[int] = 1  # coordinates per token: 1 (a sequence), 2 (a grid)
+    default_train_lengths: ClassVar[tuple[int, int]] = (1, 16)
+    default_eval_lengths: ClassVar[tuple[int, ...]] = (8, 16, 24, 32)
     default_num_symbols: ClassVar[int] = 32
     fixed_num_symbols: ClassVar[int | None] = None  # set by tasks with a fixed alphabet
     task_name: ClassVar[str]  # set by ``register_task``
 
     def __init__(
         self,
-        train_lengths: Sequence[int] = (1, 16),
-        eval_lengths: Sequence[int] = (8, 16, 24, 32),
+        train_lengths: Sequence[int] | None = None,
+        eval_lengths: Sequence[int] | None = None,
         num_symbols: int | None = None,
         n_val: int = 128,
         n_test: int = 512,
@@ -64,6 +68,8 @@ class Task(ABC):
     ) -> None:
         name = type(self).__name__
         num_symbols = self._resolve_num_symbols(num_symbols)
+        train_lengths = self.default_train_lengths if train_lengths is None else train_lengths
+        eval_lengths = self.default_eval_lengths if eval_lengths is None else eval_lengths
         if len(train_lengths) != 2 or not 1 <= train_lengths[0] <= train_lengths[1]:
             raise ConfigError(
                 f"{name}: task.train_lengths must be [min, max] with 1 <= min <= max, "
