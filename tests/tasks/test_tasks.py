@@ -1,7 +1,8 @@
 """The task contract, checked for every registered task through the Task API only.
 
 Each task is built with ``cls.example(directory)`` (its defaults, or a tiny example dataset) and
-probed at the ends of its train range and at its longest evaluation length.
+with each of its declared ``variants``, and probed at the ends of its train range and at its
+longest evaluation length.
 """
 
 import inspect
@@ -18,13 +19,19 @@ from pelab.tasks import N_SPECIAL, TASK_REGISTRY, Task
 from tests.conftest import CONFIG_DIR
 
 TASKS = sorted(TASK_REGISTRY)
+# every registered task with its defaults, then with each of its declared variants
+SETTINGS = [(name, {}) for name in TASKS] + [
+    (name, variant) for name in TASKS for variant in TASK_REGISTRY[name].variants
+]
 # constructor parameters that set the protocol, not the data of one (split, length) set
 PROTOCOL_PARAMS = {"train_lengths", "eval_lengths", "n_val", "n_test", "eval_seed"}
 
 
-@pytest.fixture(params=TASKS)
+@pytest.fixture(params=SETTINGS, ids=[f"{n}{v or ''}" for n, v in SETTINGS])
 def task(request, tmp_path_factory) -> Task:
-    return TASK_REGISTRY[request.param].example(tmp_path_factory.mktemp(request.param))
+    name, variant = request.param
+    cls = TASK_REGISTRY[name]
+    return cls(**variant) if variant else cls.example(tmp_path_factory.mktemp(name))
 
 
 def probe_lengths(task: Task) -> list[int]:

@@ -45,6 +45,7 @@ class AdditionTask(Task):
     fixed_num_symbols = 11  # 0-9 and +
     default_train_lengths = (1, 8)
     default_eval_lengths = (4, 8, 12, 16)
+    variants = ({"reverse_answer": True},)
 
     def __init__(self, reverse_answer: bool = False, **kwargs: Any) -> None:
         self.reverse_answer = bool(reverse_answer)

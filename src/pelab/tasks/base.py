@@ -55,6 +55,9 @@ class Task(ABC):
     default_eval_lengths: ClassVar[tuple[int, ...]] = (8, 16, 24, 32)
     default_num_symbols: ClassVar[int] = 32
     fixed_num_symbols: ClassVar[int | None] = None  # set by tasks with a fixed alphabet
+    # other settings that change the kind of data (e.g. ``{"variant": "double"}``): the contract
+    # tests and the benchmark run each of them as well as the defaults
+    variants: ClassVar[tuple[dict[str, Any], ...]] = ()
     task_name: ClassVar[str]  # set by ``register_task``
 
     def __init__(
@@ -158,8 +161,10 @@ class Task(ABC):
         return self.prompt_length(longest) + self.answer_length(longest) + 2
 
     def sample(self, batch: int, length: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
-        """``batch`` prompts of ``length`` random symbols and their answers, ``[b, n]`` each."""
-        prompt = torch.randint(N_SPECIAL, self.vocab_size, (batch, length), generator=generator)
+        """``batch`` prompts of uniformly random symbols, ``[b, prompt_length(length)]``, and
+        their answers ``[b, answer_length(length)]``."""
+        shape = (batch, self.prompt_length(length))
+        prompt = torch.randint(N_SPECIAL, self.vocab_size, shape, generator=generator)
         return prompt, self.solve(prompt)
 
     @abstractmethod

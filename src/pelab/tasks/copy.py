@@ -28,6 +28,8 @@ class CopyTask(Task):
       tokens); as ``duplicate`` but with the copy alphabet.
     """
 
+    variants = ({"variant": "repeated"}, {"variant": "double"})
+
     def __init__(self, variant: str = "random", **kwargs: Any) -> None:
         if variant not in VARIANTS:
             raise ConfigError(

@@ -29,6 +29,7 @@ class SortTask(Task):
     """
 
     length_axis = "numbers to sort"
+    variants = ({"digits": 4},)
 
     def __init__(self, digits: int | None = None, **kwargs: Any) -> None:
         if digits is not None:
