@@ -17,6 +17,14 @@ applies to it is saved as a PNG in ``out_dir`` (default ``logs/inspect/<pe>/``):
   positions, whose residual is ~0 because a shift is a rotation of each sin/cos pair (Vaswani
   et al. 2017, section 3.5), and ``M_k`` itself.
 
+Encodings of 2-D positions (``pe=rope_2d task=grid``, ...) get heatmaps instead, over offsets
+``(Δrow, Δcol)`` in ``[-length/2, length/2]²``, one panel per head where there are heads:
+
+- ``grid_cosine.png``: cosine similarity of ``embed`` of a zero vector at ``(row, col)`` to the
+  same at the centre, for encodings that act on the embeddings;
+- ``grid_relative_<hook>.png``: the ``logit_bias``, or the ``transform_qk`` score of one fixed
+  random q, k pair, as a function of the offset ``(Δrow, Δcol)`` (query minus key).
+
 Figures are logged to W&B as images (mode from ``pelab.utils.wandb_mode``: offline unless
 credentials exist) unless ``--no-wandb`` or ``wandb=false``.
 """
@@ -163,9 +171,77 @@ def plot_linear_map(pe: PositionalEncoding, path: Path, show_k: int = 4) -> None
     plt.close(fig)
 
 
+def grid_cells(radius: int) -> Tensor:
+    """``[(2R+1)², 2]``: every (row, col) offset with both coordinates in ``[-R, R]``, row by
+    row."""
+    axis = torch.arange(-radius, radius + 1)
+    return torch.cartesian_prod(axis, axis)
+
+
+def grid_cosine(pe: PositionalEncoding, radius: int) -> Tensor:
+    """``[2R+1, 2R+1]``: cos(PE(row, col), PE(R, R)) for an encoding of 2-D positions."""
+    cells = grid_cells(radius) + radius  # [m, 2], coordinates 0..2R
+    x, tokens = torch.zeros(1, len(cells), pe.dims.d_model), torch.zeros(1, len(cells)).long()
+    table = pe.embed(x, tokens, Positions.from_tensor(cells[None]))
+    unit = torch.nn.functional.normalize(table[0], dim=-1)
+    centre = len(cells) // 2
+    return (unit @ unit[centre]).unflatten(0, (2 * radius + 1, 2 * radius + 1))
+
+
+def grid_relative(pe: PositionalEncoding, hook: str, radius: int) -> Tensor:
+    """``[h, 2R+1, 2R+1]``: the hook's response of a query at ``(R, R)`` to keys at every offset
+    ``(Δrow, Δcol) = query - key`` in ``[-R, R]²`` (the same random q, k pair everywhere for
+    ``transform_qk``)."""
+    dims = pe.dims
+    query = torch.tensor([[[radius, radius]]])  # [1, 1, 2]
+    keys = query - grid_cells(radius)[None]  # [1, m, 2]
+    pos, m = Positions(query, keys), keys.shape[1]
+    if hook == "logit_bias":
+        response = pe.logit_bias(pos).expand(1, dims.n_heads, 1, m)
+    else:  # transform_qk
+        generator = torch.Generator().manual_seed(0)
+        q, k = torch.randn(2, 1, dims.n_heads, 1, dims.head_dim, generator=generator)
+        q, k = pe.transform_qk(q, k.expand(1, dims.n_heads, m, dims.head_dim), pos)
+        response = q @ k.transpose(-1, -2) * dims.head_dim**-0.5
+    return response[0, :, 0].unflatten(-1, (2 * radius + 1, 2 * radius + 1))
+
+
+def plot_heatmaps(maps: Tensor, radius: int, title: str, path: Path) -> None:
+    """One panel per map of ``maps: [panels, 2R+1, 2R+1]`` over ``(Δrow, Δcol)``."""
+    fig, axes = plt.subplots(1, len(maps), figsize=(4 * len(maps), 3.8), squeeze=False)
+    extent = (-radius - 0.5, radius + 0.5, radius + 0.5, -radius - 0.5)
+    for panel, (ax, values) in enumerate(zip(axes[0], maps, strict=True)):
+        image = ax.imshow(values, cmap="RdBu", extent=extent, interpolation="nearest")
+        label = f"head {panel}" if len(maps) > 1 else ""
+        ax.set(xlabel="Δcol", ylabel="Δrow", title=label)
+        fig.colorbar(image, ax=ax, fraction=0.046)
+    fig.suptitle(title)
+    fig.savefig(path, dpi=100, bbox_inches="tight")
+    plt.close(fig)
+
+
+def draw_grid(pe: PositionalEncoding, out_dir: Path, radius: int) -> list[Path]:
+    """The heatmaps that apply to an encoding of 2-D positions."""
+    paths = []
+    if overridden(pe, "embed"):
+        path = out_dir / "grid_cosine.png"
+        title = "cos(PE(row, col), PE(centre)); axes: offset from the centre"
+        plot_heatmaps(grid_cosine(pe, radius)[None], radius, title, path)
+        paths.append(path)
+    for hook in ("logit_bias", "transform_qk"):
+        if overridden(pe, hook):
+            path = out_dir / f"grid_relative_{hook}.png"
+            title = f"{HOOK_TITLES[hook][0]} vs (Δrow, Δcol) = query - key"
+            plot_heatmaps(grid_relative(pe, hook, radius), radius, title, path)
+            paths.append(path)
+    return paths
+
+
 def draw(pe: PositionalEncoding, out_dir: Path, length: int) -> list[Path]:
     """Every figure that applies to ``pe``; returns the PNG paths."""
     out_dir.mkdir(parents=True, exist_ok=True)
+    if pe.position_dims == 2:
+        return draw_grid(pe, out_dir, length // 2)
     paths = []
     if overridden(pe, "embed"):
         table = position_vectors(pe, min(length, pe.dims.max_len))
