@@ -28,7 +28,7 @@ class SortTask(Task):
     ``0 7 1 5 4 2`` (42, 07, 15 -> 07, 15, 42); prompt and answer have ``D * length`` tokens.
     """
 
-    length_axis = "numbers to sort"
+    length_axis = "numbers"
     variants = ({"digits": 4},)
 
     def __init__(self, digits: int | None = None, **kwargs: Any) -> None:

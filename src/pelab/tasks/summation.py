@@ -13,7 +13,7 @@ class SummationTask(Task):
     ``d``. Example: ``BOS 3 3 1 8 SEP`` -> ``5`` (15 mod 10). Every term changes the answer, so a
     model must attend to all of them however long the prompt."""
 
-    length_axis = "number of terms"
+    length_axis = "terms"
     fixed_num_symbols = 10
 
     def answer_length(self, length: int) -> int:

@@ -11,14 +11,20 @@ from pelab.tasks.base import Task
 
 
 def print_results(record: dict[str, Any], task: Task, console: Console | None = None) -> None:
-    """Exact match and token accuracy per evaluation length, marked in/out of distribution."""
+    """Exact match and token accuracy per evaluation length, marked in/out of distribution, with
+    the chance level of both (``metrics.chance``, when the record has it)."""
     c = record["choices"]
     lo, hi = task.train_lengths
     title = f"{c['pe']} · {c['task']} · {c['model']} · seed {c['seed']}"
     table = Table(title=f"{title}  (trained on lengths {lo}-{hi})")
-    for column in ("length", "split", "exact match", "token acc"):
+    chance = record["metrics"].get("chance", {})
+    columns = [f"length ({task.length_axis})", "split", "exact match", "token acc"]
+    for column in columns + (["chance (exact/token)"] if chance else []):
         table.add_column(column, justify="right")
     for length, m in record["metrics"]["test"].items():
         split = "in-dist" if task.in_distribution(int(length)) else "extrapolation"
-        table.add_row(length, split, f"{m['exact_match']:.1%}", f"{m['token_acc']:.1%}")
+        row = [length, split, f"{m['exact_match']:.1%}", f"{m['token_acc']:.1%}"]
+        if chance:
+            row.append(f"{chance[length]['exact_match']:.1%} / {chance[length]['token_acc']:.1%}")
+        table.add_row(*row)
     (console or Console()).print(table)
