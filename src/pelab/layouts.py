@@ -6,21 +6,39 @@ Decoder (causal, GPT-style; Kazemnejad et al. 2023's setting):
     with teacher forcing).
 Encoder (bidirectional, Deletang et al. 2023's setting):
     ``BOS p_1 .. p_n SEP BLANK x m``; the answer is read off the BLANK slots in one pass.
+Encoder–decoder (Vaswani et al. 2017):
+    the encoder reads ``BOS p_1 .. p_n SEP``; the decoder reads ``SEP a_1 .. a_{m-1}`` (``SEP``
+    is its start token) and predicts ``a_1 .. a_m`` with cross-attention to the encoder's
+    output; teacher forcing in training, greedy decoding at evaluation.
 
 Every layout has the same three methods, so the LightningModule never asks which kind runs:
-``teacher_forcing`` (the training sequence), ``answer_logits`` (the answer's logits, ``[b, m, V]``)
-and ``predict`` (the greedy answer, ``[b, m]``). Positions, when given, cover the canonical
-sequence ``BOS p_1 .. p_n SEP a_1 .. a_m`` (``n + m + 2`` tokens, ``[b|1, n + m + 2(, k)]``);
-each layout slices what it feeds the model.
+``teacher_forcing`` (the training inputs), ``answer_logits`` (the answer's logits, ``[b, m, V]``)
+and ``predict`` (the greedy answer, ``[b, m]``); ``net_options`` are the arguments of the kind
+for the network's constructor. Positions, when given, cover the canonical sequence
+``BOS p_1 .. p_n SEP a_1 .. a_m`` (``n + m + 2`` tokens, ``[b|1, n + m + 2(, k)]``); each layout
+slices what it feeds the model.
+
+Greedy decoding uses the network's key/value cache when it offers one (``supports_kv_cache``):
+the prompt is fed once, then one token per step, so ``m`` steps cost ``O(m)`` one-token forwards.
+Encodings that cannot use a cache (``supports_kv_cache = False``, e.g. RoPE with
+``scaling=dynamic_ntk``, whose frequencies change with the length) and networks without one fall
+back to a full forward over the prefix at every step; both paths give the same tokens (tested).
 """
 
 from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable
+from typing import ClassVar
 
 import torch
 from torch import Tensor, nn
 
 from pelab.pe.base import ConfigError
 from pelab.tasks.base import BLANK, BOS, SEP
+
+log = logging.getLogger(__name__)
 
 
 def _prefix(prompt: Tensor) -> Tensor:
@@ -31,8 +49,50 @@ def _prefix(prompt: Tensor) -> Tensor:
     return torch.cat((bos, prompt, sep), dim=1)
 
 
+def greedy(
+    step: Callable[[Tensor, Tensor | None], Tensor],
+    start: Tensor,
+    answer_length: int,
+    positions: Tensor | None,
+    cached: bool,
+) -> Tensor:
+    """Greedy decoding of ``answer_length`` tokens after ``start: [b, s]`` -> ``[b, m]``.
+
+    ``step(tokens, positions)`` returns the logits ``[b, n, V]`` of ``tokens``; ``positions``
+    cover ``start`` and every generated token but the last. ``cached``: ``step`` keeps a
+    key/value cache, so each step feeds only the tokens not fed yet (the whole ``start`` first,
+    then the last prediction); otherwise each step feeds everything so far.
+    """
+    seq, fed = start, 0
+    for _ in range(answer_length):
+        first = fed if cached else 0
+        pos = None if positions is None else positions[:, first : seq.shape[1]]
+        logits = step(seq[:, first:], pos)[:, -1]
+        fed = seq.shape[1]
+        seq = torch.cat((seq, logits.argmax(dim=-1, keepdim=True)), dim=1)
+    return seq[:, -answer_length:]
+
+
+def _cached(net: nn.Module, use_cache: bool) -> bool:
+    """Whether greedy decoding on ``net`` feeds one token per step (networks without the
+    ``supports_kv_cache`` property, e.g. test doubles, decode with full forwards)."""
+    supported = getattr(net, "supports_kv_cache", None)
+    if use_cache and supported is False:
+        _note_full_forwards()
+    return use_cache and bool(supported)
+
+
+@functools.cache
+def _note_full_forwards() -> None:
+    log.info(
+        "this encoding cannot decode with a key/value cache: greedy decoding re-runs the whole "
+        "prefix at every step (O(n) full forwards for n answer tokens)"
+    )
+
+
 class DecoderLayout:
     causal = True
+    net_options: ClassVar[dict[str, bool]] = {"causal": True}
 
     @staticmethod
     def teacher_forcing(prompt: Tensor, answer: Tensor) -> tuple[Tensor, Tensor]:
@@ -52,20 +112,26 @@ class DecoderLayout:
     @staticmethod
     @torch.no_grad()
     def predict(
-        net: nn.Module, prompt: Tensor, answer_length: int, positions: Tensor | None = None
+        net: nn.Module,
+        prompt: Tensor,
+        answer_length: int,
+        positions: Tensor | None = None,
+        use_cache: bool = True,
     ) -> Tensor:
-        """Greedy decoding of ``answer_length`` tokens -> ``[b, m]``; each step feeds the model
-        the prefix of ``positions`` that covers its tokens."""
-        seq = _prefix(prompt)
-        for _ in range(answer_length):
-            pos = None if positions is None else positions[:, : seq.shape[1]]
-            next_token = net(seq, pos)[:, -1].argmax(dim=-1, keepdim=True)
-            seq = torch.cat((seq, next_token), dim=1)
-        return seq[:, -answer_length:]
+        """Greedy decoding of ``answer_length`` tokens from ``BOS prompt SEP`` -> ``[b, m]``;
+        each step feeds the model the slice of ``positions`` that covers its tokens."""
+        prefix = _prefix(prompt)
+        if not _cached(net, use_cache):
+            return greedy(net, prefix, answer_length, positions, cached=False)
+        cache = net.new_cache(prefix.shape[1] + answer_length - 1)
+        return greedy(
+            lambda tokens, pos: net(tokens, pos, cache), prefix, answer_length, positions, True
+        )
 
 
 class EncoderLayout:
     causal = False
+    net_options: ClassVar[dict[str, bool]] = {"causal": False}
 
     @staticmethod
     def teacher_forcing(prompt: Tensor, answer: Tensor) -> tuple[Tensor, Tensor]:
@@ -83,17 +149,107 @@ class EncoderLayout:
     @staticmethod
     @torch.no_grad()
     def predict(
-        net: nn.Module, prompt: Tensor, answer_length: int, positions: Tensor | None = None
+        net: nn.Module,
+        prompt: Tensor,
+        answer_length: int,
+        positions: Tensor | None = None,
+        use_cache: bool = True,
     ) -> Tensor:
+        """One forward over ``BOS prompt SEP BLANK..BLANK`` (``use_cache`` has nothing to do)."""
         slots = prompt.new_full((prompt.shape[0], answer_length), BLANK)
         seq = torch.cat((_prefix(prompt), slots), dim=1)
         return net(seq, positions)[:, -answer_length:].argmax(dim=-1)
 
 
-LAYOUTS = {"decoder": DecoderLayout, "encoder": EncoderLayout}
+class EncoderDecoderLayout:
+    """Source ``BOS p SEP`` for the encoder, target ``SEP a_1 .. a_{m-1}`` for the decoder.
+
+    Positions: the encoder gets the canonical positions of its tokens, ``positions[:, :n+2]``.
+    The decoder gets those of its tokens, ``positions[:, n+1 : n+m+1]``, shifted so that its
+    start token sits where ``BOS`` sits: ``- positions[SEP] + positions[BOS]``. With contiguous
+    positions each stack thus counts from 0 (``0..n+1`` and ``0..m-1``), as in the original
+    Transformer, where each stack's sinusoids start at its first token; with randomized positions
+    the decoder keeps the sampled gaps between its tokens and starts at the encoder's first
+    position, so both stacks stay inside ``[0, max_position)`` and see the same distribution of
+    offsets. (Continuing the canonical positions into the decoder instead would make every
+    answer position depend on the prompt length, which the encoder–decoder separates.) k-D
+    positions are shifted per coordinate. No positions (``None``) gives both stacks their
+    default ``0..``, the same as contiguous.
+    """
+
+    net_options: ClassVar[dict[str, bool]] = {}  # bidirectional encoder, causal decoder
+
+    @staticmethod
+    def teacher_forcing(prompt: Tensor, answer: Tensor) -> tuple[Tensor, Tensor]:
+        """Encoder tokens ``[b, n + 2]`` and decoder tokens ``[b, m]``; the decoder's logits at
+        position ``t`` predict ``a_{t+1}``."""
+        source = _prefix(prompt)
+        target = torch.cat((source[:, -1:], answer[:, :-1]), dim=1)
+        return source, target
+
+    @staticmethod
+    def split_positions(
+        positions: Tensor | None, prompt_length: int, answer_length: int
+    ) -> tuple[Tensor | None, Tensor | None]:
+        """Canonical positions ``[b|1, n + m + 2(, k)]`` -> the encoder's ``[b|1, n + 2(, k)]``
+        and the decoder's ``[b|1, m(, k)]`` (see the class docstring)."""
+        if positions is None:
+            return None, None
+        n, m = prompt_length, answer_length
+        source = positions[:, : n + 2]
+        shift = positions[:, n + 1 : n + 2] - positions[:, :1]  # SEP's position - BOS's
+        return source, positions[:, n + 1 : n + m + 1] - shift
+
+    @classmethod
+    def answer_logits(
+        cls, net: nn.Module, prompt: Tensor, answer: Tensor, positions: Tensor | None = None
+    ) -> Tensor:
+        source, target = cls.teacher_forcing(prompt, answer)
+        source_pos, target_pos = cls.split_positions(positions, prompt.shape[1], answer.shape[1])
+        return net(source, target, source_pos, target_pos)
+
+    @classmethod
+    @torch.no_grad()
+    def predict(
+        cls,
+        net: nn.Module,
+        prompt: Tensor,
+        answer_length: int,
+        positions: Tensor | None = None,
+        use_cache: bool = True,
+    ) -> Tensor:
+        """Encode ``BOS prompt SEP`` once, then decode greedily from ``SEP`` -> ``[b, m]``."""
+        source = _prefix(prompt)
+        source_pos, target_pos = cls.split_positions(positions, prompt.shape[1], answer_length)
+        memory = net.encode(source, source_pos)
+        start = source[:, -1:]
+        if not _cached(net, use_cache):
+            return greedy(
+                lambda tokens, pos: net.decode(tokens, memory, pos),
+                start,
+                answer_length,
+                target_pos,
+                cached=False,
+            )
+        cache = net.new_cache(answer_length)
+        return greedy(
+            lambda tokens, pos: net.decode(tokens, memory, pos, cache),
+            start,
+            answer_length,
+            target_pos,
+            cached=True,
+        )
 
 
-def get_layout(kind: str) -> type[DecoderLayout] | type[EncoderLayout]:
+Layout = type[DecoderLayout] | type[EncoderLayout] | type[EncoderDecoderLayout]
+LAYOUTS: dict[str, Layout] = {
+    "decoder": DecoderLayout,
+    "encoder": EncoderLayout,
+    "encoder_decoder": EncoderDecoderLayout,
+}
+
+
+def get_layout(kind: str) -> Layout:
     try:
         return LAYOUTS[kind]
     except KeyError:

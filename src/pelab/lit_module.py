@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torchmetrics import MeanMetric
 
-from pelab.layouts import DecoderLayout, EncoderLayout
+from pelab.layouts import Layout
 from pelab.positions import ContiguousPositions, RandomizedPositions
 from pelab.tasks.base import Task
 
@@ -42,7 +42,7 @@ class SequenceModel(L.LightningModule):
     def __init__(
         self,
         net: nn.Module,
-        layout: type[DecoderLayout] | type[EncoderLayout],
+        layout: Layout,
         task: Task,
         optimizer: Callable[..., torch.optim.Optimizer],
         warmup_steps: int = 100,

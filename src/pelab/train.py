@@ -17,6 +17,7 @@ from pelab import tasks as _tasks  # noqa: F401  (registers the tasks)
 from pelab.data.datamodule import TaskDataModule
 from pelab.layouts import get_layout
 from pelab.lit_module import SequenceModel
+from pelab.models.encoder_decoder import EncoderDecoder
 from pelab.models.transformer import Transformer
 from pelab.pe.base import ConfigError
 from pelab.tasks.base import Task
@@ -35,12 +36,12 @@ def build_model(cfg: DictConfig, task: Task) -> SequenceModel:
     positions.check(task.max_sequence_length(), task.position_dims)
     # called outside Hydra, so configuration errors reach the user unwrapped
     build_net = instantiate(cfg.model.net, _partial_=True)
-    net: Transformer = build_net(
+    net: Transformer | EncoderDecoder = build_net(
         vocab_size=task.vocab_size,
         max_len=max(task.max_sequence_length(), positions.max_position),
-        causal=layout.causal,
         pe=instantiate(cfg.pe),
         position_dims=task.position_dims,
+        **layout.net_options,  # the model kind's structure, e.g. causal or not
     )
     return SequenceModel(
         net,

@@ -1,6 +1,11 @@
 """The one attention module. Every positional encoding acts through the hooks of
 ``pelab.pe.base.PositionalEncoding``; attention calls them all and never asks which encoding runs.
 
+Self-attention reads queries, keys and values from its input ``x``. Cross-attention (the
+encoder–decoder's decoder) reads queries from ``x`` and keys and values from a ``context`` (the
+encoder's output), through the same module and the same hooks; the model gives it ``NoPE``, so
+no encoding acts there (see ``pelab.models.encoder_decoder``).
+
 Einstein notation: ``b`` batch, ``n`` tokens, ``h`` heads, ``d`` head dim, ``i``/``j`` query/key.
 """
 
@@ -13,6 +18,7 @@ import torch.nn.functional as F
 from einops import rearrange
 from torch import Tensor, nn
 
+from pelab.models.cache import LayerCache
 from pelab.pe.base import PositionalEncoding, Positions
 
 ATTENTION_IMPLS = ("auto", "eager", "fused")
@@ -24,11 +30,15 @@ def causal_mask(i: int, j: int, device: torch.device) -> Tensor:
 
 
 class Attention(nn.Module):
-    """Multi-head self-attention with positional-encoding hooks.
+    """Multi-head attention with positional-encoding hooks.
 
     The kernel is chosen once, here: the fused ``scaled_dot_product_attention`` when the encoding
     only transforms q/k and/or adds a content-free bias (which it receives as the attention mask),
     the eager path otherwise. Both compute the same function (tested).
+
+    One ``[3 d_model, d_model]`` input projection serves both kinds, as in
+    ``torch.nn.MultiheadAttention``: its rows give q, k and v of ``x`` (self-attention), or q of
+    ``x`` and k, v of the context (cross-attention).
     """
 
     def __init__(
@@ -45,7 +55,8 @@ class Attention(nn.Module):
         if impl not in ATTENTION_IMPLS:
             raise ValueError(f"unknown attention impl {impl!r}; valid choices: {ATTENTION_IMPLS}")
         self.n_heads, self.causal, self.layer, self.dropout = n_heads, causal, layer, dropout
-        self.scale = 1.0 / math.sqrt(d_model // n_heads)
+        self.head_dim = d_model // n_heads
+        self.scale = 1.0 / math.sqrt(self.head_dim)
         self.qkv = nn.Linear(d_model, 3 * d_model, bias=False)
         self.proj = nn.Linear(d_model, d_model, bias=False)
         self.probs_tap = nn.Identity()  # analysis hooks read attention probabilities here
@@ -57,13 +68,54 @@ class Attention(nn.Module):
     def pe(self) -> PositionalEncoding:
         return self._pe[0]
 
-    def forward(self, x: Tensor, pos: Positions) -> Tensor:
-        q, k, v = rearrange(
-            self.qkv(x), "b n (three h d) -> three b h n d", three=3, h=self.n_heads
-        )
-        q, k = self.pe.transform_qk(q, k, pos)
+    def forward(
+        self,
+        x: Tensor,
+        pos: Positions,
+        context: Tensor | None = None,
+        cache: LayerCache | None = None,
+    ) -> Tensor:
+        """``x: [b, n, d_model]`` -> ``[b, n, d_model]``.
+
+        ``pos`` holds the positions of the queries (``x``'s tokens) and of the keys. Without a
+        cache, self-attention's keys are ``x``'s tokens. With a cache, ``x`` holds only the new
+        tokens and ``pos.k`` covers every token fed so far: the new keys are transformed at their
+        own positions and join the cached ones. Cross-attention (``context: [b, n_ctx,
+        d_model]``): the keys are the context's tokens, projected once per cache.
+        """
+        if context is None:
+            q, k, v = self.heads(self.qkv(x))
+            # cached keys are already transformed: transform only the new ones, at their positions
+            own = pos if cache is None else pos.memo("new tokens", lambda: Positions(pos.q, pos.q))
+            q, k = self.pe.transform_qk(q, k, own)
+            if cache is not None:
+                k, v = cache.append(k, v)
+        else:
+            q, k, v = self.cross_qkv(x, context, cache)
+            q, k = self.pe.transform_qk(q, k, pos)
         out = self.attend(q, k, v, pos)
         return self.proj(rearrange(out, "b h n d -> b n (h d)"))
+
+    def heads(self, projected: Tensor) -> Tensor:
+        """``[b, n, parts * d_model]`` -> ``[parts, b, h, n, d]`` (e.g. q, k, v of each token)."""
+        return rearrange(
+            projected, "b n (parts h d) -> parts b h n d", h=self.n_heads, d=self.head_dim
+        )
+
+    def cross_qkv(
+        self, x: Tensor, context: Tensor, cache: LayerCache | None
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """Queries of ``x``; keys and values of ``context``, from the cache after the first
+        decoding step (the context does not change while the decoder generates)."""
+        d_model = x.shape[-1]
+        (q,) = self.heads(F.linear(x, self.qkv.weight[:d_model]))
+
+        def context_kv() -> tuple[Tensor, Tensor]:
+            k, v = self.heads(F.linear(context, self.qkv.weight[d_model:]))
+            return k, v
+
+        k, v = context_kv() if cache is None else cache.context(context_kv)
+        return q, k, v
 
     def attend_eager(self, q: Tensor, k: Tensor, v: Tensor, pos: Positions) -> Tensor:
         pe = self.pe

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from torch import Tensor, nn
 
 from pelab.models.attention import Attention
-from pelab.pe.base import ConfigError, ModelDims, PositionalEncoding, Positions
+from pelab.models.cache import KVCache
+from pelab.pe.base import ConfigError, ModelDims, NoPE, PositionalEncoding, Positions
 
 
 class MLP(nn.Module):
@@ -21,8 +23,25 @@ class MLP(nn.Module):
         return self.net(x)
 
 
+@dataclass
+class Memory:
+    """What the decoder of an encoder–decoder attends to: the encoder's output
+    ``states: [b, n_src, d_model]`` and the positions of its tokens, ``[b|1, n_src(, k)]``."""
+
+    states: Tensor
+    positions: Tensor
+
+
 class Block(nn.Module):
-    """``x + attn(norm(x))`` then ``x + mlp(norm(x))``."""
+    """``x + attn(norm(x))``, then (with ``cross_attention``) ``x + cross(norm(x), memory)``,
+    then ``x + mlp(norm(x))``: the pre-norm form of Vaswani et al. 2017's encoder and decoder
+    layers.
+
+    Cross-attention gets ``NoPE``: positions reach it only through the representations of each
+    stack, as in the original Transformer and in T5 (whose relative bias acts on self-attention
+    only). A relative offset between a decoder query and an encoder key compares positions of two
+    different sequences, which no encoding defines.
+    """
 
     def __init__(
         self,
@@ -32,6 +51,7 @@ class Block(nn.Module):
         layer: int,
         dropout: float,
         attn_impl: str,
+        cross_attention: bool = False,
     ) -> None:
         super().__init__()
         self.norm1, self.norm2 = nn.LayerNorm(dims.d_model), nn.LayerNorm(dims.d_model)
@@ -40,10 +60,72 @@ class Block(nn.Module):
         )
         self.mlp = MLP(dims.d_model, d_ff, dropout)
         self.drop = nn.Dropout(dropout)
+        self.cross = None
+        if cross_attention:
+            self.norm_cross = nn.LayerNorm(dims.d_model)
+            self.cross = Attention(
+                dims.d_model, dims.n_heads, False, NoPE(dims), layer, dropout, attn_impl
+            )
 
-    def forward(self, x: Tensor, pos: Positions) -> Tensor:
-        x = x + self.drop(self.attn(self.norm1(x), pos))
+    def forward(
+        self,
+        x: Tensor,
+        pos: Positions,
+        cache: KVCache | None = None,
+        memory: Memory | None = None,
+    ) -> Tensor:
+        layer = self.attn.layer
+        self_cache = None if cache is None else cache.self_attn[layer]
+        x = x + self.drop(self.attn(self.norm1(x), pos, cache=self_cache))
+        if self.cross is not None:
+            cross_pos = pos.memo("cross", lambda: Positions(pos.q, memory.positions))
+            cross_cache = None if cache is None else cache.cross_attn[layer]
+            x = x + self.drop(
+                self.cross(self.norm_cross(x), cross_pos, context=memory.states, cache=cross_cache)
+            )
         return x + self.mlp(self.norm2(x))
+
+
+def run_blocks(
+    pe: PositionalEncoding,
+    blocks: nn.ModuleList,
+    x: Tensor,
+    tokens: Tensor,
+    pos: Positions,
+    cache: KVCache | None = None,
+    memory: Memory | None = None,
+) -> Tensor:
+    """The body of every stack: ``pe.embed`` once, then each block after ``pe.layer_input``.
+    ``x: [b, n, d_model]`` token embeddings -> ``[b, n, d_model]`` (before the final norm)."""
+    x = pe.embed(x, tokens, pos)
+    for layer, block in enumerate(blocks):
+        x = block(pe.layer_input(x, pos, layer), pos, cache, memory)
+    return x
+
+
+def check_sizes(d_model: int, n_heads: int, n_layers: int) -> None:
+    """A ``ConfigError`` for sizes no Transformer can have."""
+    for name, value in (("d_model", d_model), ("n_heads", n_heads), ("n_layers", n_layers)):
+        if value < 1:
+            raise ConfigError(f"model.net.{name} must be >= 1, got {value}")
+    if d_model % n_heads:
+        raise ConfigError(
+            f"model.net.d_model={d_model} is not divisible by model.net.n_heads={n_heads}"
+        )
+
+
+def init_weights(model: nn.Module, n_layers: int) -> None:
+    """GPT-2's initialisation: ``N(0, 0.02)`` for every matrix except the token embedding, with
+    the residual output projections scaled by ``1 / sqrt(2 n_layers)``. Encodings initialise
+    their own parameters, as their papers do, and are skipped."""
+    encoding_params = {
+        id(p) for m in model.modules() if isinstance(m, PositionalEncoding) for p in m.parameters()
+    }
+    for name, p in model.named_parameters():
+        if id(p) in encoding_params or p.dim() != 2 or name.endswith("tok_emb.weight"):
+            continue
+        residual = name.endswith(("proj.weight", "net.2.weight"))
+        nn.init.normal_(p, std=0.02 / (2 * n_layers) ** 0.5 if residual else 0.02)
 
 
 class Transformer(nn.Module):
@@ -69,13 +151,7 @@ class Transformer(nn.Module):
         position_dims: int = 1,
     ) -> None:
         super().__init__()
-        if d_model % n_heads:
-            raise ConfigError(
-                f"model.net.d_model={d_model} is not divisible by model.net.n_heads={n_heads}"
-            )
-        for name, value in (("d_model", d_model), ("n_heads", n_heads), ("n_layers", n_layers)):
-            if value < 1:
-                raise ConfigError(f"model.net.{name} must be >= 1, got {value}")
+        check_sizes(d_model, n_heads, n_layers)
         self.dims = ModelDims(
             d_model, n_heads, n_layers, causal, max_len, vocab_size, position_dims
         )
@@ -87,31 +163,41 @@ class Transformer(nn.Module):
         )
         self.norm = nn.LayerNorm(d_model)
         self.head = nn.Linear(d_model, vocab_size, bias=False)
-        self._init_weights(n_layers)
+        init_weights(self, n_layers)
 
-    def _init_weights(self, n_layers: int) -> None:
-        for name, p in self.named_parameters():
-            if name.startswith("pe."):
-                continue  # each encoding initialises its own parameters, as its paper does
-            if p.dim() == 2 and not name.startswith("tok_emb"):
-                std = (
-                    0.02 / (2 * n_layers) ** 0.5
-                    if name.endswith(("proj.weight", "net.2.weight"))
-                    else 0.02
-                )
-                nn.init.normal_(p, std=std)
+    @property
+    def supports_kv_cache(self) -> bool:
+        """True when greedy decoding may feed one token per step (``forward(.., cache=)``): the
+        model is causal and its encoding computes the same function from cached keys."""
+        return self.dims.causal and self.pe.supports_kv_cache
 
-    def forward(self, tokens: Tensor, positions: Tensor | None = None) -> Tensor:
+    def new_cache(self, capacity: int) -> KVCache:
+        """An empty cache for decoding up to ``capacity`` tokens."""
+        if not self.supports_kv_cache:
+            raise ValueError(
+                f"this model cannot decode with a key/value cache (causal={self.dims.causal}, "
+                f"pe={getattr(self.pe, 'pe_name', type(self.pe).__name__)}); feed whole prefixes"
+            )
+        return KVCache(capacity, self.dims.n_layers)
+
+    def forward(
+        self, tokens: Tensor, positions: Tensor | None = None, cache: KVCache | None = None
+    ) -> Tensor:
         """``tokens: [b, n]``, optional ``positions: [b|1, n]`` (default 0..n-1; ``[b|1, n, k]``
-        for k-D positions) -> logits ``[b, n, vocab]``."""
-        pos = (
-            Positions.contiguous(tokens.shape[1], tokens.device)
-            if positions is None
-            else Positions.from_tensor(positions)
-        )
-        x = self.pe.embed(self.tok_emb(tokens), tokens, pos)
-        for layer, block in enumerate(self.blocks):
-            x = block(self.pe.layer_input(x, pos, layer), pos)
+        for k-D positions) -> logits ``[b, n, vocab]``.
+
+        With a ``cache`` (``new_cache``), ``tokens`` are the next tokens after those already fed
+        and ``positions`` theirs (default: continuing ``0, 1, ..``); their keys and values join
+        the cache, and the logits are those a full forward over every token fed so far gives at
+        the new tokens.
+        """
+        if cache is not None:
+            pos = cache.advance(tokens.shape[1], positions, tokens.device)
+        elif positions is None:
+            pos = Positions.contiguous(tokens.shape[1], tokens.device)
+        else:
+            pos = Positions.from_tensor(positions)
+        x = run_blocks(self.pe, self.blocks, self.tok_emb(tokens), tokens, pos, cache)
         return self.head(self.norm(x))
 
     def num_params(self) -> dict[str, int]:

@@ -112,6 +112,7 @@ class PositionalEncoding(nn.Module):
 
     causal_only = False  # True: defined for decoders only; an encoder gets a ConfigError
     position_dims: int | None = 1  # coordinates it reads per position; None: reads no positions
+    supports_kv_cache = True  # False: greedy decoding re-runs full forwards (pelab.layouts)
 
     def __init__(self, dims: ModelDims) -> None:
         super().__init__()

@@ -206,6 +206,7 @@ class RotaryPE(PositionalEncoding):
         self.layout, self.base = layout, base
         self.scaling, self.scaling_factor = scaling, float(scaling_factor)
         self.original_max_len = original_max_len
+        self.supports_kv_cache = scaling not in LENGTH_DEPENDENT  # cached keys keep old θ
         self.make_rotation, self.apply_rotation = LAYOUTS[layout]
         inv_freq = base ** (-torch.arange(0, self.rot_dim, 2, dtype=torch.float32) / self.rot_dim)
         self.register_buffer("inv_freq", inv_freq, persistent=False)  # unscaled theta_i, [r/2]

@@ -1,0 +1,161 @@
+"""The encoder–decoder Transformer (Vaswani et al. 2017, "Attention Is All You Need", section 3).
+
+The encoder (bidirectional self-attention) reads the source; the decoder (causal
+self-attention, then cross-attention to the encoder's output, then an MLP, per block) reads the
+target and predicts its next token at every position.
+
+Where positions act:
+
+- Each stack has its **own encoding instance**, built from the same ``pe=`` factory with its own
+  ``ModelDims`` (``causal=False`` for the encoder, ``True`` for the decoder), so a learned table,
+  T5 bias or Shaw table of the encoder is not the decoder's, and an encoding defined for causal
+  models only (``xpos``) refuses the encoder with a ``ConfigError``.
+- Inside each stack the encoding acts exactly as in the one-stack ``Transformer``: ``embed`` on
+  the stack's inputs, ``layer_input`` at its blocks, the attention hooks on its self-attention.
+- **Cross-attention carries no encoding** (``NoPE``): positions reach it only through the two
+  stacks' representations, as in the original Transformer (sinusoids on the inputs of each stack
+  only) and in T5 (relative bias on self-attention only). A relative offset between a decoder
+  query and an encoder key would compare positions of two different sequences, which none of the
+  encodings defines; cross-attention is therefore invariant to permuting the encoder's outputs
+  (tested).
+
+Sizes (``d_model``, ``n_heads``, ``n_layers`` per stack, ``d_ff``) are those of ``Transformer``.
+The token embedding is shared by both stacks (one vocabulary; the paper, section 3.4, shares
+it); the output projection is separate, as in pelab's one-stack models.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from torch import Tensor, nn
+
+from pelab.models.cache import KVCache
+from pelab.models.transformer import Block, Memory, check_sizes, init_weights, run_blocks
+from pelab.pe.base import ConfigError, ModelDims, PositionalEncoding, Positions
+
+
+class Stack(nn.Module):
+    """One stack: its own encoding, ``n_layers`` blocks and a final LayerNorm;
+    ``[b, n, d_model]`` token embeddings -> ``[b, n, d_model]``."""
+
+    def __init__(
+        self,
+        dims: ModelDims,
+        pe: Callable[[ModelDims], PositionalEncoding],
+        d_ff: int,
+        dropout: float,
+        attn_impl: str,
+        cross_attention: bool,
+    ) -> None:
+        super().__init__()
+        self.dims = dims
+        self.pe = pe(dims)
+        self.blocks = nn.ModuleList(
+            Block(dims, d_ff, self.pe, i, dropout, attn_impl, cross_attention)
+            for i in range(dims.n_layers)
+        )
+        self.norm = nn.LayerNorm(dims.d_model)
+
+    def forward(
+        self,
+        x: Tensor,
+        tokens: Tensor,
+        pos: Positions,
+        cache: KVCache | None = None,
+        memory: Memory | None = None,
+    ) -> Tensor:
+        return self.norm(run_blocks(self.pe, self.blocks, x, tokens, pos, cache, memory))
+
+
+class EncoderDecoder(nn.Module):
+    """``encode(source)`` -> ``Memory``; ``decode(target, memory)`` -> logits ``[b, m, vocab]``;
+    ``forward(source, target)`` does both (teacher forcing). See the module docstring."""
+
+    def __init__(
+        self,
+        vocab_size: int,
+        max_len: int,
+        pe: Callable[[ModelDims], PositionalEncoding],
+        d_model: int = 64,
+        n_heads: int = 4,
+        n_layers: int = 2,
+        d_ff: int | None = None,
+        dropout: float = 0.0,
+        attn_impl: str = "auto",
+        position_dims: int = 1,
+    ) -> None:
+        super().__init__()
+        check_sizes(d_model, n_heads, n_layers)
+        d_ff = d_ff or 4 * d_model
+
+        def dims(causal: bool) -> ModelDims:
+            return ModelDims(
+                d_model, n_heads, n_layers, causal, max_len, vocab_size, position_dims
+            )
+
+        self.tok_emb = nn.Embedding(vocab_size, d_model)
+        try:
+            self.encoder = Stack(dims(False), pe, d_ff, dropout, attn_impl, cross_attention=False)
+        except ConfigError as error:
+            raise ConfigError(f"the encoder of model=encoder_decoder: {error}") from None
+        self.decoder = Stack(dims(True), pe, d_ff, dropout, attn_impl, cross_attention=True)
+        self.head = nn.Linear(d_model, vocab_size, bias=False)
+        init_weights(self, n_layers)
+
+    def encode(self, tokens: Tensor, positions: Tensor | None = None) -> Memory:
+        """``tokens: [b, n]`` and their positions (default ``0..n-1``) -> the encoder's output."""
+        pos = (
+            Positions.contiguous(tokens.shape[1], tokens.device)
+            if positions is None
+            else Positions.from_tensor(positions)
+        )
+        return Memory(self.encoder(self.tok_emb(tokens), tokens, pos), pos.q)
+
+    def decode(
+        self,
+        tokens: Tensor,
+        memory: Memory,
+        positions: Tensor | None = None,
+        cache: KVCache | None = None,
+    ) -> Tensor:
+        """Decoder logits ``[b, m, vocab]`` for ``tokens: [b, m]`` (positions default to
+        ``0..m-1``). With a ``cache`` (``new_cache``) ``tokens`` are the next tokens after those
+        already fed, as in ``Transformer.forward``."""
+        if cache is not None:
+            pos = cache.advance(tokens.shape[1], positions, tokens.device)
+        elif positions is None:
+            pos = Positions.contiguous(tokens.shape[1], tokens.device)
+        else:
+            pos = Positions.from_tensor(positions)
+        x = self.decoder(self.tok_emb(tokens), tokens, pos, cache, memory)
+        return self.head(x)
+
+    def forward(
+        self,
+        source: Tensor,
+        target: Tensor,
+        source_positions: Tensor | None = None,
+        target_positions: Tensor | None = None,
+    ) -> Tensor:
+        """Teacher forcing: logits ``[b, m, vocab]`` of the decoder reading ``target: [b, m]``
+        with cross-attention to the encoded ``source: [b, n]``."""
+        return self.decode(target, self.encode(source, source_positions), target_positions)
+
+    @property
+    def supports_kv_cache(self) -> bool:
+        """True when greedy decoding may feed the decoder one token per step."""
+        return self.decoder.pe.supports_kv_cache
+
+    def new_cache(self, capacity: int) -> KVCache:
+        """An empty decoder cache for up to ``capacity`` target tokens."""
+        if not self.supports_kv_cache:
+            raise ValueError(
+                "this decoder's encoding cannot decode with a key/value cache; feed whole prefixes"
+            )
+        return KVCache(capacity, self.decoder.dims.n_layers)
+
+    def num_params(self) -> dict[str, int]:
+        """Total parameters and those of the two encodings (encoder's plus decoder's)."""
+        count = lambda module: sum(p.numel() for p in module.parameters())  # noqa: E731
+        return {"total": count(self), "pe": count(self.encoder.pe) + count(self.decoder.pe)}
