@@ -1,0 +1,95 @@
+"""Ablation tables and figures of a sweep: ``python scripts/make_table.py <sweep dir>``.
+
+Sources: directories (a sweep directory, ``logs/``, any tree of ``results.json`` files) or
+``wandb:<entity>/<project>`` (online; ``--group <W&B group>`` keeps one sweep). Written to
+``--out`` (default ``<first directory>/summary``, or ``logs/summary/<project>`` for W&B):
+
+- ``table_tasks.{md,tex,csv}``: encodings x tasks, in- and out-of-distribution;
+- ``table_lengths.{md,tex,csv}``: encodings x evaluation lengths;
+- ``length_curves.{png,pdf}`` and ``heatmap.{png,pdf}``;
+
+and logged as one W&B run (``job_type=summary``, the runs' project and group; offline unless
+you are logged in) unless ``--no-wandb``. Prints the task table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from pelab.analysis.collect import METRICS, WANDB_PREFIX, lengths_frame, load_records, runs_frame
+from pelab.analysis.plots import heatmap, length_curves, save
+from pelab.analysis.table import Ablation, ablation, write_tables
+from pelab.pe.base import ConfigError
+from pelab.utils.wandb_mode import wandb_mode
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("sources", nargs="+", help="run directories or wandb:<entity>/<project>")
+    parser.add_argument("--out", type=Path, help="output directory")
+    parser.add_argument("--metric", choices=METRICS, default="exact_match")
+    parser.add_argument("--group", help="W&B sources: keep the runs of this group (one sweep)")
+    parser.add_argument("--no-wandb", action="store_true", help="do not log the summary to W&B")
+    return parser.parse_args(argv)
+
+
+def default_out(source: str) -> Path:
+    if source.startswith(WANDB_PREFIX):
+        return Path("logs/summary") / source[len(WANDB_PREFIX) :].replace("/", "_")
+    return Path(source) / "summary"
+
+
+def log_to_wandb(result: Ablation, records: list[dict[str, Any]], out: Path, figures: list[Path]):
+    """One W&B run beside the sweep's runs: both tables and the figures."""
+    import wandb
+
+    settings = [(r.get("config") or {}).get("logger", {}).get("wandb") or {} for r in records]
+    groups = {s.get("group") for s in settings}
+    run = wandb.init(
+        project=next((s["project"] for s in settings if s.get("project")), "pelab"),
+        group=groups.pop() if len(groups) == 1 else None,
+        job_type="summary",
+        name=f"table-{result.metric}",
+        dir=str(out),
+        mode=wandb_mode(),
+        config={"metric": result.metric, "rows": result.rows, "runs": len(result.runs)},
+    )
+    tables = {name: pd.read_csv(out / f"{name}.csv") for name in result.tables()}
+    run.log(
+        {name: wandb.Table(dataframe=frame) for name, frame in tables.items()}
+        | {p.stem: wandb.Image(str(p)) for p in figures if p.suffix == ".png"}
+    )
+    run.finish()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    try:
+        records = load_records(args.sources, args.group)
+    except ConfigError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    if not records:
+        print(f"error: no runs (results.json) under {' '.join(args.sources)}", file=sys.stderr)
+        return 2
+    out = args.out or default_out(args.sources[0])
+    result = ablation(runs_frame(records), lengths_frame(records), args.metric)
+    written = write_tables(result, out)
+    figures = save(
+        length_curves(result.runs, result.lengths, result.rows, args.metric), out / "length_curves"
+    )
+    figures += save(heatmap(result.by_task, result.rows, args.metric), out / "heatmap")
+    if not args.no_wandb:
+        log_to_wandb(result, records, out, figures)
+    print((out / "table_tasks.md").read_text())
+    print(f"{len(written) + len(figures)} files written to {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

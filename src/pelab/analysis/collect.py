@@ -1,0 +1,252 @@
+"""Runs into pandas frames: the ``results.json`` files under a directory (a sweep, or all of
+``logs/``), or the runs of a W&B project (``wandb:<entity>/<project>``).
+
+Every job a sweep launched is a row, whatever became of it (``status``):
+
+- ``completed`` or ``failed``: what its ``results.json`` says (a failure keeps its error);
+- ``crashed``: the job started (Hydra wrote its ``.hydra/``) but left no ``results.json``: the
+  process was killed (out of memory, a time limit) or is still running;
+- ``missing``: the sweep's grid (its ``multirun.yaml``) has the job, but no job directory exists.
+
+Re-evaluations (``scripts/eval.py`` writes ``results.json`` with a ``checkpoint`` key) are not
+training runs and are skipped.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException
+from omegaconf import DictConfig, OmegaConf
+
+from pelab.pe.base import ConfigError
+from pelab.utils.results import summarize
+
+log = logging.getLogger(__name__)
+
+CHOICES = ("pe", "task", "model", "positions", "trainer", "experiment")
+METRICS = ("exact_match", "token_acc")
+SPLITS = ("id", "ood")
+NOT_SET = "-"  # a choice or an override that a run did not set
+WANDB_PREFIX = "wandb:"
+# the columns of ``runs_frame`` besides the choices and the setting overrides
+RUN_FIELDS = (
+    "seed",
+    "status",
+    "error",
+    "source",
+    "train_min",
+    "train_max",
+    "wall_time_s",
+    *(f"{s}/{m}" for s in SPLITS for m in METRICS),
+)
+# what a status without an error means
+STATUS_NOTES = {"running": "no end recorded: still running, or killed (out of memory, time limit)"}
+# W&B run states -> pelab statuses (a run's own ``status`` summary key wins when present)
+WANDB_STATES = {"finished": "completed", "failed": "failed", "crashed": "crashed"}
+
+
+def load_records(sources: Iterable[str | Path], group: str | None = None) -> list[dict[str, Any]]:
+    """The run records of every source: a directory, or ``wandb:<entity>/<project>`` (online;
+    ``group`` keeps only the runs of that W&B group, i.e. one sweep)."""
+    records: list[dict[str, Any]] = []
+    for source in sources:
+        if str(source).startswith(WANDB_PREFIX):
+            records += wandb_records(str(source)[len(WANDB_PREFIX) :], group)
+        elif Path(source).is_dir():
+            records += directory_records(Path(source))
+        else:
+            raise ConfigError(
+                f"{source} is neither a directory of runs (a sweep directory, logs/...) nor "
+                f"{WANDB_PREFIX}<entity>/<project>"
+            )
+    return records
+
+
+def directory_records(root: Path) -> list[dict[str, Any]]:
+    """Every training run under ``root``: finished ones from their ``results.json``, crashed
+    ones from their ``.hydra/`` directory, missing ones from their sweep's ``multirun.yaml``."""
+    records = []
+    for path in sorted(root.rglob("results.json")):
+        record = json.loads(path.read_text())
+        if "checkpoint" not in record:
+            records.append({**record, "source": str(path.parent), "overrides": _overrides(path)})
+    for hydra_dir in sorted(root.rglob(".hydra")):
+        job = hydra_dir.parent
+        if not (job / "results.json").exists() and (record := _crashed(job)) is not None:
+            records.append(record)
+    for multirun in sorted(root.rglob("multirun.yaml")):
+        records += _missing(multirun.parent, records)
+    return records
+
+
+def _overrides(results: Path) -> list[str]:
+    """The job's command-line overrides, as Hydra saved them beside ``results.json``."""
+    path = results.parent / ".hydra" / "overrides.yaml"
+    return list(OmegaConf.load(path)) if path.exists() else []
+
+
+def _crashed(job: Path) -> dict[str, Any] | None:
+    hydra_cfg = OmegaConf.load(job / ".hydra" / "hydra.yaml").hydra
+    if hydra_cfg.job.config_name != "train":  # e.g. scripts/eval.py's own log directory
+        return None
+    config = OmegaConf.load(job / ".hydra" / "config.yaml")
+    return {
+        "status": "crashed",
+        "error": "no results.json: the job was killed (out of memory, time limit) or still runs",
+        "choices": _choices(hydra_cfg, config),
+        "config": {"task": OmegaConf.to_container(config.task)},
+        "source": str(job),
+        "overrides": list(OmegaConf.load(job / ".hydra" / "overrides.yaml")),
+    }
+
+
+def _choices(hydra_cfg: DictConfig, config: DictConfig) -> dict[str, Any]:
+    return {**{k: hydra_cfg.runtime.choices.get(k) for k in CHOICES}, "seed": config.get("seed")}
+
+
+def sweep_jobs(multirun: DictConfig) -> list[list[str]]:
+    """The override lists of every job of a sweep, expanded by Hydra's own basic sweeper from
+    ``hydra.sweeper.params`` and the command-line overrides saved in ``multirun.yaml``."""
+    params = multirun.hydra.sweeper.get("params") or {}
+    arguments = [f"{k}={v}" for k, v in params.items()] + list(multirun.hydra.overrides.task)
+    overrides = OverridesParser.create().parse_overrides(arguments)
+    return [job for batch in BasicSweeper.split_arguments(overrides, None) for job in batch]
+
+
+def _missing(sweep_dir: Path, found: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    multirun = OmegaConf.load(sweep_dir / "multirun.yaml")
+    try:
+        jobs = sweep_jobs(multirun)
+    except HydraException as error:  # e.g. glob(*) needs the config tree to expand
+        log.warning(
+            "cannot expand the grid of %s (%s): missing jobs not detected", sweep_dir, error
+        )
+        return []
+    started = {frozenset(r["overrides"]) for r in found if Path(r["source"]).parent == sweep_dir}
+    defaults = _choices(multirun.hydra, multirun)
+    return [
+        {
+            "status": "missing",
+            "error": "in the sweep's grid, but no job directory: it never started",
+            "choices": {**defaults, **_choice_overrides(job)},
+            "source": str(sweep_dir),
+            "overrides": job,
+        }
+        for job in jobs
+        if frozenset(job) not in started
+    ]
+
+
+def _choice_overrides(overrides: list[str]) -> dict[str, Any]:
+    parsed = OverridesParser.create().parse_overrides(overrides)
+    return {o.key_or_group: o.value() for o in parsed if o.key_or_group in (*CHOICES, "seed")}
+
+
+def setting_overrides(overrides: list[str]) -> dict[str, str]:
+    """``["pe=rope", "model.net.d_model=32"]`` -> ``{"model.net.d_model": "32"}``: the settings a
+    run changed besides its choices and seed."""
+    parsed = OverridesParser.create().parse_overrides(overrides)
+    return {
+        o.get_key_element(): o.get_value_element_as_str()
+        for o in parsed
+        if o.key_or_group not in (*CHOICES, "seed")
+    }
+
+
+def wandb_records(path: str, group: str | None = None) -> list[dict[str, Any]]:
+    """The training runs of the W&B project ``path`` (``entity/project``), as records."""
+    import wandb
+
+    try:
+        runs = wandb.Api().runs(path, filters={"group": group} if group else None)
+        return [wandb_record(run) for run in runs if run.job_type == "train"]
+    except (wandb.errors.CommError, wandb.errors.UsageError, ValueError) as error:
+        raise ConfigError(
+            f"cannot read the W&B project {path!r} ({error}); it needs `wandb login` and a "
+            "network. Runs logged offline: pass their sweep directory instead"
+        ) from None
+
+
+def wandb_record(run: Any) -> dict[str, Any]:
+    """A W&B run (``wandb.Api`` object) as the record its ``results.json`` would hold."""
+    summary = {k: v for k, v in dict(run.summary).items() if not k.startswith("_")}
+    config = dict(run.config)
+    status = summary.get("status") or WANDB_STATES.get(run.state, run.state)
+    numbers = {k: v for k, v in summary.items() if isinstance(v, int | float)}
+    return {
+        "status": status,
+        "error": summary.get("error")
+        or (f"W&B state: {run.state}" if status != "completed" else ""),
+        "choices": config.get("choices") or {},
+        "metrics": summarize(numbers) if status == "completed" else {},
+        "train_lengths": (config.get("task") or {}).get("train_lengths"),
+        "config": config,
+        "overrides": summary.get("overrides") or [],
+        "source": run.url,
+    }
+
+
+def runs_frame(records: list[dict[str, Any]]) -> pd.DataFrame:
+    """One row per run: its choices, seed, setting overrides, status and error, the in- and
+    out-of-distribution means of each metric (``id/exact_match``, ...; NaN unless completed),
+    the training length range and the wall time."""
+    rows, settings = [], {}
+    for record in records:
+        changed = setting_overrides(record.get("overrides") or [])
+        settings |= dict.fromkeys(changed)
+        choices = record.get("choices") or {}
+        metrics = record.get("metrics") or {}
+        train = record.get("train_lengths") or _task_config(record).get("train_lengths") or []
+        row: dict[str, Any] = {k: choices.get(k) or NOT_SET for k in CHOICES}
+        row |= {
+            "seed": choices.get("seed"),
+            "status": record.get("status", "unknown"),
+            "error": record.get("error") or STATUS_NOTES.get(record.get("status"), ""),
+            "source": record.get("source", ""),
+            "train_min": train[0] if train else math.nan,
+            "train_max": train[1] if train else math.nan,
+            "wall_time_s": record.get("wall_time_s", math.nan),
+        }
+        for split in SPLITS:
+            for metric in METRICS:
+                row[f"{split}/{metric}"] = metrics.get(f"test_{split}", {}).get(metric, math.nan)
+        rows.append(row | changed)
+    frame = pd.DataFrame(rows)
+    frame[list(settings)] = frame[list(settings)].fillna(NOT_SET)
+    return frame.astype({"seed": "Int64"}) if len(frame) else frame
+
+
+def lengths_frame(records: list[dict[str, Any]]) -> pd.DataFrame:
+    """One row per run and evaluation length (``run``: the row in ``runs_frame``): the test
+    metrics at that length and their chance levels (``chance/exact_match``, ...), NaN where the
+    run has none (e.g. it failed; its configured lengths are listed all the same)."""
+    chance_columns = [f"chance/{m}" for m in METRICS]
+    rows = []
+    for run, record in enumerate(records):
+        metrics = record.get("metrics") or {}
+        measured, chance = metrics.get("test", {}), metrics.get("chance", {})
+        for length in measured or _task_config(record).get("eval_lengths") or []:
+            values = measured.get(str(length), {})
+            levels = chance.get(str(length), {})
+            rows.append(
+                {"run": run, "length": int(length)}
+                | {m: values.get(m, math.nan) for m in METRICS}
+                | {
+                    c: levels.get(m, math.nan)
+                    for c, m in zip(chance_columns, METRICS, strict=True)
+                }
+            )
+    return pd.DataFrame(rows, columns=["run", "length", *METRICS, *chance_columns])
+
+
+def _task_config(record: dict[str, Any]) -> dict[str, Any]:
+    return (record.get("config") or {}).get("task") or {}

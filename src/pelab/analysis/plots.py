@@ -1,0 +1,127 @@
+"""Figures of an ablation: accuracy against evaluation length (one line per encoding, the
+training range shaded) and a heatmap of encodings x tasks; each saved as PNG and PDF."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+
+
+def _label(key: object) -> str:
+    return " · ".join(map(str, key)) if isinstance(key, tuple) else str(key)
+
+
+def length_curves(
+    runs: pd.DataFrame, lengths: pd.DataFrame, rows: list[str], metric: str
+) -> Figure:
+    """One panel per task: the mean ``metric`` over completed seeds at each evaluation length
+    (error bars: standard deviation), one line per row of the table, the chance level dotted;
+    the lengths seen in training are shaded."""
+    data = lengths.drop(columns="task", errors="ignore").merge(
+        runs[[*rows, "task", "status", "train_min", "train_max"]], left_on="run", right_index=True
+    )
+    data = data[data["status"] == "completed"]
+    tasks = list(dict.fromkeys(data["task"]))
+    fig, axes = plt.subplots(
+        1, max(len(tasks), 1), figsize=(4.2 * max(len(tasks), 1) + 2.5, 3.8), squeeze=False
+    )
+    palette = plt.get_cmap("tab20").colors
+    colors = palette[::2] + palette[1::2]  # the 10 strong colours first, then their light twins
+    for ax, task in zip(axes[0], tasks, strict=False):
+        part = data[data["task"] == task]
+        ax.axvspan(part["train_min"].min(), part["train_max"].max(), color="0.9", zorder=0)
+        for i, (key, group) in enumerate(part.groupby(rows, sort=False)):
+            curve = group.groupby("length")[metric].agg(["mean", "std"])
+            ax.errorbar(
+                curve.index,
+                curve["mean"] * 100,
+                yerr=curve["std"].fillna(0) * 100,
+                marker="o",
+                markersize=3,
+                capsize=2,
+                color=colors[i % len(colors)],
+                label=_label(key),
+            )
+        chance = part.groupby("length")[f"chance/{metric}"].mean().dropna()
+        if len(chance):
+            ax.plot(chance.index, chance * 100, ":", color="0.4", label="chance level")
+        ticks = sorted(part["length"].unique())
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(ticks, labels=ticks)
+        ax.set_xlim(ticks[0] / 1.3, ticks[-1] * 1.3)
+        ax.set_ylim(-3, 103)
+        ax.set_title(task)
+        ax.set_xlabel("evaluation length (shaded: training lengths)")
+    axes[0][0].set_ylabel(f"{metric.replace('_', ' ')} (%)")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize="small")
+    fig.tight_layout()
+    return fig
+
+
+def heatmap(stats: pd.DataFrame, rows: list[str], metric: str) -> Figure:
+    """Rows x tasks, one panel per split (ID, OOD): the mean over seeds, annotated; a cell
+    without any result is grey and says ``failed`` or ``missing``."""
+    splits = list(dict.fromkeys(stats["split"]))
+    n_rows, n_tasks = len(stats[rows].drop_duplicates()), stats["task"].nunique()
+    fig, axes = plt.subplots(
+        1,
+        len(splits),
+        figsize=(1.1 * n_tasks * len(splits) + 3.5, 0.35 * n_rows + 1.8),
+        squeeze=False,
+        sharey=True,
+    )
+    for ax, split in zip(axes[0], splits, strict=True):
+        part = stats[stats["split"] == split]
+        mean = part.pivot(index=rows, columns="task", values="mean") * 100
+        image = ax.imshow(
+            np.ma.masked_invalid(mean.to_numpy(dtype=float)),
+            vmin=0,
+            vmax=100,
+            cmap="viridis",
+            aspect="auto",
+        )
+        ax.set_facecolor("0.85")
+        words = part.assign(word=part.apply(_cell_word, axis=1))
+        words = words.pivot(index=rows, columns="task", values="word")
+        for (i, j), value in np.ndenumerate(mean.to_numpy(dtype=float)):
+            dark = not np.isnan(value) and value < 60  # dark cell colour: white text
+            ax.text(
+                j,
+                i,
+                words.iloc[i, j],
+                ha="center",
+                va="center",
+                fontsize=7,
+                color="white" if dark else "black",
+            )
+        ax.set_xticks(range(mean.shape[1]), labels=list(mean.columns), rotation=30, ha="right")
+        ax.set_yticks(range(mean.shape[0]), labels=[_label(k) for k in mean.index])
+        ax.set_title(f"{split}: {metric.replace('_', ' ')} (%)")
+        ax.label_outer()
+    fig.colorbar(image, ax=axes[0].tolist(), shrink=0.8)
+    return fig
+
+
+def _cell_word(cell: pd.Series) -> str:
+    if cell["n"] > 0:
+        return f"{cell['mean'] * 100:.0f}"
+    return "failed" if cell["failed"] > 0 else "missing" if cell["missing"] > 0 else "n/a"
+
+
+def save(fig: Figure, stem: Path) -> list[Path]:
+    """``stem.png`` and ``stem.pdf``; closes the figure."""
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    paths = [stem.with_suffix(".png"), stem.with_suffix(".pdf")]
+    for path in paths:
+        fig.savefig(path, dpi=150, bbox_inches="tight")
+    plt.close(fig)
+    return paths

@@ -1,0 +1,33 @@
+"""The end of a sweep (``python scripts/train.py -m ...``): a Hydra callback that counts the
+jobs by status, lists every one that did not complete with its error, prints the command that
+makes the table, and ends the process with exit status 1 if any job did not complete."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig
+
+
+class SweepSummary(Callback):
+    """Registered in ``configs/hydra/default.yaml`` (``hydra.callbacks``); runs in the process
+    that launched the sweep, whatever the launcher."""
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        from pelab.analysis.collect import directory_records, runs_frame
+
+        sweep_dir = Path(config.hydra.sweep.dir)
+        runs = runs_frame(directory_records(sweep_dir))
+        failed = runs[runs["status"] != "completed"]
+        counts = ", ".join(f"{n} {status}" for status, n in runs["status"].value_counts().items())
+        lines = [f"Sweep {sweep_dir}: {len(runs)} jobs: {counts}"]
+        for _, run in failed.iterrows():
+            error = str(run["error"]).split("\n")[0]
+            lines.append(f"  {run['status']}: {Path(run['source']).name}: {error}")
+        lines.append(f"Table: python scripts/make_table.py {sweep_dir}")
+        print("\n".join(lines), file=sys.stderr)
+        if len(failed):
+            raise SystemExit(f"{len(failed)} of {len(runs)} jobs did not complete")

@@ -1,0 +1,305 @@
+"""Ablation tables: one row per encoding (and per any other setting the runs vary), one column
+per task and split (in- / out-of-distribution mean) or per task and evaluation length.
+
+A cell aggregates the seeds of its setting: the mean and the sample standard deviation
+(``ddof=1``; undefined for one seed), the best seed, and ``k/n``: seeds with a result out of the
+seeds in the grid. The grid is every row x task x seed seen in the runs (plus the jobs a sweep
+planned), so a failed, crashed or missing run is counted in its cell and listed under the
+table, never dropped. The best mean of each column (at the displayed precision) is bold.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from pelab.analysis.collect import NOT_SET, RUN_FIELDS, SPLITS
+
+SPLIT_NAMES = {"id": "ID", "ood": "OOD"}
+
+
+def settings(runs: pd.DataFrame) -> list[str]:
+    """The choice and override columns of ``runs`` (everything that defines a run but the seed)."""
+    return [c for c in runs.columns if c not in RUN_FIELDS]
+
+
+def row_axes(runs: pd.DataFrame) -> list[str]:
+    """``pe``, then every other setting that differs between the runs, ``task`` aside."""
+    varying = [c for c in settings(runs) if c not in ("pe", "task") and runs[c].nunique() > 1]
+    return ["pe", *varying]
+
+
+def fixed_settings(runs: pd.DataFrame) -> dict[str, str]:
+    """The settings every run shares (``NOT_SET`` ones left out): the table's caption."""
+    return {
+        c: str(runs[c].iloc[0])
+        for c in settings(runs)
+        if runs[c].nunique() == 1 and runs[c].iloc[0] != NOT_SET
+    }
+
+
+def complete(runs: pd.DataFrame, rows: list[str]) -> pd.DataFrame:
+    """``runs`` plus a ``missing`` run for every row x task x seed without one; duplicates of a
+    (row, task, seed) keep the last completed run (``source`` order: newest sweep last)."""
+    keys = [*rows, "task", "seed"]
+    ranked = runs.assign(_done=runs["status"].eq("completed")).sort_values(
+        ["_done", "source"], kind="stable"
+    )
+    unique = ranked[~ranked.duplicated(keys, keep="last")].drop(columns="_done").sort_index()
+    grid = (
+        runs[rows]
+        .drop_duplicates()
+        .merge(runs[["task"]].drop_duplicates(), how="cross")
+        .merge(runs[["seed"]].drop_duplicates(), how="cross")
+    )
+    absent = grid.merge(unique[keys], how="left", indicator=True).query("_merge == 'left_only'")
+    missing = absent.drop(columns="_merge").assign(
+        status="missing", error="no run of this setting, task and seed"
+    )
+    return pd.concat([unique, missing], ignore_index=False).reset_index(drop=True)
+
+
+def cell_stats(frame: pd.DataFrame, rows: list[str], cols: list[str], value: str) -> pd.DataFrame:
+    """Per (row, column) cell: ``mean``, ``std``, ``max`` and ``n`` of ``value`` over the
+    completed runs, ``runs`` (all, failed and missing included), ``failed``, ``missing``, and
+    ``best`` (the column's best mean). Rows and columns keep their order of appearance."""
+    done = frame["status"].eq("completed")
+    data = frame.assign(
+        _value=frame[value].where(done),
+        _failed=~done & frame["status"].ne("missing"),
+        _missing=frame["status"].eq("missing"),
+    )
+    for key in (*rows, *cols):
+        data[key] = pd.Categorical(data[key], categories=_appearance(data[key]), ordered=True)
+    stats = (
+        data.groupby([*rows, *cols], observed=True)
+        .agg(
+            mean=("_value", "mean"),
+            std=("_value", "std"),
+            max=("_value", "max"),
+            n=("_value", "count"),
+            runs=("status", "size"),
+            failed=("_failed", "sum"),
+            missing=("_missing", "sum"),
+        )
+        .reset_index()
+    )
+    shown = stats["mean"].mul(100).round(1)  # as displayed
+    column = shown.groupby([stats[c] for c in cols], observed=True)
+    # the column's best mean, when the column has more than one value
+    stats["best"] = shown.eq(column.transform("max")) & column.transform("nunique").gt(1)
+    return stats
+
+
+def _appearance(values: pd.Series) -> list:
+    unique = list(dict.fromkeys(values))
+    return sorted(unique) if all(isinstance(v, int | np.integer) for v in unique) else unique
+
+
+def evaluated_lengths(runs: pd.DataFrame, lengths: pd.DataFrame) -> pd.DataFrame:
+    """``lengths`` with the run's task and the length's ``split``: ``ID`` inside the task's
+    training range, ``OOD`` beyond."""
+    out = lengths.merge(runs[["task"]], left_on="run", right_index=True)
+    ranges = runs.groupby("task")[["train_min", "train_max"]].min()
+    inside = out["length"].between(
+        out["task"].map(ranges["train_min"]), out["task"].map(ranges["train_max"])
+    )
+    return out.assign(split=np.where(inside, "ID", "OOD"))
+
+
+def task_stats(
+    runs: pd.DataFrame, evaluated: pd.DataFrame, rows: list[str], metric: str
+) -> pd.DataFrame:
+    """Cells per task and split (``ID``: mean over in-distribution lengths, ``OOD``: beyond),
+    with the chance level of each column (mean over its lengths)."""
+    long = runs.melt(
+        id_vars=[*rows, "task", "seed", "status"],
+        value_vars=[f"{s}/{metric}" for s in SPLITS],
+        var_name="split",
+    )
+    long["split"] = long["split"].str.split("/").str[0].map(SPLIT_NAMES)
+    stats = cell_stats(long, rows, ["task", "split"], "value")
+    chance = evaluated.groupby(["task", "split"])[f"chance/{metric}"].mean()
+    return stats.assign(chance=_per_column(stats, ["task", "split"], chance))
+
+
+def length_stats(
+    runs: pd.DataFrame, evaluated: pd.DataFrame, rows: list[str], metric: str
+) -> pd.DataFrame:
+    """Cells per task and evaluation length, with the length's split and chance level; every
+    run of a task counts at every length that task was evaluated at."""
+    columns = evaluated.groupby(["task", "length"]).agg(
+        split=("split", "first"), chance=(f"chance/{metric}", "mean")
+    )
+    grid = runs[[*rows, "task", "seed", "status"]].reset_index(names="run")
+    grid = grid.merge(columns.reset_index()[["task", "length"]])
+    values = grid.merge(evaluated[["run", "length", metric]], how="left")
+    stats = cell_stats(values, rows, ["task", "length"], metric)
+    return stats.assign(
+        split=_per_column(stats, ["task", "length"], columns["split"]),
+        chance=_per_column(stats, ["task", "length"], columns["chance"]),
+    )
+
+
+def _per_column(stats: pd.DataFrame, cols: list[str], values: pd.Series) -> list:
+    """``values`` (indexed by column keys) for every cell of ``stats``."""
+    return [values.get(key) for key in zip(*(stats[c] for c in cols), strict=True)]
+
+
+def cell_text(cell: pd.Series) -> str:
+    """``97.1 ± 2.0 (max 99.0, 3/3)`` in percent; ``failed (0/3)``, ``missing (0/3)``, or
+    ``n/a`` (completed, but nothing to measure, e.g. no out-of-distribution length)."""
+    if cell["n"] > 0:
+        std = "–" if np.isnan(cell["std"]) else f"{cell['std'] * 100:.1f}"
+        return (
+            f"{cell['mean'] * 100:.1f} ± {std} "
+            f"(max {cell['max'] * 100:.1f}, {cell['n']}/{cell['runs']})"
+        )
+    if cell["failed"] > 0:
+        return f"failed ({cell['n']}/{cell['runs']})"
+    if cell["missing"] > 0:
+        return f"missing ({cell['n']}/{cell['runs']})"
+    return "n/a"
+
+
+def pivot(
+    stats: pd.DataFrame, rows: list[str], cols: list[str]
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The cell texts and the ``best`` flags, rows x columns; a last row ``chance`` holds the
+    chance level of each column when the runs recorded one."""
+    texts = stats.assign(text=stats.apply(cell_text, axis=1))
+    table = texts.pivot(index=rows, columns=cols, values="text")
+    best = texts.pivot(index=rows, columns=cols, values="best").fillna(False).astype(bool)
+    chance = stats.groupby(cols, observed=True)["chance"].first()
+    if chance.notna().any():
+        label = ("chance", *[""] * (len(rows) - 1)) if len(rows) > 1 else "chance"
+        table.loc[label] = chance.reindex(table.columns).map(_percent)
+        best.loc[label] = False
+    return table, best
+
+
+def _percent(value: float) -> str:
+    return "–" if pd.isna(value) else f"{value * 100:.1f}"
+
+
+def column_label(column: tuple, stats: pd.DataFrame) -> str:
+    """``("copy", "OOD")`` -> ``copy OOD``; ``("copy", 32)`` -> ``copy L=32 (OOD)``."""
+    task, second = column
+    if isinstance(second, str):
+        return f"{task} {second}"
+    split = stats.loc[(stats["task"] == task) & (stats["length"] == second), "split"].iloc[0]
+    return f"{task} L={second} ({split})"
+
+
+def to_markdown(stats: pd.DataFrame, rows: list[str], cols: list[str]) -> str:
+    table, best = pivot(stats, rows, cols)
+    table = table.where(~best, "**" + table + "**")
+    table.columns = [column_label(c, stats) for c in table.columns]
+    return table.reset_index().to_markdown(index=False, disable_numparse=True)
+
+
+def to_latex(stats: pd.DataFrame, rows: list[str], cols: list[str], caption: str) -> str:
+    table, best = pivot(stats, rows, cols)
+    if "length" in cols:
+        table.columns = pd.MultiIndex.from_tuples(
+            [(task, column_label((task, n), stats).split(" ", 1)[1]) for task, n in table.columns]
+        )
+    styler = table.style.format(escape="latex")
+    styler = styler.format_index(escape="latex", axis=0).format_index(escape="latex", axis=1)
+    styler = styler.apply(lambda _: np.where(best, "textbf:--rwrap;", ""), axis=None)
+    return styler.to_latex(
+        hrules=True, caption=latex_escape(caption), multicol_align="c", position_float="centering"
+    )
+
+
+def latex_escape(text: str) -> str:
+    """Escape LaTeX's special characters in plain text (captions)."""
+    special = {"\\": r"\textbackslash{}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
+    special |= {c: "\\" + c for c in "&%$#_{}"}
+    return "".join(special.get(c, c) for c in text)
+
+
+def not_completed(runs: pd.DataFrame, rows: list[str]) -> list[str]:
+    """One line per run that did not complete: its setting, status, error and where it lies."""
+    lines = []
+    for _, run in runs[runs["status"] != "completed"].iterrows():
+        name = " · ".join(str(run[c]) for c in [*rows, "task"])
+        error = str(run["error"]).strip().splitlines()[0] if run["error"] else ""
+        where = f" ({run['source']})" if isinstance(run["source"], str) and run["source"] else ""
+        lines.append(f"{name} · seed {run['seed']}: {run['status']}: {error[:200]}{where}")
+    return lines
+
+
+@dataclass
+class Ablation:
+    """An ablation's two tables and what they were built from."""
+
+    runs: pd.DataFrame  # every run of the grid (missing ones added), one row each
+    lengths: pd.DataFrame  # collect.lengths_frame of the runs, with task and split
+    rows: list[str]  # the row axes: pe, then the other varying settings
+    metric: str
+    caption: str  # the metric and the settings all runs share
+    by_task: pd.DataFrame  # cell_stats per task and split
+    by_length: pd.DataFrame  # cell_stats per task and evaluation length
+
+    def tables(self) -> dict[str, tuple[pd.DataFrame, list[str]]]:
+        return {
+            "table_tasks": (self.by_task, ["task", "split"]),
+            "table_lengths": (self.by_length, ["task", "length"]),
+        }
+
+
+def ablation(runs: pd.DataFrame, lengths: pd.DataFrame, metric: str = "exact_match") -> Ablation:
+    """Both tables of ``runs`` (``collect.runs_frame``) for ``metric``."""
+    rows = row_axes(runs)
+    full = complete(runs, rows)
+    evaluated = evaluated_lengths(full, lengths)
+    return Ablation(
+        runs=full,
+        lengths=evaluated,
+        rows=rows,
+        metric=metric,
+        caption=describe(runs, metric),
+        by_task=task_stats(full, evaluated, rows, metric),
+        by_length=length_stats(full, evaluated, rows, metric),
+    )
+
+
+def write_tables(result: Ablation, out_dir: Path) -> list[Path]:
+    """Each table as ``.md`` (with the legend, the fixed settings and every run that did not
+    complete), ``.tex`` and ``.csv`` (the cell statistics, one row per cell) in ``out_dir``."""
+    problems = not_completed(result.runs, result.rows)
+    notes = [result.caption, "", LEGEND, ""]
+    if problems:
+        notes += [f"Not completed ({len(problems)} of {len(result.runs)} runs):", ""]
+        notes += [f"- {p}" for p in problems]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, (stats, cols) in result.tables().items():
+        markdown = to_markdown(stats, result.rows, cols)
+        written.append(_write(out_dir / f"{name}.md", "\n".join([markdown, "", *notes]) + "\n"))
+        latex = to_latex(stats, result.rows, cols, result.caption)
+        written.append(_write(out_dir / f"{name}.tex", latex))
+        stats.to_csv(out_dir / f"{name}.csv", index=False)
+        written.append(out_dir / f"{name}.csv")
+    return written
+
+
+LEGEND = (
+    "Cells: mean ± standard deviation over seeds, in percent (max: the best seed; k/n: seeds "
+    "with a result / seeds in the grid). **Bold**: the best mean of the column. ID: mean over "
+    "the evaluation lengths inside the training range; OOD: over the longer ones."
+)
+
+
+def describe(runs: pd.DataFrame, metric: str) -> str:
+    fixed = ", ".join(f"{k}={v}" for k, v in fixed_settings(runs).items())
+    return f"Test {metric.replace('_', ' ')} (%). Fixed: {fixed or 'nothing'}."
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
