@@ -1,7 +1,8 @@
 import pytest
 import torch
 
-from pelab.layouts import DecoderLayout, EncoderLayout, get_layout
+from pelab.layouts import DecoderLayout, EncoderDecoderLayout, EncoderLayout, get_layout
+from pelab.models.transformer import Memory
 from pelab.pe.base import ConfigError
 from pelab.tasks import BLANK, BOS, SEP
 
@@ -68,7 +69,8 @@ def test_encoder_prediction_is_one_forward_over_the_slots():
 
 def test_unknown_model_kind_names_the_valid_choices():
     with pytest.raises(
-        ConfigError, match="unknown model.kind 'seq2seq'; valid choices: decoder, encoder"
+        ConfigError,
+        match="unknown model.kind 'seq2seq'; valid choices: decoder, encoder, encoder_decoder",
     ):
         get_layout("seq2seq")
 
@@ -89,3 +91,106 @@ def test_answer_logits_slice_the_canonical_positions(layout):
     assert logits.shape == (1, 3, 10)
     fed = 7 if layout is DecoderLayout else 8  # the decoder never feeds the last answer token
     assert net.positions.tolist() == canonical[:, :fed].tolist()
+
+
+def test_encoder_decoder_sequences_start_the_decoder_at_sep():
+    source, target = EncoderDecoderLayout.teacher_forcing(PROMPT, ANSWER)
+    assert source.tolist() == [[BOS, 5, 6, 7, SEP]]
+    assert target.tolist() == [[SEP, 7, 6]]  # its logits predict 7, 6, 5
+
+
+@pytest.mark.parametrize(
+    ("canonical", "source", "target"),
+    [
+        # contiguous: each stack counts from 0, as in the original Transformer
+        ([0, 1, 2, 3, 4, 5, 6, 7], [0, 1, 2, 3, 4], [0, 1, 2]),
+        # randomized: the decoder keeps its gaps and starts where BOS sits
+        ([0, 5, 9, 14, 20, 21, 30, 41], [0, 5, 9, 14, 20], [0, 1, 10]),
+        ([3, 5, 9, 14, 20, 21, 30, 41], [3, 5, 9, 14, 20], [3, 4, 13]),
+    ],
+)
+def test_encoder_decoder_positions_give_each_stack_its_own_slice(canonical, source, target):
+    enc, dec = EncoderDecoderLayout.split_positions(torch.tensor([canonical]), 3, 3)
+    assert enc.tolist() == [source] and dec.tolist() == [target]
+
+
+def test_encoder_decoder_grid_coordinates_put_answer_cells_where_prompt_cells_sit():
+    # the grid task's canvas, 2 x 2: BOS (0,0), prompt (r, 1+c), SEP (0,3), answer (r, 4+c)
+    canonical = [(0, 0), (0, 1), (0, 2), (1, 1), (1, 2), (0, 3), (0, 4), (0, 5), (1, 4), (1, 5)]
+    enc, dec = EncoderDecoderLayout.split_positions(torch.tensor([canonical]), 4, 4)
+    assert enc.tolist() == [[list(c) for c in canonical[:6]]]
+    # SEP a00 a01 a10 -> (0,0) and cell (r, c) at (r, 1 + c), as prompt cell (r, c) in the encoder
+    assert dec.tolist() == [[[0, 0], [0, 1], [0, 2], [1, 1]]]
+
+
+class CopyingEncoderDecoder(torch.nn.Module):
+    """A test double: the decoder's step ``t`` predicts source token ``t + 1`` (a copy of the
+    prompt), and every call's tokens and positions are recorded. With ``cache`` it keeps a
+    cache of the tokens fed so far, as the real model does."""
+
+    def __init__(self, supports_kv_cache: bool, vocab: int = 10) -> None:
+        super().__init__()
+        self.supports_kv_cache, self.vocab = supports_kv_cache, vocab
+        self.fed: list[tuple[list, list | None]] = []
+
+    def new_cache(self, capacity):
+        return []
+
+    def encode(self, tokens, positions=None):
+        return Memory(torch.nn.functional.one_hot(tokens, self.vocab).float(), positions)
+
+    def decode(self, tokens, memory, positions=None, cache=None):
+        self.fed.append((tokens.tolist(), None if positions is None else positions.tolist()))
+        done = 0 if cache is None else len(cache)
+        if cache is not None:
+            cache.extend(tokens.unbind(1))
+        steps = torch.arange(done, done + tokens.shape[1]) + 1  # the source slot to copy
+        return memory.states[:, steps]
+
+    def forward(self, source, target, source_positions=None, target_positions=None):
+        return self.decode(target, self.encode(source, source_positions), target_positions)
+
+
+@pytest.mark.parametrize("cached", [True, False])
+def test_encoder_decoder_greedy_decoding_feeds_the_decoder_its_own_positions(cached):
+    net = CopyingEncoderDecoder(supports_kv_cache=cached)
+    positions = torch.tensor([[0, 5, 9, 14, 20, 21, 30, 41]])  # BOS, 3 prompt, SEP, 3 answer
+    assert EncoderDecoderLayout.predict(net, PROMPT, 3, positions).tolist() == [[5, 6, 7]]
+    if cached:  # the start token, then each prediction but the last, one at a time
+        assert net.fed == [([[SEP]], [[0]]), ([[5]], [[1]]), ([[6]], [[10]])]
+    else:
+        assert net.fed == [
+            ([[SEP]], [[0]]),
+            ([[SEP, 5]], [[0, 1]]),
+            ([[SEP, 5, 6]], [[0, 1, 10]]),
+        ]
+
+
+def test_encoder_decoder_answer_logits_are_the_teacher_forced_decoder_logits():
+    net = CopyingEncoderDecoder(supports_kv_cache=False)
+    positions = torch.tensor([[0, 5, 9, 14, 20, 21, 30, 41]])
+    logits = EncoderDecoderLayout.answer_logits(net, PROMPT, ANSWER, positions)
+    assert logits.argmax(-1).tolist() == [[5, 6, 7]]
+    assert net.fed == [([[SEP, 7, 6]], [[0, 1, 10]])]
+
+
+class CachedCopyOracle(CopyOracle):
+    """``CopyOracle`` with a cache: it sees only the new tokens and keeps the earlier ones."""
+
+    supports_kv_cache = True
+
+    def new_cache(self, capacity):
+        return {"tokens": torch.zeros(1, 0, dtype=torch.long), "capacity": capacity}
+
+    def forward(self, tokens, positions=None, cache=None):
+        seen = torch.cat((cache["tokens"], tokens), dim=1)
+        assert seen.shape[1] <= cache["capacity"]
+        cache["tokens"] = seen
+        return super().forward(seen, positions)[:, -tokens.shape[1] :]
+
+
+def test_cached_greedy_decoding_feeds_each_new_token_with_its_own_position():
+    oracle = CachedCopyOracle(offset=3)
+    positions = torch.tensor([[0, 5, 9, 14, 20, 21, 30, 41]])
+    assert DecoderLayout.predict(oracle, PROMPT, 3, positions).tolist() == [[5, 6, 7]]
+    assert [p.tolist() for p in oracle.positions] == [[[0, 5, 9, 14, 20]], [[21]], [[30]]]

@@ -1,7 +1,7 @@
 import torch
 
 from pelab.models.attention import Attention, causal_mask
-from pelab.pe.base import ModelDims, PositionalEncoding, Positions
+from pelab.pe.base import ModelDims, NoPE, PositionalEncoding, Positions
 
 DIMS = ModelDims(d_model=8, n_heads=2, n_layers=1, causal=True, max_len=16)
 
@@ -88,3 +88,36 @@ def test_positions_memo_computes_once_per_forward():
         pos.memo("key", lambda: calls.append(1) or len(calls))
     assert calls == [1]
     assert pos.delta()[0].tolist()[1] == [1, 0, -1, -2]
+
+
+def mha_reference(attn: Attention) -> torch.nn.MultiheadAttention:
+    """``torch.nn.MultiheadAttention`` with ``attn``'s weights: the same ``[q; k; v]`` input
+    projection and output projection, no biases."""
+    d = attn.qkv.in_features
+    mha = torch.nn.MultiheadAttention(d, attn.n_heads, bias=False, batch_first=True)
+    with torch.no_grad():
+        mha.in_proj_weight.copy_(attn.qkv.weight)
+        mha.out_proj.weight.copy_(attn.proj.weight)
+    return mha.eval()
+
+
+def test_cross_attention_is_multi_head_attention_from_x_to_the_context():
+    torch.manual_seed(0)
+    attn = Attention(8, 2, causal=False, pe=NoPE(DIMS), layer=0).eval()
+    x, context = torch.randn(2, 3, 8), torch.randn(2, 5, 8)
+    pos = Positions(torch.arange(3)[None], torch.arange(5)[None])  # decoder and encoder tokens
+    reference, _ = mha_reference(attn)(x, context, context)
+    torch.testing.assert_close(attn(x, pos, context=context), reference)
+    # the same module, without a context, is self-attention
+    reference, _ = mha_reference(attn)(x, x, x)
+    torch.testing.assert_close(attn(x, Positions.contiguous(3)), reference)
+
+
+def test_cross_attention_is_invariant_to_the_order_of_the_context():
+    torch.manual_seed(0)
+    attn = Attention(8, 2, causal=False, pe=NoPE(DIMS), layer=0).eval()
+    x, context = torch.randn(1, 3, 8), torch.randn(1, 5, 8)
+    perm = torch.tensor([3, 0, 4, 1, 2])
+    pos = Positions(torch.arange(3)[None], torch.arange(5)[None])
+    moved = Positions(pos.q, pos.k[:, perm])
+    torch.testing.assert_close(attn(x, pos, context=context), attn(x, moved, context[:, perm]))
