@@ -1,0 +1,56 @@
+"""Associative recall: hand-written lookups, distinct keys, the query among them, length limits,
+both layouts end to end."""
+
+import pytest
+import torch
+
+from pelab.data.datamodule import TrainBatches
+from pelab.data.eval_sets import build_eval_set
+from pelab.pe.base import ConfigError
+from pelab.tasks.associative_recall import AssociativeRecallTask
+from pelab.train import run
+
+
+def test_hand_written_lookups():
+    # keys 3..5, values 6..8 (num_keys = num_values = 3): k3 v7, k5 v6, k4 v7, query k5
+    prompt = [3, 7, 5, 6, 4, 7, 5]
+    assert AssociativeRecallTask.reference(prompt) == [6]
+    assert AssociativeRecallTask.reference([4, 8, 4]) == [8]
+    task = AssociativeRecallTask(num_keys=3, num_values=3, train_lengths=[1, 3], eval_lengths=[3])
+    assert task.solve(torch.tensor([prompt, [3, 8, 4, 6, 5, 7, 3]])).tolist() == [[6], [8]]
+
+
+def test_keys_are_distinct_and_the_query_is_one_of_them():
+    task = AssociativeRecallTask(num_keys=12, num_values=4, train_lengths=[1, 12], eval_lengths=[12])
+    prompt, answer = task.sample(1000, 12, torch.Generator().manual_seed(0))
+    keys, values, query = prompt[:, 0:-1:2], prompt[:, 1::2], prompt[:, -1:]
+    assert (keys.sort(dim=1).values == torch.arange(3, 15)).all()  # all 12 keys, each once
+    assert ((values >= 15) & (values < 19)).all()
+    hit = keys == query
+    assert (hit.sum(dim=1) == 1).all()
+    assert torch.equal(values[hit], answer[:, 0])
+    where = hit.long().argmax(dim=1)  # the queried pair is uniform over the 12
+    share = torch.bincount(where, minlength=12) / 1000
+    assert share.min() > 0.04 and share.max() < 0.13
+
+
+def test_lengths_beyond_the_key_alphabet_are_refused():
+    with pytest.raises(ConfigError, match=r"40 pairs need 40 distinct keys.*num_keys is 32"):
+        AssociativeRecallTask(eval_lengths=[16, 40])
+    with pytest.raises(ConfigError, match="num_values >= 2"):
+        AssociativeRecallTask(num_values=1)
+    assert AssociativeRecallTask(num_keys=64, eval_lengths=[16, 64]).vocab_size == 3 + 64 + 32
+
+
+def test_evaluation_prompts_never_occur_in_training():
+    task = AssociativeRecallTask(train_lengths=[8, 8], eval_lengths=[8])
+    test = {tuple(p) for p in build_eval_set(task, "test", 8, 512)["prompt"]}
+    train = TrainBatches(task, batch_size=256, num_batches=40, seed=0)
+    assert not test & {tuple(p) for i in range(len(train)) for p in train[i][0].tolist()}
+
+
+@pytest.mark.parametrize("model", ["decoder", "encoder"])
+def test_trains_and_tests_in_both_layouts(tiny_cfg, model):
+    record = run(tiny_cfg("task=associative_recall", f"model={model}", "task.eval_lengths=[4,8]"))
+    assert record["status"] == "completed"
+    assert set(record["metrics"]["test"]) == {"4", "8"}

@@ -1,0 +1,63 @@
+"""Counting: hand-counted answers in fixed-width decimal, the count's distribution, length
+limits, both layouts end to end."""
+
+import pytest
+import torch
+
+from pelab.data.datamodule import TrainBatches
+from pelab.data.eval_sets import build_eval_set
+from pelab.pe.base import ConfigError
+from pelab.tasks.counting import DIGIT_0, LETTER_0, CountingTask
+from pelab.train import run
+
+a, b, c = LETTER_0, LETTER_0 + 1, LETTER_0 + 2
+
+
+def digits(text: str) -> list[int]:
+    return [DIGIT_0 + int(d) for d in text]
+
+
+@pytest.mark.parametrize(
+    ("count_digits", "prompt", "answer"),
+    [
+        (2, [a, c, a, b, a, a], "03"),  # three a before the query a
+        (2, [b, b, c], "00"),  # the query c does not occur
+        (1, [c, c], "1"),
+        (3, [b] * 12 + [b], "012"),
+    ],
+)
+def test_hand_counted_answers(count_digits, prompt, answer):
+    task = CountingTask(count_digits=count_digits, train_lengths=[1, 9], eval_lengths=[9])
+    assert task.reference(prompt) == digits(answer)
+    assert task.solve(torch.tensor([prompt])).tolist() == [digits(answer)]
+
+
+def test_counts_follow_a_binomial_distribution():
+    """The query is uniform over the letters, so a count is Binomial(n, 1 / num_letters)."""
+    task = CountingTask(num_letters=4, count_digits=2, train_lengths=[1, 40], eval_lengths=[40])
+    _, answer = task.sample(4000, 40, torch.Generator().manual_seed(0))
+    count = (answer[:, 0] - DIGIT_0) * 10 + answer[:, 1] - DIGIT_0
+    assert abs(count.float().mean().item() - 10) < 0.2  # n p = 40 / 4
+    assert abs(count.float().var().item() - 7.5) < 0.6  # n p (1 - p)
+
+
+def test_counts_that_do_not_fit_are_refused():
+    with pytest.raises(ConfigError, match=r"count up to 100 does not fit.*raise it to 3"):
+        CountingTask(eval_lengths=[10, 100])
+    with pytest.raises(ConfigError, match="fixed alphabet of 14 symbols"):
+        CountingTask(num_symbols=4)
+    assert CountingTask(num_letters=6).vocab_size == 3 + 10 + 6
+
+
+def test_evaluation_prompts_never_occur_in_training():
+    task = CountingTask(train_lengths=[30, 30], eval_lengths=[30])
+    test = {tuple(p) for p in build_eval_set(task, "test", 30, 512)["prompt"]}
+    train = TrainBatches(task, batch_size=256, num_batches=40, seed=0)
+    assert not test & {tuple(p) for i in range(len(train)) for p in train[i][0].tolist()}
+
+
+@pytest.mark.parametrize("model", ["decoder", "encoder"])
+def test_trains_and_tests_in_both_layouts(tiny_cfg, model):
+    record = run(tiny_cfg("task=counting", f"model={model}", "task.eval_lengths=[4,8]"))
+    assert record["status"] == "completed"
+    assert set(record["metrics"]["test"]) == {"4", "8"}

@@ -1,0 +1,63 @@
+"""Cycle navigation (Deletang et al. 2023): the paper's examples, properties, both layouts."""
+
+import pytest
+import torch
+
+from pelab.data.datamodule import TrainBatches
+from pelab.data.eval_sets import build_eval_set
+from pelab.tasks.cycle_navigation import (
+    LEFT,
+    POSITION_0,
+    RIGHT,
+    STAY,
+    CycleNavigationTask,
+)
+from pelab.train import run
+
+MOVE = {"+": RIGHT, "-": LEFT, "0": STAY}
+
+
+@pytest.mark.parametrize(
+    ("moves", "position"),
+    [
+        ("+-0--", 3),  # 1 - 1 + 0 - 1 - 1 = -2 = 3 mod 5 (the paper's first example)
+        ("+++-", 2),  # the paper's second example
+        ("0+0-++", 2),  # the notes' "010211" with 0 stay, 1 right, 2 left
+        ("+++++", 0),  # once around the cycle
+        ("-", 4),
+        ("0", 0),
+    ],
+)
+def test_the_papers_examples(moves, position):
+    prompt = [MOVE[m] for m in moves]
+    assert CycleNavigationTask.reference(prompt) == [POSITION_0 + position]
+    solved = CycleNavigationTask().solve(torch.tensor([prompt]))
+    assert solved.tolist() == [[POSITION_0 + position]]
+
+
+def test_the_answer_ignores_the_order_of_moves():
+    task = CycleNavigationTask()
+    prompt, answer = task.sample(256, 19, torch.Generator().manual_seed(0))
+    shuffled = prompt[:, torch.randperm(19, generator=torch.Generator().manual_seed(1))]
+    assert torch.equal(task.solve(shuffled), answer)
+
+
+def test_all_five_positions_are_about_equally_likely():
+    _, answer = CycleNavigationTask().sample(5000, 30, torch.Generator().manual_seed(2))
+    share = torch.bincount(answer.flatten() - POSITION_0, minlength=5) / 5000
+    assert share.min() > 0.17 and share.max() < 0.23
+
+
+def test_evaluation_prompts_never_occur_in_training():
+    """3^30 prompts at length 30: the test set and 10k training prompts are disjoint."""
+    task = CycleNavigationTask(train_lengths=[30, 30], eval_lengths=[30])
+    test = {tuple(p) for p in build_eval_set(task, "test", 30, 512)["prompt"]}
+    train = TrainBatches(task, batch_size=256, num_batches=40, seed=0)
+    assert not test & {tuple(p) for i in range(len(train)) for p in train[i][0].tolist()}
+
+
+@pytest.mark.parametrize("model", ["decoder", "encoder"])
+def test_trains_and_tests_in_both_layouts(tiny_cfg, model):
+    record = run(tiny_cfg("task=cycle_navigation", f"model={model}", "task.eval_lengths=[4,8]"))
+    assert record["status"] == "completed"
+    assert set(record["metrics"]["test"]) == {"4", "8"}

@@ -1,0 +1,56 @@
+"""Even pairs (Deletang et al. 2023): hand-counted pairs, the first == last property, layouts."""
+
+import pytest
+import torch
+
+from pelab.data.datamodule import TrainBatches
+from pelab.data.eval_sets import build_eval_set
+from pelab.tasks.even_pairs import A, B, EVEN, ODD, EvenPairsTask
+from pelab.train import run
+
+
+def letters(text: str) -> list[int]:
+    return [A if c == "a" else B for c in text]
+
+
+@pytest.mark.parametrize(
+    ("text", "answer"),
+    [
+        ("aabba", EVEN),  # ab, ba: two pairs (the paper's example)
+        ("aabbab", ODD),  # ab, ba, ab
+        ("abab", ODD),  # ab, ba, ab
+        ("a", EVEN),  # no pairs
+        ("bbbb", EVEN),
+        ("ba", ODD),
+    ],
+)
+def test_hand_counted_answers(text, answer):
+    prompt = letters(text)
+    assert EvenPairsTask.reference(prompt) == [answer]
+    assert EvenPairsTask().solve(torch.tensor([prompt])).tolist() == [[answer]]
+
+
+def test_even_exactly_when_the_first_and_last_letters_agree():
+    prompt, answer = EvenPairsTask().sample(512, 23, torch.Generator().manual_seed(0))
+    same_ends = prompt[:, 0] == prompt[:, -1]
+    assert torch.equal(answer[:, 0] == EVEN, same_ends)
+
+
+def test_answers_are_balanced():
+    _, answer = EvenPairsTask().sample(4000, 30, torch.Generator().manual_seed(1))
+    assert abs((answer == EVEN).float().mean().item() - 0.5) < 0.03
+
+
+def test_evaluation_prompts_never_occur_in_training():
+    """2^40 prompts at length 40: the test set and 10k training prompts are disjoint."""
+    task = EvenPairsTask(train_lengths=[40, 40], eval_lengths=[40])
+    test = {tuple(p) for p in build_eval_set(task, "test", 40, 512)["prompt"]}
+    train = TrainBatches(task, batch_size=256, num_batches=40, seed=0)
+    assert not test & {tuple(p) for i in range(len(train)) for p in train[i][0].tolist()}
+
+
+@pytest.mark.parametrize("model", ["decoder", "encoder"])
+def test_trains_and_tests_in_both_layouts(tiny_cfg, model):
+    record = run(tiny_cfg("task=even_pairs", f"model={model}", "task.eval_lengths=[4,8]"))
+    assert record["status"] == "completed"
+    assert set(record["metrics"]["test"]) == {"4", "8"}

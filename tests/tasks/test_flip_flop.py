@@ -1,0 +1,81 @@
+"""Flip-flop (Liu et al. 2023): hand-written strings, the language's rules, the ignore
+probability, both layouts end to end."""
+
+import pytest
+import torch
+
+from pelab.data.datamodule import TrainBatches
+from pelab.data.eval_sets import build_eval_set
+from pelab.pe.base import ConfigError
+from pelab.tasks.flip_flop import IGNORE, ONE, READ, WRITE, ZERO, FlipFlopTask
+from pelab.train import run
+
+TOKEN = {"w": WRITE, "i": IGNORE, "r": READ, "0": ZERO, "1": ONE}
+
+
+def tokens(text: str) -> list[int]:
+    return [TOKEN[c] for c in text.replace(" ", "")]
+
+
+@pytest.mark.parametrize(
+    ("prompt", "answer"),
+    [
+        ("w1 i0 r1 i1 w0 i1 r", ZERO),
+        ("w1 i0 i0 i0 r", ONE),  # ignores never change the memory
+        ("w0 w1 r", ONE),  # the latest write wins
+        ("w1 r1 w0 r0 i1 r", ZERO),
+        ("w0 r", ZERO),
+    ],
+)
+def test_hand_written_strings(prompt, answer):
+    assert FlipFlopTask.reference(tokens(prompt)) == [answer]
+    assert FlipFlopTask().solve(torch.tensor([tokens(prompt)])).tolist() == [[answer]]
+
+
+def test_strings_follow_the_language():
+    """First w, last r, every read inside the prompt carries the latest written bit."""
+    prompt, answer = FlipFlopTask().sample(500, 30, torch.Generator().manual_seed(0))
+    assert prompt.shape == (500, 59)
+    ops, bits = prompt[:, 0::2], prompt[:, 1::2]
+    assert (ops[:, 0] == WRITE).all() and (ops[:, -1] == READ).all()
+    assert ((bits == ZERO) | (bits == ONE)).all()
+    for row_ops, row_bits in zip(ops.tolist(), bits.tolist(), strict=True):
+        memory = None
+        for op, bit in zip(row_ops, row_bits, strict=False):
+            memory = bit if op == WRITE else memory
+            assert op != READ or bit == memory
+
+
+@pytest.mark.parametrize("p_ignore", [0.1, 0.8, 0.98])
+def test_instructions_between_the_ends_follow_p_ignore(p_ignore):
+    task = FlipFlopTask(p_ignore=p_ignore)
+    prompt, _ = task.sample(2000, 50, torch.Generator().manual_seed(1))
+    middle = prompt[:, 2:-1:2]  # instructions 2 .. n-1
+    assert abs((middle == IGNORE).float().mean().item() - p_ignore) < 0.01
+    assert abs((middle == WRITE).float().mean().item() - (1 - p_ignore) / 2) < 0.01
+
+
+def test_bad_settings_are_refused():
+    with pytest.raises(ConfigError, match=r"p_ignore must be in \[0, 1\], got 1.5"):
+        FlipFlopTask(p_ignore=1.5)
+    with pytest.raises(ConfigError, match="at least 2 instructions.*got length 1"):
+        FlipFlopTask(train_lengths=[1, 20])
+
+
+def test_the_evaluation_split_is_part_of_the_cache_key():
+    task = FlipFlopTask()
+    assert task.spec()["eval_p_ignore"] == task.spec()["p_ignore"] == 0.8
+
+
+def test_evaluation_prompts_never_occur_in_training():
+    task = FlipFlopTask(train_lengths=[30, 30], eval_lengths=[30])
+    test = {tuple(p) for p in build_eval_set(task, "test", 30, 512)["prompt"]}
+    train = TrainBatches(task, batch_size=256, num_batches=40, seed=0)
+    assert not test & {tuple(p) for i in range(len(train)) for p in train[i][0].tolist()}
+
+
+@pytest.mark.parametrize("model", ["decoder", "encoder"])
+def test_trains_and_tests_in_both_layouts(tiny_cfg, model):
+    record = run(tiny_cfg("task=flip_flop", f"model={model}", "task.eval_lengths=[4,8]"))
+    assert record["status"] == "completed"
+    assert set(record["metrics"]["test"]) == {"4", "8"}

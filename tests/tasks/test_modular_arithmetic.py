@@ -1,0 +1,123 @@
+"""Modular arithmetic (Deletang et al. 2023), without and with brackets: the paper's examples,
+the grammar of sampled expressions, the parallel evaluator at long lengths, both layouts."""
+
+import pytest
+import torch
+
+from pelab.data.datamodule import TrainBatches
+from pelab.data.eval_sets import build_eval_set
+from pelab.pe.base import ConfigError
+from pelab.tasks.modular_arithmetic import (
+    CLOSE,
+    DIGIT_0,
+    MINUS,
+    OPEN,
+    PLUS,
+    SYMBOLS,
+    TIMES,
+    ModularArithmeticTask,
+)
+from pelab.train import run
+
+TOKEN = {s: DIGIT_0 + i for i, s in enumerate(SYMBOLS)}
+
+
+def tokens(text: str) -> list[int]:
+    return [TOKEN[c] for c in text.replace(" ", "")]
+
+
+@pytest.mark.parametrize(
+    ("expression", "value"),
+    [
+        ("1+2*3", 2),  # the paper's examples (simple task)
+        ("1-1-1", 4),
+        ("0*1+4*3-2", 0),
+        ("4*4*4", 4),  # 64
+        ("3-4*2+1", 1),  # 3 - 8 + 1 = -4
+        ("2", 2),
+        ("-(1-2)*(4-3*(-2))", 0),  # the paper's bracketed example: 1 * 10
+        ("((3*-2)-4)", 0),  # -6 - 4
+        ("(-3)", 2),
+        ("(1+(2*(3-4)))", 4),  # 1 + 2 * -1 = -1
+    ],
+)
+def test_the_reference_solver_on_hand_computed_expressions(expression, value):
+    assert ModularArithmeticTask.reference(tokens(expression)) == [DIGIT_0 + value]
+
+
+@pytest.mark.parametrize(("expression", "value"), [("1+2*3", 2), ("1-1-1", 4), ("0*1+4*3-2", 0)])
+def test_the_parallel_evaluator_on_the_papers_examples(expression, value):
+    solved = ModularArithmeticTask().solve(torch.tensor([tokens(expression)]))
+    assert solved.tolist() == [[DIGIT_0 + value]]
+
+
+def test_long_products_reduce_exactly():
+    """A product of 151 fours is (-1)^151 = 4 mod 5: no overflow, no float rounding."""
+    prompt = torch.tensor([tokens("*".join(["4"] * 151)), tokens("+".join(["4"] * 151))])
+    assert ModularArithmeticTask().solve(prompt).tolist() == [[DIGIT_0 + 4], [DIGIT_0 + 604 % 5]]
+
+
+def test_simple_expressions_alternate_digits_and_operators_and_have_odd_length():
+    task = ModularArithmeticTask()
+    assert [task.prompt_length(n) for n in (1, 2, 7, 8)] == [1, 1, 7, 7]
+    prompt, _ = task.sample(64, 12, torch.Generator().manual_seed(0))
+    assert prompt.shape == (64, 11)
+    assert (prompt[:, ::2] < DIGIT_0 + 5).all()
+    assert torch.isin(prompt[:, 1::2], torch.tensor([PLUS, MINUS, TIMES])).all()
+
+
+@pytest.mark.parametrize("length", [1, 2, 3, 4, 5, 6, 13, 64])
+def test_bracketed_expressions_follow_the_grammar(length):
+    """Exactly ``length`` tokens; lengths 1-4 are d, -d, (d), (-d); longer ones are
+    ``( left op right )`` with balanced brackets; every prompt parses completely."""
+    task = ModularArithmeticTask(brackets=True)
+    prompt, answer = task.sample(128, length, torch.Generator().manual_seed(length))
+    assert prompt.shape == (128, length)
+    depth = (prompt == OPEN).long().cumsum(1) - (prompt == CLOSE).long().cumsum(1)
+    assert (depth >= 0).all() and (depth[:, -1] == 0).all()
+    if length >= 5:
+        assert (prompt[:, 0] == OPEN).all() and (prompt[:, -1] == CLOSE).all()
+        assert (depth[:, :-1] >= 1).all()  # the outer brackets enclose everything
+    else:
+        leaf = {1: "0", 2: "-0", 3: "(0)", 4: "(-0)"}[length]
+        masked = torch.where(prompt < DIGIT_0 + 5, DIGIT_0, prompt)
+        assert (masked == torch.tensor(tokens(leaf))).all()
+    for p, a in zip(prompt.tolist(), answer.tolist(), strict=True):
+        assert a == task.reference(p)
+
+
+def test_bracketed_left_lengths_are_uniform():
+    """The outer split of a 9-token expression puts the operator at 2 + left, with left
+    uniform in 1 .. 5 (the paper's randint(1, length - 3))."""
+    task = ModularArithmeticTask(brackets=True)
+    prompt, _ = task.sample(5000, 9, torch.Generator().manual_seed(0))
+    depth = (prompt == OPEN).long().cumsum(1) - (prompt == CLOSE).long().cumsum(1)
+    is_op = torch.isin(prompt, torch.tensor([PLUS, MINUS, TIMES])) & (depth == 1)
+    is_op[:, :2] = False  # a leading unary minus of the left operand is not the operator
+    left = is_op.long().argmax(dim=1) - 1
+    share = torch.bincount(left, minlength=6)[1:] / 5000
+    assert share.min() > 0.17 and share.max() < 0.23
+
+
+def test_the_two_variants_have_their_own_alphabets_and_cache_keys():
+    simple, bracketed = ModularArithmeticTask(), ModularArithmeticTask(brackets=True)
+    assert (simple.num_symbols, bracketed.num_symbols) == (8, 10)
+    assert simple.spec() != bracketed.spec()
+    with pytest.raises(ConfigError, match="fixed alphabet of 8 symbols"):
+        ModularArithmeticTask(num_symbols=10)
+
+
+@pytest.mark.parametrize("brackets", [False, True])
+def test_evaluation_prompts_never_occur_in_training(brackets):
+    task = ModularArithmeticTask(brackets=brackets, train_lengths=[31, 31], eval_lengths=[31])
+    test = {tuple(p) for p in build_eval_set(task, "test", 31, 512)["prompt"]}
+    train = TrainBatches(task, batch_size=256, num_batches=40, seed=0)
+    assert not test & {tuple(p) for i in range(len(train)) for p in train[i][0].tolist()}
+
+
+@pytest.mark.parametrize("model", ["decoder", "encoder"])
+@pytest.mark.parametrize("task", ["modular_arithmetic", "modular_arithmetic_brackets"])
+def test_trains_and_tests_in_both_layouts(tiny_cfg, task, model):
+    record = run(tiny_cfg(f"task={task}", f"model={model}", "task.eval_lengths=[5,9]"))
+    assert record["status"] == "completed"
+    assert record["config"]["task"]["brackets"] == (task == "modular_arithmetic_brackets")

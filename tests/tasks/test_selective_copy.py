@@ -1,0 +1,52 @@
+"""Selective copy (Gu & Dao 2023): hand-written prompts, a fixed number of data tokens at
+uniform positions, length limits, both layouts end to end."""
+
+import pytest
+import torch
+
+from pelab.data.datamodule import TrainBatches
+from pelab.data.eval_sets import build_eval_set
+from pelab.pe.base import ConfigError
+from pelab.tasks.selective_copy import NOISE, SelectiveCopyTask
+from pelab.train import run
+
+_ = NOISE
+
+
+def test_hand_written_prompts():
+    assert SelectiveCopyTask.reference([_, 9, _, _, 5, _, 9, _]) == [9, 5, 9]
+    assert SelectiveCopyTask.reference([7, 8, 9]) == [7, 8, 9]
+    task = SelectiveCopyTask(num_tokens=3, train_lengths=[3, 8], eval_lengths=[8])
+    prompts = torch.tensor([[_, 9, _, _, 5, _, 9, _], [7, 8, _, _, _, _, _, 9]])
+    assert task.solve(prompts).tolist() == [[9, 5, 9], [7, 8, 9]]
+
+
+def test_a_fixed_number_of_data_tokens_at_uniform_positions():
+    task = SelectiveCopyTask(num_tokens=3, train_lengths=[3, 10], eval_lengths=[10])
+    prompt, answer = task.sample(3000, 10, torch.Generator().manual_seed(0))
+    is_data = prompt != NOISE
+    assert (is_data.sum(dim=1) == 3).all() and answer.shape == (3000, 3)
+    assert (answer != NOISE).all() and (answer < task.vocab_size).all()
+    share = is_data.float().mean(dim=0)  # each position holds data with probability 3/10
+    assert (share - 0.3).abs().max() < 0.04
+
+
+def test_lengths_shorter_than_the_data_are_refused():
+    with pytest.raises(ConfigError, match=r"cannot hold task.num_tokens=4.*lengths >= 4"):
+        SelectiveCopyTask(train_lengths=[2, 16])
+    with pytest.raises(ConfigError, match="at least two data symbols"):
+        SelectiveCopyTask(num_symbols=2)
+
+
+def test_evaluation_prompts_never_occur_in_training():
+    task = SelectiveCopyTask(train_lengths=[32, 32], eval_lengths=[32])
+    test = {tuple(p) for p in build_eval_set(task, "test", 32, 512)["prompt"]}
+    train = TrainBatches(task, batch_size=256, num_batches=40, seed=0)
+    assert not test & {tuple(p) for i in range(len(train)) for p in train[i][0].tolist()}
+
+
+@pytest.mark.parametrize("model", ["decoder", "encoder"])
+def test_trains_and_tests_in_both_layouts(tiny_cfg, model):
+    record = run(tiny_cfg("task=selective_copy", f"model={model}", "task.eval_lengths=[8,32]"))
+    assert record["status"] == "completed"
+    assert set(record["metrics"]["test"]) == {"8", "32"}

@@ -1,0 +1,74 @@
+"""Stack manipulation (Deletang et al. 2023): the paper's examples, the parallel stack against
+a simulated one, the answer's layout, both layouts end to end."""
+
+import pytest
+import torch
+
+from pelab.data.datamodule import TrainBatches
+from pelab.data.eval_sets import build_eval_set
+from pelab.tasks.stack_manipulation import (
+    EMPTY,
+    ONE,
+    POP,
+    PUSH0,
+    PUSH1,
+    ZERO,
+    StackManipulationTask,
+)
+from pelab.train import run
+
+TOKEN = {"0": ZERO, "1": ONE, "POP": POP, "PUSH0": PUSH0, "PUSH1": PUSH1, "_": EMPTY}
+
+
+def tokens(text: str) -> list[int]:
+    return [TOKEN[word] for word in text.split()]
+
+
+@pytest.mark.parametrize(
+    ("prompt", "answer"),
+    [
+        ("0 1 1 0 PUSH1 POP POP", "1 1 0 _ _ _ _ _"),  # the paper's first example
+        ("1 1 0 POP POP POP", "_ _ _ _ _ _ _"),  # the paper's second example: emptied
+        ("1 POP POP PUSH0 PUSH1", "1 0 _ _ _ _"),  # a POP on an empty stack does nothing
+        ("0", "0 _"),  # length 1: a one-bit stack, no action
+        ("1 0 PUSH1 PUSH1", "1 1 0 1 _"),
+    ],
+)
+def test_the_papers_examples(prompt, answer):
+    assert StackManipulationTask.reference(tokens(prompt)) == tokens(answer)
+    solved = StackManipulationTask().solve(torch.tensor([tokens(prompt)]))
+    assert solved.tolist() == [tokens(answer)]
+
+
+def test_prompts_are_a_stack_of_bits_then_actions():
+    """The stack holds k ~ U{1 .. n-1} bits, the other tokens are actions."""
+    prompt, answer = StackManipulationTask().sample(4000, 6, torch.Generator().manual_seed(0))
+    is_bit = prompt <= ONE
+    stack_size = is_bit.long().sum(dim=1)
+    assert torch.equal(is_bit, torch.arange(6) < stack_size[:, None])  # bits first, then actions
+    share = torch.bincount(stack_size, minlength=6)[1:] / 4000
+    assert share.min() > 0.17 and share.max() < 0.23  # uniform over 1 .. 5
+    assert answer.shape == (4000, 7)
+
+
+def test_answers_are_the_stack_then_padding():
+    """Bits from the top down, then only ``_``; at least one ``_`` (answers have n + 1 slots)."""
+    _, answer = StackManipulationTask().sample(512, 30, torch.Generator().manual_seed(1))
+    empty = answer == EMPTY
+    assert empty[:, -1].all()
+    assert (empty.long().cummax(dim=1).values == empty.long()).all()  # no bit after a _
+
+
+def test_evaluation_prompts_never_occur_in_training():
+    task = StackManipulationTask(train_lengths=[30, 30], eval_lengths=[30])
+    test = {tuple(p) for p in build_eval_set(task, "test", 30, 512)["prompt"]}
+    train = TrainBatches(task, batch_size=256, num_batches=40, seed=0)
+    assert not test & {tuple(p) for i in range(len(train)) for p in train[i][0].tolist()}
+
+
+@pytest.mark.parametrize("model", ["decoder", "encoder"])
+def test_trains_and_tests_in_both_layouts(tiny_cfg, model):
+    overrides = ("task.train_lengths=[1,8]", "task.eval_lengths=[4,8]")
+    record = run(tiny_cfg("task=stack_manipulation", f"model={model}", *overrides))
+    assert record["status"] == "completed"
+    assert set(record["metrics"]["test"]) == {"4", "8"}
