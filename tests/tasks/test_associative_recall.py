@@ -21,7 +21,9 @@ def test_hand_written_lookups():
 
 
 def test_keys_are_distinct_and_the_query_is_one_of_them():
-    task = AssociativeRecallTask(num_keys=12, num_values=4, train_lengths=[1, 12], eval_lengths=[12])
+    task = AssociativeRecallTask(
+        num_keys=12, num_values=4, train_lengths=[1, 12], eval_lengths=[12]
+    )
     prompt, answer = task.sample(1000, 12, torch.Generator().manual_seed(0))
     keys, values, query = prompt[:, 0:-1:2], prompt[:, 1::2], prompt[:, -1:]
     assert (keys.sort(dim=1).values == torch.arange(3, 15)).all()  # all 12 keys, each once

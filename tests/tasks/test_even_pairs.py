@@ -5,7 +5,7 @@ import torch
 
 from pelab.data.datamodule import TrainBatches
 from pelab.data.eval_sets import build_eval_set
-from pelab.tasks.even_pairs import A, B, EVEN, ODD, EvenPairsTask
+from pelab.tasks.even_pairs import EVEN, ODD, A, B, EvenPairsTask
 from pelab.train import run
 
 
