@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from math import isqrt
 from typing import Any
 
@@ -11,7 +11,7 @@ from einops import rearrange
 from torch import Tensor
 
 from pelab.pe.base import ConfigError
-from pelab.tasks.base import N_SPECIAL, Task, register_task
+from pelab.tasks.base import Task, register_task
 
 # mode -> the answer grid from the prompt grid, vectorised over ``[b, side, side]``
 SOLVERS: dict[str, Callable[[Tensor], Tensor]] = {
@@ -57,20 +57,18 @@ class GridTask(Task):
     (relative encodings can read them off the offset to BOS at ``(0, 0)``).
     """
 
+    length_axis = "grid side"
     position_dims = 2
+    default_train_lengths = (2, 5)
+    default_eval_lengths = (3, 5, 6, 8)
+    variants = ({"mode": "copy"},)
 
-    def __init__(
-        self,
-        mode: str = "transpose",
-        train_lengths: Sequence[int] = (2, 5),
-        eval_lengths: Sequence[int] = (3, 5, 6, 8),
-        **common: Any,
-    ) -> None:
-        """``common``: the options of every task (num_symbols, n_val, n_test, eval_seed)."""
-        super().__init__(train_lengths, eval_lengths, **common)
+    def __init__(self, mode: str = "transpose", **common: Any) -> None:
+        """``common``: the options of every task (lengths, num_symbols, n_val, ...)."""
         if mode not in SOLVERS:
             raise ConfigError(f"unknown task.mode {mode!r}; valid choices: {list(SOLVERS)}")
         self.mode = mode
+        super().__init__(**common)
 
     def prompt_length(self, length: int) -> int:
         return length * length
@@ -78,17 +76,11 @@ class GridTask(Task):
     def answer_length(self, length: int) -> int:
         return length * length
 
-    def sample(self, batch: int, length: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
-        """``batch`` random grids of side ``length``, ``[b, side²]`` each, row by row."""
-        cells = self.prompt_length(length)
-        prompt = torch.randint(N_SPECIAL, self.vocab_size, (batch, cells), generator=generator)
-        return prompt, self.solve(prompt)
-
     def solve(self, prompt: Tensor) -> Tensor:
         grid = rearrange(prompt, "b (r c) -> b r c", r=grid_side(prompt.shape[1]))
         return rearrange(SOLVERS[self.mode](grid), "b r c -> b (r c)")
 
-    def reference(self, prompt: list[int]) -> list[int]:  # the mode picks the rule: not static
+    def reference(self, prompt: list[int]) -> list[int]:
         side = grid_side(len(prompt))
         rows = [prompt[r * side : (r + 1) * side] for r in range(side)]
         return [symbol for row in REFERENCES[self.mode](rows) for symbol in row]
