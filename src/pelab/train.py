@@ -14,6 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from pelab import pe as _pe  # noqa: F401  (registers the encodings)
 from pelab import tasks as _tasks  # noqa: F401  (registers the tasks)
+from pelab.chance import eval_chance
 from pelab.data.datamodule import TaskDataModule
 from pelab.layouts import get_layout
 from pelab.lit_module import SequenceModel
@@ -97,7 +98,10 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     if cfg.test:
         best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
         trainer.test(model, datamodule=datamodule, ckpt_path=best or None, verbose=False)
-    return {"metrics": dict(model.final_metrics), "params": params, "task": task}
+    out = {"metrics": dict(model.final_metrics), "params": params, "task": task}
+    if cfg.test:  # the chance level of each metric on the very test sets scored above
+        out["chance"] = eval_chance(task, "test", task.n_test, cfg.paths.cache_dir)
+    return out
 
 
 def choices(cfg: DictConfig) -> dict[str, Any]:
@@ -124,6 +128,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
                 train_lengths=list(out["task"].train_lengths),
                 params=out["params"],
             )
+            if "chance" in out:
+                record["metrics"]["chance"] = out["chance"]
             print_results(record, out["task"])
         return record
     finally:

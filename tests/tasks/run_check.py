@@ -1,0 +1,53 @@
+"""Shared checks for the task test files: a tiny run in each layout, and the slow "a small model
+learns it in distribution" run."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from pelab.train import run
+from tests.conftest import compose_config
+
+KINDS = ("decoder", "encoder")
+
+
+def assert_runs(tiny_cfg, model: str, task: str, *overrides: str) -> dict[str, Any]:
+    """``python scripts/train.py task=<task> pe=rope model=<model>`` in-process, tiny: it
+    completes and reports both metrics and their chance level at every evaluation length."""
+    cfg = tiny_cfg(f"task={task}", f"model={model}", "pe=rope", *overrides)
+    record = run(cfg)
+    assert record["status"] == "completed"
+    lengths = [str(n) for n in cfg.task.eval_lengths]
+    assert list(record["metrics"]["test"]) == lengths == list(record["metrics"]["chance"])
+    for length in lengths:
+        m, c = record["metrics"]["test"][length], record["metrics"]["chance"][length]
+        assert 0 <= m["exact_match"] <= m["token_acc"] <= 1
+        assert 0 <= c["exact_match"] <= c["token_acc"] <= 1
+    return record
+
+
+def learn(tmp_path: Path, task: str, steps: int, *overrides: str) -> dict[str, Any]:
+    """Train the default decoder (d_model 64, 2 layers, RoPE) for ``steps`` steps of 64 samples
+    and return the record, with the wall time printed (run with ``-s`` to see it)."""
+    cfg = compose_config(
+        [
+            f"task={task}",
+            "pe=rope",
+            "logger=csv",
+            f"trainer.max_steps={steps}",
+            f"trainer.val_check_interval={steps}",
+            "trainer.enable_progress_bar=false",
+            "task.n_val=64",
+            "task.n_test=256",
+            *overrides,
+        ],
+        tmp_path,
+    )
+    start = time.perf_counter()
+    record = run(cfg)
+    seconds = time.perf_counter() - start
+    test_id = record["metrics"]["test_id"]
+    print(f"\n{task} {overrides}: {steps} steps, {seconds:.0f} s, in-distribution {test_id}")
+    return record

@@ -1,0 +1,69 @@
+"""Chance levels (pelab.chance): a hand-computed cross-fit, and agreement with exact values."""
+
+import pytest
+import torch
+
+from pelab.chance import chance_levels, constant_answers, eval_chance
+from pelab.data.eval_sets import load_eval_set
+from pelab.tasks import TASK_REGISTRY
+
+
+def test_hand_computed_cross_fit():
+    answers = torch.tensor([[3, 4], [3, 4], [3, 5], [4, 4]])
+    # fit on rows 0-1: whole [3, 4], per position [3, 4]; on rows 2-3: 0 exact, 1 + 1 half tokens
+    # fit on rows 2-3: whole [3, 5] (a tie, the smallest row), per position [3, 4] (ties ->
+    # smallest token); on rows 0-1: 0 exact, 2 full tokens
+    assert chance_levels(answers) == {"exact_match": 0.0, "token_acc": (1 + 2) / 4}
+
+
+def test_ties_go_to_the_smallest_answer():
+    whole, per_position = constant_answers(torch.tensor([[9, 3], [4, 8], [9, 3], [4, 8]]))
+    assert whole.tolist() == [4, 8] and per_position.tolist() == [4, 3]
+
+
+def test_a_constant_answer_is_always_right():
+    assert chance_levels(torch.full((10, 3), 7)) == {"exact_match": 1.0, "token_acc": 1.0}
+    assert chance_levels(torch.tensor([[5, 6]])) == {"exact_match": 1.0, "token_acc": 1.0}
+
+
+def summation_best_constant(terms: int) -> float:
+    """The probability of the most likely sum mod 10 of ``terms`` digits uniform on 1..9."""
+    dist = torch.zeros(10, dtype=torch.float64)
+    dist[0] = 1.0
+    for _ in range(terms):
+        dist = sum(torch.roll(dist, d) for d in range(1, 10)) / 9
+    return float(dist.max())
+
+
+@pytest.mark.parametrize("terms", [1, 2, 3])
+def test_summation_chance_matches_the_exact_distribution(terms):
+    task = TASK_REGISTRY["summation"]()
+    _, answer = task.sample(20000, terms, torch.Generator().manual_seed(terms))
+    chance = chance_levels(answer)
+    assert chance["exact_match"] == pytest.approx(summation_best_constant(terms), abs=0.01)
+    assert chance["token_acc"] == chance["exact_match"]  # a one-token answer
+
+
+def test_copy_chance_is_one_symbol_in_32_per_token_and_zero_for_the_whole_answer():
+    task = TASK_REGISTRY["copy"]()
+    _, answer = task.sample(4000, 8, torch.Generator().manual_seed(0))
+    chance = chance_levels(answer)
+    assert chance["exact_match"] == 0.0  # 32^8 answers: a constant one is never right
+    assert chance["token_acc"] == pytest.approx(1 / 32, abs=0.006)
+
+
+def test_binary_answers_have_one_half_chance():
+    task = TASK_REGISTRY["odds_first"]()  # at length 1 the answer is the one random bit
+    _, answer = task.sample(20000, 1, torch.Generator().manual_seed(0))
+    assert chance_levels(answer)["exact_match"] == pytest.approx(0.5, abs=0.01)
+
+
+def test_eval_chance_scores_the_cached_test_sets(tmp_path):
+    task = TASK_REGISTRY["bucket_sort"](eval_lengths=[1, 16])
+    chance = eval_chance(task, "test", 512, tmp_path)
+    assert list(chance) == ["1", "16"]
+    answers = load_eval_set(task, "test", 16, 512, tmp_path)[:]["answer"]
+    assert chance["16"] == chance_levels(answers)
+    assert chance["1"]["exact_match"] == pytest.approx(1 / 5, abs=0.06)  # 5 symbols
+    # sorted answers: the first slot is mostly the smallest symbol, the last the largest
+    assert chance["16"]["token_acc"] > 0.5 > chance["16"]["exact_match"]

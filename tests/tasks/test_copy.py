@@ -1,0 +1,58 @@
+"""Copy and its variants (random, repeated, double): hand-written answers, properties, runs."""
+
+import pytest
+import torch
+
+from pelab.data.eval_sets import cache_key
+from pelab.pe.base import ConfigError
+from pelab.tasks.copy import CopyTask
+from tests.tasks.run_check import KINDS, assert_runs, learn
+
+PROMPT = [5, 3, 4, 3]
+
+
+@pytest.mark.parametrize(
+    ("variant", "answer"),
+    [("random", [5, 3, 4, 3]), ("repeated", [5, 3, 4, 3]), ("double", [5, 3, 4, 3, 5, 3, 4, 3])],
+)
+def test_hand_written_answers(variant, answer):
+    task = CopyTask(variant=variant)
+    assert task.reference(PROMPT) == answer
+    assert task.solve(torch.tensor([PROMPT])).tolist() == [answer]
+    assert task.answer_length(4) == len(answer)
+
+
+def test_repeated_prompts_hold_one_symbol_and_all_symbols_occur():
+    task = CopyTask(variant="repeated", num_symbols=6)
+    prompt, answer = task.sample(300, 9, torch.Generator().manual_seed(0))
+    assert (prompt == prompt[:, :1]).all() and torch.equal(answer, prompt)
+    assert sorted(prompt[:, 0].unique().tolist()) == list(range(3, 9))
+
+
+def test_random_prompts_are_uniform_over_symbols():
+    prompt, _ = CopyTask(num_symbols=4).sample(5000, 8, torch.Generator().manual_seed(0))
+    shares = torch.bincount(prompt.flatten() - 3, minlength=4) / prompt.numel()
+    assert torch.allclose(shares, torch.full((4,), 0.25), atol=0.01)
+
+
+def test_variants_have_their_own_evaluation_sets():
+    keys = {
+        cache_key(CopyTask(variant=v), "test", 8, 16) for v in ("random", "repeated", "double")
+    }
+    assert len(keys) == 3
+
+
+def test_an_unknown_variant_is_refused_with_the_choices():
+    with pytest.raises(ConfigError, match=r"'twice'.*random, repeated, double"):
+        CopyTask(variant="twice")
+
+
+@pytest.mark.parametrize("model", KINDS)
+def test_trains_and_tests_in_both_layouts(tiny_cfg, model):
+    assert_runs(tiny_cfg, model, "copy", "task.variant=double", "task.eval_lengths=[4,20]")
+
+
+@pytest.mark.slow
+def test_a_small_model_learns_copy_in_distribution(tmp_path):
+    record = learn(tmp_path, "copy", 1500, "task.train_lengths=[1,10]", "task.eval_lengths=[10]")
+    assert record["metrics"]["test_id"]["exact_match"] >= 0.9

@@ -1,0 +1,38 @@
+"""Duplicate string (Deletang et al. 2023): the paper's examples, properties, runs."""
+
+import pytest
+import torch
+
+from pelab.tasks.duplicate import DuplicateTask
+from tests.tasks.run_check import KINDS, assert_runs, learn
+
+
+def bits(text: str) -> list[int]:
+    return [3 + int(c) for c in text]
+
+
+@pytest.mark.parametrize(("text", "answer"), [("101", "101101"), ("111111", "111111111111")])
+def test_the_papers_examples(text, answer):
+    assert DuplicateTask.reference(bits(text)) == bits(answer)
+    assert DuplicateTask().solve(torch.tensor([bits(text)])).tolist() == [bits(answer)]
+
+
+def test_binary_by_default_and_both_halves_equal_the_prompt():
+    task = DuplicateTask()
+    assert task.vocab_size == 3 + 2
+    prompt, answer = task.sample(32, 11, torch.Generator().manual_seed(0))
+    assert answer.shape == (32, 22)
+    assert torch.equal(answer[:, :11], prompt) and torch.equal(answer[:, 11:], prompt)
+
+
+@pytest.mark.parametrize("model", KINDS)
+def test_trains_and_tests_in_both_layouts(tiny_cfg, model):
+    assert_runs(tiny_cfg, model, "duplicate", "task.eval_lengths=[4,20]")
+
+
+@pytest.mark.slow
+def test_a_small_model_learns_duplicate_in_distribution(tmp_path):
+    record = learn(
+        tmp_path, "duplicate", 1500, "task.train_lengths=[1,10]", "task.eval_lengths=[10]"
+    )
+    assert record["metrics"]["test_id"]["exact_match"] >= 0.9

@@ -1,0 +1,52 @@
+"""Training and evaluation sets share no sample where the task's space is large, and do where it
+is small, as docs/tasks.md states for each task."""
+
+import pytest
+
+from pelab.data.datamodule import TrainBatches
+from pelab.data.eval_sets import build_eval_set
+from pelab.tasks import TASK_REGISTRY
+
+
+def shared_prompts(name: str, kwargs: dict, length: int, n_train_batches: int) -> float:
+    """The share of the test set at ``length`` whose prompt occurs in a training stream of
+    ``n_train_batches`` batches of 256 (all at ``length``)."""
+    task = TASK_REGISTRY[name](train_lengths=[length, length], eval_lengths=[length], **kwargs)
+    test = [tuple(p) for p in build_eval_set(task, "test", length, 512)["prompt"]]
+    stream = TrainBatches(task, batch_size=256, num_batches=n_train_batches, seed=0)
+    seen = {tuple(p) for i in range(len(stream)) for p in stream[i][0].tolist()}
+    return sum(p in seen for p in test) / len(test)
+
+
+@pytest.mark.parametrize(
+    ("name", "kwargs", "length"),
+    [
+        ("copy", {}, 16),  # 32^16 prompts
+        ("copy", {"variant": "double"}, 16),
+        ("reverse", {}, 16),
+        ("sort", {}, 16),
+        ("sort", {"digits": 4}, 16),
+        ("bucket_sort", {}, 16),  # 5^16 ~ 1.5e11
+        ("addition", {}, 8),  # 10^16 operand pairs
+        ("summation", {}, 16),  # 9^16 ~ 1.9e15
+        ("duplicate", {}, 40),  # binary tasks need the paper's lengths: 2^40 ~ 1.1e12
+        ("odds_first", {}, 40),
+        ("binary_addition", {}, 40),
+    ],
+)
+def test_large_spaces_share_nothing(name, kwargs, length):
+    assert shared_prompts(name, kwargs, length, n_train_batches=20) == 0.0
+
+
+@pytest.mark.parametrize(
+    ("name", "kwargs", "length"),
+    [
+        ("copy", {"variant": "repeated"}, 16),  # 32 prompts per length
+        ("duplicate", {}, 8),  # 2^8 = 256 prompts
+        ("odds_first", {}, 8),
+        ("addition", {}, 2),  # 10^4 operand pairs
+        ("summation", {}, 3),  # 9^3 = 729
+    ],
+)
+def test_small_spaces_are_seen_in_training(name, kwargs, length):
+    assert shared_prompts(name, kwargs, length, n_train_batches=20) > 0.3
