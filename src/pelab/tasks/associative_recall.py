@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -27,13 +26,13 @@ class AssociativeRecallTask(Task):
     """
 
     length_axis = "key-value pairs"
+    default_train_lengths = (1, 16)
+    default_eval_lengths = (8, 16, 24, 32)
 
     def __init__(
         self,
         num_keys: int = 32,
         num_values: int = 32,
-        train_lengths: Sequence[int] = (1, 16),
-        eval_lengths: Sequence[int] = (8, 16, 24, 32),
         **common: Any,
     ) -> None:
         if num_keys < 1 or num_values < 2:
@@ -43,7 +42,7 @@ class AssociativeRecallTask(Task):
             )
         self.num_keys, self.num_values = int(num_keys), int(num_values)
         self.fixed_num_symbols = self.num_keys + self.num_values
-        super().__init__(train_lengths, eval_lengths, **common)
+        super().__init__(**common)
 
     def check_length(self, length: int) -> None:
         super().check_length(length)

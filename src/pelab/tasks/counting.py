@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -32,13 +31,13 @@ class CountingTask(Task):
     """
 
     length_axis = "letters before the query"
+    default_train_lengths = (1, 20)
+    default_eval_lengths = (10, 20, 30, 40)
 
     def __init__(
         self,
         num_letters: int = 4,
         count_digits: int = 2,
-        train_lengths: Sequence[int] = (1, 20),
-        eval_lengths: Sequence[int] = (10, 20, 30, 40),
         **common: Any,
     ) -> None:
         if num_letters < 2 or count_digits < 1:
@@ -48,7 +47,7 @@ class CountingTask(Task):
             )
         self.num_letters, self.count_digits = int(num_letters), int(count_digits)
         self.fixed_num_symbols = 10 + self.num_letters
-        super().__init__(train_lengths, eval_lengths, **common)
+        super().__init__(**common)
 
     def check_length(self, length: int) -> None:
         super().check_length(length)

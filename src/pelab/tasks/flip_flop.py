@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -38,13 +37,14 @@ class FlipFlopTask(Task):
 
     fixed_num_symbols = len(SYMBOLS)
     length_axis = "instructions"
+    variants = ({"p_ignore": 0.98}, {"p_ignore": 0.1})  # sparse and dense strings
+    default_train_lengths = (2, 20)
+    default_eval_lengths = (10, 20, 30, 40)
 
     def __init__(
         self,
         p_ignore: float = 0.8,
         eval_p_ignore: float | None = None,
-        train_lengths: Sequence[int] = (2, 20),
-        eval_lengths: Sequence[int] = (10, 20, 30, 40),
         **common: Any,
     ) -> None:
         eval_p_ignore = p_ignore if eval_p_ignore is None else eval_p_ignore
@@ -58,7 +58,7 @@ class FlipFlopTask(Task):
                 "distribution; leave task.eval_p_ignore out (null)"
             )
         self.p_ignore, self.eval_p_ignore = float(p_ignore), float(eval_p_ignore)
-        super().__init__(train_lengths, eval_lengths, **common)
+        super().__init__(**common)
 
     def check_length(self, length: int) -> None:
         if length < 2:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -57,18 +56,19 @@ class ModularArithmeticTask(Task):
     """
 
     length_axis = "expression tokens"
+    variants = ({"brackets": True},)
+    default_train_lengths = (1, 21)
+    default_eval_lengths = (11, 21, 31, 41)
 
     def __init__(
         self,
         brackets: bool = False,
-        train_lengths: Sequence[int] = (1, 21),
-        eval_lengths: Sequence[int] = (11, 21, 31, 41),
         **common: Any,
     ) -> None:
         self.brackets = bool(brackets)
         # without brackets the alphabet stops before "(" and ")"
         self.fixed_num_symbols = len(SYMBOLS) if self.brackets else SYMBOLS.index("(")
-        super().__init__(train_lengths, eval_lengths, **common)
+        super().__init__(**common)
 
     def prompt_length(self, length: int) -> int:
         return length if self.brackets or length % 2 == 1 else length - 1

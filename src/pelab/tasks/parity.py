@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
-
 import torch
 from torch import Tensor
 
@@ -25,14 +22,8 @@ class ParityTask(Task):
 
     fixed_num_symbols = len(SYMBOLS)
     length_axis = "bits"
-
-    def __init__(
-        self,
-        train_lengths: Sequence[int] = (1, 20),
-        eval_lengths: Sequence[int] = (10, 20, 30, 40),
-        **common: Any,
-    ) -> None:
-        super().__init__(train_lengths, eval_lengths, **common)
+    default_train_lengths = (1, 20)
+    default_eval_lengths = (10, 20, 30, 40)
 
     def answer_length(self, length: int) -> int:
         return 1

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -30,19 +29,19 @@ class SelectiveCopyTask(Task):
     """
 
     length_axis = "tokens (data + noise)"
+    default_train_lengths = (4, 16)
+    default_eval_lengths = (8, 16, 32, 64)
     default_num_symbols = 17  # 16 data symbols and the noise symbol
 
     def __init__(
         self,
         num_tokens: int = 4,
-        train_lengths: Sequence[int] = (4, 16),
-        eval_lengths: Sequence[int] = (8, 16, 32, 64),
         **common: Any,
     ) -> None:
         if num_tokens < 1:
             raise ConfigError(f"selective_copy: task.num_tokens must be >= 1, got {num_tokens}")
         self.num_tokens = int(num_tokens)
-        super().__init__(train_lengths, eval_lengths, **common)
+        super().__init__(**common)
         if self.num_symbols < 3:
             raise ConfigError(
                 "selective_copy: task.num_symbols counts the noise symbol and needs at least two "

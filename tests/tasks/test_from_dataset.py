@@ -1,0 +1,146 @@
+"""from_dataset: vocabularies of strings, tokens and ids, ragged targets, splits by length and by
+the dataset's own splits, clear errors, and a whole run on a tiny dataset in ``tmp_path``."""
+
+import datasets
+import pytest
+import torch
+
+from pelab.pe.base import ConfigError
+from pelab.tasks.base import N_SPECIAL
+from pelab.tasks.from_dataset import PAD, FromDatasetTask, write_example
+from pelab.train import run
+
+
+def save(tmp_path, data, name="data") -> str:
+    path = str(tmp_path / name)
+    data.save_to_disk(path)
+    return path
+
+
+def table(inputs, targets, **columns) -> datasets.Dataset:
+    return datasets.Dataset.from_dict({"input": inputs, "target": targets, **columns})
+
+
+def test_strings_are_characters_and_the_vocabulary_is_sorted(tmp_path):
+    path = save(tmp_path, table(["ba", "ab", "bb", "aa"] * 3, ["ab", "ba", "bb", "aa"] * 3))
+    task = FromDatasetTask(path, train_lengths=[2, 2], eval_lengths=[2])
+    assert task.vocabulary == ["a", "b"] and task.vocab_size == N_SPECIAL + 2
+    a, b = N_SPECIAL, N_SPECIAL + 1
+    assert task.reference([b, a]) == [a, b]  # "ba" -> "ab"
+    assert task.prompt_length(2) == task.answer_length(2) == 2
+
+
+def test_token_lists_and_integer_ids_are_renumbered(tmp_path):
+    words = table([["the", "cat"], ["a", "cat"]] * 2, [["cat"], ["cat", "a"]] * 2)
+    task = FromDatasetTask(save(tmp_path, words, "words"), train_lengths=[2, 2], eval_lengths=[2])
+    assert task.vocabulary == ["a", "cat", "the", PAD]  # targets of inputs of 2 are ragged
+    ids = table([[7, 100], [100, 7]] * 2, [[100], [7]] * 2)
+    task = FromDatasetTask(save(tmp_path, ids, "ids"), train_lengths=[2, 2], eval_lengths=[2])
+    assert task.vocabulary == [7, 100]  # numeric order, no padding needed
+    assert task.reference([N_SPECIAL, N_SPECIAL + 1]) == [N_SPECIAL + 1]
+
+
+def test_ragged_targets_are_padded_to_the_longest_at_their_input_length(tmp_path):
+    # inputs of 3 have targets of 1, 2 and 3 tokens; inputs of 1 have 1-token targets
+    path = save(
+        tmp_path, table(["abc", "abd", "abe", "a", "b"] * 4, ["a", "ab", "abc", "b", "a"] * 4)
+    )
+    task = FromDatasetTask(path, train_lengths=[3, 3], eval_lengths=[1, 3], holdout=0.25)
+    assert (task.answer_length(1), task.answer_length(3)) == (1, 3)
+    pad = N_SPECIAL + task.vocabulary.index(PAD)
+    token = {item: N_SPECIAL + i for i, item in enumerate(task.vocabulary)}
+    assert task.reference([token[c] for c in "abd"]) == [token["a"], token["b"], pad]
+    prompt, answer = task.sample(64, 3, torch.Generator().manual_seed(0))
+    assert answer.shape == (64, 3) and (answer == pad).any()
+
+
+def test_one_dataset_holds_out_examples_of_the_training_lengths(tmp_path):
+    path = write_example(tmp_path / "drop_a", size=600)
+    task = FromDatasetTask(path, train_lengths=[1, 8], eval_lengths=[4, 8, 12], holdout=0.2)
+    for n in range(1, 9):
+        train = {tuple(p) for p in task.pools["train"][n][0].tolist()}
+        held = {tuple(p) for p in task.pools["eval"][n][0].tolist()}
+        assert held and not train & held  # a held-out string never occurs in training
+    assert 12 not in task.pools["train"]  # beyond the training range: evaluation only
+    again = FromDatasetTask(path, train_lengths=[1, 8], eval_lengths=[4, 8, 12], holdout=0.2)
+    assert again.spec() == task.spec()  # the held-out examples are fixed by eval_seed
+    assert FromDatasetTask(path, train_lengths=[1, 8], eval_lengths=[8], eval_seed=7).spec() != (
+        task.spec()
+    )
+
+
+def test_evaluation_sets_are_distinct_held_out_examples(tmp_path):
+    path = write_example(tmp_path / "drop_a", size=600)
+    task = FromDatasetTask(path, train_lengths=[1, 8], eval_lengths=[8, 12])
+    prompt, answer = task.sample_eval("test", 512, 12, torch.Generator().manual_seed(0))
+    available = task.pools["eval"][12][0].shape[0]
+    assert prompt.shape == (available, 12) < (512, 12)  # all of them, each once
+    assert len({tuple(p) for p in prompt.tolist()}) == len(set(map(tuple, prompt.tolist())))
+    for p, a in zip(prompt.tolist(), answer.tolist(), strict=True):
+        assert a == task.reference(p)
+    few, _ = task.sample_eval("val", 3, 12, torch.Generator().manual_seed(0))
+    assert few.shape == (3, 12)
+
+
+def test_a_dataset_dict_trains_on_one_split_and_evaluates_on_another(tmp_path):
+    splits = datasets.DatasetDict(
+        {
+            "train": table(["ab", "ba", "a", "b"], ["ba", "ab", "a", "b"]),
+            "test": table(["aab", "bba", "ab"], ["baa", "abb", "ba"]),
+        }
+    )
+    path = save(tmp_path, splits)
+    task = FromDatasetTask(path, train_lengths=[1, 2], eval_lengths=[2, 3])
+    assert sorted(task.pools["train"]) == [1, 2] and sorted(task.pools["eval"]) == [2, 3]
+    prompt, _ = task.sample_eval("test", 8, 3, torch.Generator().manual_seed(0))
+    assert prompt.shape == (2, 3)
+    with pytest.raises(
+        ConfigError, match=r"no split 'validation'; its splits are \['test', 'train'\]"
+    ):
+        FromDatasetTask(path, eval_split="validation", train_lengths=[1, 2], eval_lengths=[2])
+
+
+def test_errors_name_the_bad_value_and_the_valid_choices(tmp_path):
+    with pytest.raises(ConfigError, match=r"task.path '.*nowhere' does not exist"):
+        FromDatasetTask(str(tmp_path / "nowhere"))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ConfigError, match="is not a dataset saved with save_to_disk"):
+        FromDatasetTask(str(tmp_path / "empty"))
+    path = save(tmp_path, table(["ab"] * 4, ["ba"] * 4, source=["x"] * 4))
+    with pytest.raises(
+        ConfigError, match=r"no column 'text'; its columns are \['input', 'target', 'source'\]"
+    ):
+        FromDatasetTask(path, input_column="text", train_lengths=[2, 2], eval_lengths=[2])
+    with pytest.raises(
+        ConfigError, match=r"no train examples with input length \[1, 3\].*input lengths 2"
+    ):
+        FromDatasetTask(path, train_lengths=[1, 3], eval_lengths=[2])
+    mixed = save(
+        tmp_path,
+        table(
+            [[1, 2], [3, 4]],
+            [[1], [2]],
+        ),
+        "ints",
+    )
+    with pytest.raises(ConfigError, match=r"column 'input' .* must hold sequences"):
+        FromDatasetTask(
+            save(
+                tmp_path,
+                datasets.Dataset.from_dict({"input": [1, 2], "target": ["a", "b"]}),
+                "bad",
+            )
+        )
+    assert FromDatasetTask(
+        mixed, train_lengths=[2, 2], eval_lengths=[2], holdout=0.5
+    ).vocabulary == [1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("model", ["decoder", "encoder"])
+def test_trains_on_a_tiny_dataset_end_to_end(tiny_cfg, tmp_path, model):
+    path = write_example(tmp_path / "drop_a")
+    overrides = ["task=from_dataset", f"task.path={path}", "task.train_lengths=[1,8]"]
+    record = run(tiny_cfg(*overrides, "task.eval_lengths=[4,8,12]", f"model={model}"))
+    assert record["status"] == "completed"
+    assert set(record["metrics"]["test"]) == {"4", "8", "12"}
+    assert record["config"]["task"]["path"] == path
