@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -15,15 +16,28 @@ from omegaconf import DictConfig, OmegaConf
 from pelab import pe as _pe  # noqa: F401  (registers the encodings)
 from pelab import tasks as _tasks  # noqa: F401  (registers the tasks)
 from pelab.chance import eval_chance
-from pelab.data.datamodule import TaskDataModule
 from pelab.layouts import get_layout
 from pelab.lit_module import SequenceModel
 from pelab.models.encoder_decoder import EncoderDecoder
 from pelab.models.transformer import Transformer
 from pelab.pe.base import ConfigError
+from pelab.reliability.callbacks import ResumeState, exit_status_on_sigterm
+from pelab.reliability.checkpoints import (
+    AtomicCheckpointIO,
+    check_compatible,
+    identity,
+    read_checkpoint,
+    resume_path,
+)
+from pelab.reliability.completed import completed_record
+from pelab.reliability.data import ResumableTaskData
+from pelab.reliability.memory import check_eval_memory
+from pelab.reliability.validate import check_types
 from pelab.tasks.base import Task
 from pelab.utils.report import print_results
 from pelab.utils.results import recorded, summarize
+
+log = logging.getLogger(__name__)
 
 
 def build_task(cfg: DictConfig) -> Task:
@@ -62,7 +76,12 @@ def _instantiate_dict(section: DictConfig | None) -> list[Any]:
 
 
 def train(cfg: DictConfig) -> dict[str, Any]:
-    """Fit, then test on every evaluation length; returns the run's metrics and sizes."""
+    """Fit, then test on every evaluation length; returns the run's metrics and sizes.
+
+    Every setting is checked before training. The run resumes exactly from
+    ``resume_path(cfg)`` (``ckpt_path``, or with ``resume=true`` the newest checkpoint already in
+    its output directory) once that checkpoint is known to come from the same settings.
+    """
     L.seed_everything(cfg.seed, workers=True)
     torch.set_float32_matmul_precision("high")
     if cfg.trainer.max_steps < 1:
@@ -70,9 +89,14 @@ def train(cfg: DictConfig) -> dict[str, Any]:
             f"trainer.max_steps must be >= 1, got {cfg.trainer.max_steps}: pelab trains by steps, "
             "with a fresh batch every step (epochs have no meaning here)"
         )
+    check_types(cfg)
     task = build_task(cfg)
     model = build_model(cfg, task)
-    datamodule = TaskDataModule(
+    check_eval_memory(cfg, task, model.net)
+    ckpt_path = resume_path(cfg) if cfg.train else None
+    if ckpt_path is not None:
+        check_compatible(read_checkpoint(ckpt_path), cfg, model, ckpt_path)
+    datamodule = ResumableTaskData(
         task,
         batch_size=cfg.data.batch_size,
         num_batches=cfg.trainer.max_steps,
@@ -80,28 +104,53 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         eval_batch_size=cfg.data.eval_batch_size,
         cache_dir=cfg.paths.cache_dir,
     )
-    loggers = _instantiate_dict(cfg.get("logger"))
-    trainer: L.Trainer = instantiate(
-        cfg.trainer, callbacks=_instantiate_dict(cfg.get("callbacks")), logger=loggers or False
-    )
     params = model.net.num_params()
-    for logger in loggers:
-        logger.log_hyperparams(
-            {
-                **OmegaConf.to_container(cfg, resolve=True),
-                "params": params,
-                "choices": choices(cfg),
-            }
-        )
-    if cfg.train:
-        trainer.fit(model, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
-    if cfg.test:
-        best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
-        trainer.test(model, datamodule=datamodule, ckpt_path=best or None, verbose=False)
+    notes: list[str] = []
+    loggers = _working_loggers(_instantiate_dict(cfg.get("logger")), cfg, params, notes)
+    callbacks = [*_instantiate_dict(cfg.get("callbacks")), ResumeState(identity(cfg))]
+    trainer: L.Trainer = instantiate(
+        cfg.trainer, callbacks=callbacks, logger=loggers or False, plugins=[AtomicCheckpointIO()]
+    )
+    with exit_status_on_sigterm():
+        if cfg.train:
+            trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
+        if cfg.test:
+            best = getattr(trainer.checkpoint_callback, "best_model_path", "") or None
+            trainer.test(
+                model, datamodule=datamodule, ckpt_path=best, verbose=False, weights_only=True
+            )
     out = {"metrics": dict(model.final_metrics), "params": params, "task": task}
     if cfg.test:  # the chance level of each metric on the very test sets scored above
         out["chance"] = eval_chance(task, "test", task.n_test, cfg.paths.cache_dir)
+    if ckpt_path is not None:
+        out["resumed_from"] = str(ckpt_path)
+    if notes:
+        out["warnings"] = notes
     return out
+
+
+def _working_loggers(
+    loggers: list[Any], cfg: DictConfig, params: dict[str, int], notes: list[str]
+) -> list[Any]:
+    """The loggers that could start (a W&B run starts here, at its first call): one that fails,
+    e.g. W&B without a network in online mode, is dropped with a note, and the run goes on with
+    its local ``results.json`` and checkpoints."""
+    hparams = {
+        **OmegaConf.to_container(cfg, resolve=True),
+        "params": params,
+        "choices": choices(cfg),
+    }
+    working = []
+    for logger in loggers:
+        try:
+            logger.log_hyperparams(hparams)
+        except Exception as error:  # a logger's failure must not cost the run
+            note = f"{type(logger).__name__} failed to start and was dropped: {error!r}"
+            log.warning(note)
+            notes.append(note)
+        else:
+            working.append(logger)
+    return working
 
 
 def choices(cfg: DictConfig) -> dict[str, Any]:
@@ -114,6 +163,8 @@ def choices(cfg: DictConfig) -> dict[str, Any]:
 def run(cfg: DictConfig) -> dict[str, Any]:
     """``train`` plus bookkeeping: ``results.json`` (always, atomically), the per-length table,
     and ``wandb.finish()`` so the next job of a multirun opens its own W&B run."""
+    if cfg.get("skip_completed") and (done := completed_record(cfg)) is not None:
+        return done
     record: dict[str, Any] = {
         "status": "running",
         "choices": choices(cfg),
@@ -127,6 +178,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
                 metrics=summarize(out["metrics"]),
                 train_lengths=list(out["task"].train_lengths),
                 params=out["params"],
+                **{k: out[k] for k in ("resumed_from", "warnings") if k in out},
             )
             if "chance" in out:
                 record["metrics"]["chance"] = out["chance"]

@@ -46,9 +46,21 @@ def environment() -> dict[str, Any]:
             versions[name] = version(name)
         except PackageNotFoundError:
             versions[name] = None
+    commit = _git("rev-parse", "HEAD")
+    changes = _git("status", "--porcelain", "--untracked-files=no")
+    return {
+        "versions": versions,
+        "python": platform.python_version(),
+        "git_commit": commit,
+        "git_dirty": None if changes is None else bool(changes),  # uncommitted changes to code
+    }
+
+
+def _git(*args: str) -> str | None:
+    """``git <args>`` in pelab's source tree; None outside a git checkout."""
     try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "HEAD"],
+        return subprocess.run(
+            ["git", *args],
             capture_output=True,
             text=True,
             timeout=5,
@@ -56,8 +68,7 @@ def environment() -> dict[str, Any]:
             check=True,
         ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
-        commit = None
-    return {"versions": versions, "python": platform.python_version(), "git_commit": commit}
+        return None
 
 
 def per_length(metrics: dict[str, float], split: str) -> dict[str, dict[str, float]]:
@@ -89,16 +100,29 @@ def summarize(metrics: dict[str, float]) -> dict[str, Any]:
     return summary
 
 
+def failure_reason(error: BaseException) -> str:
+    """``error`` as one line for ``results.json``; interruptions say how to resume."""
+    resume = "re-run the same command in the same output directory to resume from last.ckpt"
+    causes = {type(e).__name__ for e in (error, error.__cause__, error.__context__) if e}
+    if "SIGTERMException" in causes:
+        return f"interrupted by SIGTERM (pre-emption, a time limit or kill); {resume}"
+    if "KeyboardInterrupt" in causes:
+        return f"interrupted by Ctrl-C (KeyboardInterrupt); {resume}"
+    return f"{type(error).__name__}: {error}"
+
+
 @contextmanager
 def recorded(path: str | Path, record: dict[str, Any]) -> Iterator[dict[str, Any]]:
     """Whatever happens inside, ``record`` ends up in ``path`` (atomically) with the wall time,
     the environment, and on an exception ``status: failed`` and the error; the exception is
-    re-raised."""
+    re-raised. The record is also written on entry, so a job killed outright (SIGKILL, out of
+    memory) leaves its ``status: running``, never a finished-looking file."""
     start = time.perf_counter()
+    write_json_atomic(path, {**record, **environment()})
     try:
         yield record
     except BaseException as error:
-        record.update(status="failed", error=f"{type(error).__name__}: {error}")
+        record.update(status="failed", error=failure_reason(error))
         raise
     finally:
         record["wall_time_s"] = round(time.perf_counter() - start, 2)

@@ -1,0 +1,196 @@
+"""Lightning callbacks that make a run safe to kill and cheap to resume exactly.
+
+- ``ResumeState``: stores the run's identity (``checkpoints.identity``) and torch's RNG state in
+  every checkpoint and restores the RNG before the first step after a resume (Lightning does not
+  save the global RNG, which dropout and randomized positions draw from in training).
+- ``CheckpointOnSigterm``: on SIGTERM (pre-emption, a SLURM time limit, ``kill``) saves
+  ``last.ckpt`` at the end of the current step, before Lightning stops the run.
+- ``RequeueAtStepEnd``: runs Lightning's SLURM requeue (checkpoint, ``scontrol requeue``) at the
+  end of a step rather than mid-step.
+- ``StopOnNonFiniteLoss``: fails the run at the first NaN or infinite training loss.
+- ``InjectFault``: a test hook that signals, kills or raises at a chosen step.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import signal
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+from pelab.reliability.checkpoints import IDENTITY_KEY
+
+log = logging.getLogger(__name__)
+
+
+class TrainingDiverged(RuntimeError):
+    """The training loss became NaN or infinite."""
+
+
+class ResumeState(Callback):
+    """Saves ``identity`` and the RNG states (torch CPU and CUDA, Python's ``random``) in each
+    checkpoint; after a resume, puts them back just before the first training step, where the
+    uninterrupted run had them when it saved (anything drawn in between, e.g. by creating data
+    loader iterators, is thus undone)."""
+
+    def __init__(self, identity: dict[str, Any]) -> None:
+        self.identity = identity
+        self._pending: dict[str, Any] | None = None
+
+    @property
+    def state_key(self) -> str:
+        return IDENTITY_KEY
+
+    def state_dict(self) -> dict[str, Any]:
+        rng = {"torch": torch.get_rng_state(), "python": random.getstate()}
+        if torch.cuda.is_available():
+            rng["cuda"] = torch.cuda.get_rng_state_all()
+        return {"identity": self.identity, "rng": rng}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._pending = state_dict.get("rng")
+
+    def on_train_batch_start(self, trainer: L.Trainer, *args: Any) -> None:
+        if self._pending is None:
+            return
+        rng, self._pending = self._pending, None
+        torch.set_rng_state(rng["torch"])
+        random.setstate(rng["python"])
+        if "cuda" in rng and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(rng["cuda"])
+
+
+def validation_due(trainer: L.Trainer, batch_idx: int) -> bool:
+    """Whether Lightning validates after training batch ``batch_idx`` (step-based intervals)."""
+    interval = trainer.val_check_batch
+    last = batch_idx + 1 >= trainer.num_training_batches
+    return last or (interval not in (None, float("inf")) and (batch_idx + 1) % interval == 0)
+
+
+class CheckpointOnSigterm(Callback):
+    """Saves ``<dirpath>/last.ckpt`` at the end of the step during which SIGTERM arrived; Lightning
+    then stops the run (``SIGTERMException``) and a re-run in the same directory resumes there.
+
+    One exception: when a validation is due after that step, Lightning would skip it on resume
+    (it treats a checkpoint saved at a step's end as past that step's validation), so the
+    checkpoint of the previous validation is kept instead: the resumed run repeats those steps
+    and still ends with the uninterrupted run's numbers.
+    """
+
+    def __init__(self, dirpath: str | Path, filename: str = "last.ckpt") -> None:
+        self.path = Path(dirpath) / filename
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if not trainer.received_sigterm:
+            return
+        if validation_due(trainer, batch_idx):
+            log.warning(
+                "SIGTERM at step %d, where a validation is due: keeping %s from the previous "
+                "validation (resuming from this step would skip the validation)",
+                trainer.global_step,
+                self.path,
+            )
+            return
+        trainer.save_checkpoint(self.path)
+        log.warning("SIGTERM: saved %s at step %d", self.path, trainer.global_step)
+
+
+class RequeueAtStepEnd(Callback):
+    """Runs Lightning's SLURM requeue at the end of a training step instead of wherever the signal
+    lands.
+
+    On SLURM, Lightning answers the requeue signal (``SIGUSR1``, sent ``--signal=USR1@90`` seconds
+    before the time limit) inside the signal handler: it saves ``hpc_ckpt_N.ckpt`` and calls
+    ``scontrol requeue``. Mid-step, that checkpoint holds a half-done step whose restart
+    Lightning replays off by one (its validation schedule shifts). This callback takes the signal
+    over once training starts and calls Lightning's handler at the end of the current step (or of
+    the next one, when a validation is due after it), so the requeued job resumes exactly. Off
+    SLURM nothing handles the signal and this does nothing.
+    """
+
+    def __init__(self, signum: str = "SIGUSR1") -> None:
+        self.signum = getattr(signal, signum)
+        self._handler: Any = None
+        self._received = False
+
+    def on_train_start(self, trainer: L.Trainer, pl_module) -> None:
+        handler = signal.getsignal(self.signum)
+        if callable(handler):  # Lightning's requeue handler (SLURM only)
+            self._handler = handler
+            signal.signal(self.signum, self._note)
+
+    def _note(self, signum, frame) -> None:
+        self._received = True
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if not self._received or validation_due(trainer, batch_idx):
+            return
+        self._received = False
+        self._handler(self.signum, None)
+
+
+class StopOnNonFiniteLoss(Callback):
+    """Raises ``TrainingDiverged`` at the first step whose training loss is NaN or infinite, so a
+    diverging run fails within a step with a clear message instead of training on NaN for hours."""
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module, outputs, batch, batch_idx) -> None:
+        loss = outputs["loss"] if isinstance(outputs, dict) else outputs
+        if loss is None or bool(torch.isfinite(loss.detach()).all()):
+            return
+        lr = trainer.optimizers[0].param_groups[0]["lr"] if trainer.optimizers else float("nan")
+        raise TrainingDiverged(
+            f"training diverged: train/loss is {float(loss)} at step {trainer.global_step} "
+            f"(learning rate {lr:.3g}); lower model.optimizer.lr, lengthen "
+            f"model.schedule.warmup_steps or keep trainer.gradient_clip_val"
+        )
+
+
+@contextmanager
+def exit_status_on_sigterm() -> Iterator[None]:
+    """Lightning stops a run on SIGTERM with ``SIGTERMException``, a ``SystemExit`` whose status 0
+    would tell a scheduler the job succeeded; exit with 143 (128 + SIGTERM) instead, as a process
+    killed by SIGTERM does."""
+    try:
+        yield
+    except SIGTERMException as error:
+        raise SystemExit(128 + signal.SIGTERM) from error
+
+
+FAULTS = ("sigterm", "sigkill", "sigint", "sigusr1", "raise", "pause")
+
+
+class InjectFault(Callback):
+    """Test hook: before training step ``at_step`` (after ``at_step`` optimizer steps), send this
+    process SIGTERM / SIGKILL / SIGINT / SIGUSR1, raise ``RuntimeError``, or pause (sleep until
+    killed). Enabled only by a config override, e.g.
+    ``+callbacks.fault._target_=pelab.reliability.callbacks.InjectFault
+    +callbacks.fault.at_step=3 +callbacks.fault.action=sigterm``."""
+
+    def __init__(self, at_step: int, action: str, marker: str | None = None) -> None:
+        """``marker``: a file created when the fault fires, for a test to wait on."""
+        if action not in FAULTS:
+            raise ValueError(f"unknown fault {action!r}; valid choices: {FAULTS}")
+        self.at_step, self.action, self.marker = at_step, action, marker
+
+    def on_train_batch_start(self, trainer: L.Trainer, pl_module, batch, batch_idx) -> None:
+        if trainer.global_step != self.at_step:
+            return
+        log.warning("injecting fault %r at step %d", self.action, self.at_step)
+        if self.marker:
+            Path(self.marker).touch()
+        if self.action == "raise":
+            raise RuntimeError(f"injected fault at step {self.at_step}")
+        if self.action == "pause":
+            while True:
+                time.sleep(0.05)
+        os.kill(os.getpid(), getattr(signal, self.action.upper()))

@@ -1,0 +1,161 @@
+"""Which checkpoint a run resumes from, and whether it may: checkpoints are read with
+``torch.load(weights_only=True)`` (tensors and plain containers only, never arbitrary code) and
+carry the settings that shaped their training, so one from another config is refused with the
+keys that differ."""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import re
+from pathlib import Path
+from typing import Any
+
+import torch
+from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
+from omegaconf import DictConfig, OmegaConf
+from torch import nn
+
+from pelab.pe.base import ConfigError
+
+log = logging.getLogger(__name__)
+
+# The settings that determine a run's training trajectory: a checkpoint may only resume a run
+# whose values agree on every one of them (devices, loggers, paths and evaluation may change).
+TRAJECTORY_KEYS = (
+    "model",
+    "pe",
+    "task.train_lengths",
+    "task.num_symbols",
+    "task._target_",
+    "positions",
+    "data.batch_size",
+    "seed",
+    "trainer.max_steps",
+    "trainer.accumulate_grad_batches",
+    "trainer.gradient_clip_val",
+)
+IDENTITY_KEY = "pelab"  # checkpoint["callbacks"]["pelab"]: the run's identity and RNG state
+HPC_CHECKPOINT = re.compile(r"hpc_ckpt_(\d+)\.ckpt")  # Lightning's SLURM requeue checkpoints
+
+
+def identity(cfg: DictConfig) -> dict[str, Any]:
+    """The run's value of every ``TRAJECTORY_KEYS`` entry (``None`` where unset)."""
+    values = {}
+    for key in TRAJECTORY_KEYS:
+        value = OmegaConf.select(cfg, key, default=None)
+        values[key] = (
+            OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
+        )
+    return values
+
+
+def differences(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
+    """``key: checkpoint <a> != this run <b>`` for every differing leaf of two identities."""
+    out: list[str] = []
+
+    def walk(prefix: str, a: Any, b: Any) -> None:
+        if isinstance(a, dict) and isinstance(b, dict):
+            for k in sorted(set(a) | set(b), key=str):
+                walk(f"{prefix}.{k}" if prefix else str(k), a.get(k), b.get(k))
+        elif a != b:
+            out.append(f"{prefix}: checkpoint {a!r} != this run {b!r}")
+
+    walk("", saved, current)
+    return out
+
+
+def read_checkpoint(path: str | Path) -> dict[str, Any]:
+    """The checkpoint at ``path``, loaded with ``weights_only=True``; a ``ConfigError`` saying what
+    is wrong for a missing, truncated, corrupt or foreign file (one that needs arbitrary code to
+    load is refused, never executed)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"ckpt_path={path} does not exist or is not a file")
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, EOFError, OSError, ValueError) as error:
+        raise ConfigError(
+            f"ckpt_path={path} is not a readable checkpoint (corrupt, truncated, or it holds "
+            f"objects that only a full unpickle could load, which pelab refuses): "
+            f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+        ) from None
+    if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
+        raise ConfigError(f"ckpt_path={path} is not a Lightning checkpoint (no 'state_dict')")
+    return checkpoint
+
+
+def check_compatible(checkpoint: dict[str, Any], cfg: DictConfig, model: nn.Module, path) -> None:
+    """A ``ConfigError`` naming what differs when ``checkpoint`` was trained with other settings
+    than ``cfg`` or holds weights of another shape than ``model``'s."""
+    saved = (checkpoint.get("callbacks", {}).get(IDENTITY_KEY) or {}).get("identity")
+    if saved is not None:
+        changed = differences(saved, identity(cfg))
+        if changed:
+            raise ConfigError(
+                f"ckpt_path={path} comes from a run with other settings; it can only resume the "
+                f"same run (use another output directory, or set resume=false to start over):\n  "
+                + "\n  ".join(changed)
+            )
+    expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    found = {k: tuple(v.shape) for k, v in checkpoint["state_dict"].items()}
+    problems = [f"missing {k}" for k in sorted(expected.keys() - found.keys())]
+    problems += [f"unexpected {k}" for k in sorted(found.keys() - expected.keys())]
+    problems += [
+        f"{k}: checkpoint {found[k]} != model {expected[k]}"
+        for k in sorted(expected.keys() & found.keys())
+        if found[k] != expected[k]
+    ]
+    if problems:
+        raise ConfigError(
+            f"the weights in ckpt_path={path} do not fit the model of this config:\n  "
+            + "\n  ".join(problems[:10])
+            + (f"\n  ... and {len(problems) - 10} more" if len(problems) > 10 else "")
+        )
+
+
+def resume_candidates(output_dir: str | Path) -> list[Path]:
+    """Checkpoints a re-run in ``output_dir`` can resume from: ``checkpoints/last.ckpt`` (saved at
+    every validation and on SIGTERM) and Lightning's SLURM requeue checkpoints ``hpc_ckpt_N``."""
+    root = Path(output_dir)
+    last = root / "checkpoints" / "last.ckpt"
+    hpc = [p for p in root.glob("hpc_ckpt_*.ckpt") if HPC_CHECKPOINT.fullmatch(p.name)]
+    return [p for p in (last, *hpc) if p.is_file()]
+
+
+def resume_path(cfg: DictConfig) -> Path | None:
+    """The checkpoint this run starts from: ``ckpt_path`` as given; for ``ckpt_path=last`` or
+    (with ``resume=true``) none given, the newest (by training step) of ``resume_candidates``."""
+    ckpt_path = cfg.get("ckpt_path")
+    if ckpt_path not in (None, "last"):
+        return Path(ckpt_path)
+    if ckpt_path is None and not cfg.get("resume", False):
+        return None
+    candidates = resume_candidates(cfg.paths.output_dir)
+    if not candidates:
+        if ckpt_path == "last":
+            log.warning(
+                "ckpt_path=last: no checkpoint in %s yet, training from scratch",
+                cfg.paths.output_dir,
+            )
+        return None
+    return max(candidates, key=lambda p: read_checkpoint(p).get("global_step", 0))
+
+
+class AtomicCheckpointIO(TorchCheckpointIO):
+    """Writes each checkpoint to a temporary file beside it, then renames it into place: a kill
+    during a save leaves the previous checkpoint, never a truncated one."""
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], path, storage_options=None) -> None:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        try:
+            with open(tmp, "wb") as f:
+                torch.save(checkpoint, f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)

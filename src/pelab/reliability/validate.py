@@ -1,0 +1,116 @@
+"""Settings checked against the code they configure, before anything is built: every node with a
+``_target_`` must name only options its target accepts, each of the type the target declares.
+
+Types come from the target's annotations (``int``, ``float``, ``bool``, ``str``, ``Literal``,
+``X | None``, ``Sequence[X]``, ``tuple[X, Y]``, ``dict``); a hint that cannot be read, or a type
+a YAML value cannot have, is not checked here (the target's own checks still run).
+"""
+
+from __future__ import annotations
+
+import collections.abc
+import inspect
+import types
+import typing
+from typing import Any
+
+from hydra.utils import get_object
+from omegaconf import DictConfig, OmegaConf
+
+from pelab.pe.base import ConfigError
+
+SKIPPED_SECTIONS = ("hydra",)
+
+
+def check_types(cfg: DictConfig) -> None:
+    """A ``ConfigError`` for the first option, anywhere in ``cfg``, that its ``_target_`` does not
+    accept or whose value has the wrong type; names the key, the value and the valid choices."""
+    config = OmegaConf.to_container(cfg, resolve=True)
+    for key, value in config.items():
+        if key not in SKIPPED_SECTIONS:
+            _walk(str(key), value)
+
+
+def _walk(path: str, node: Any) -> None:
+    if isinstance(node, dict):
+        if "_target_" in node:
+            _check_node(path, node)
+        for key, value in node.items():
+            if not str(key).startswith("_"):
+                _walk(f"{path}.{key}", value)
+
+
+def _check_node(path: str, node: dict[str, Any]) -> None:
+    try:
+        target = get_object(node["_target_"])
+    except Exception as error:
+        raise ConfigError(
+            f"{path}._target_={node['_target_']!r} cannot be imported: {error}"
+        ) from None
+    function = target.__init__ if inspect.isclass(target) else target
+    try:
+        params = inspect.signature(function).parameters
+    except (TypeError, ValueError):
+        return
+    try:
+        hints = typing.get_type_hints(function)
+    except Exception:  # annotations naming what only a type checker imports
+        hints = {}
+    open_ended = any(p.kind is p.VAR_KEYWORD for p in params.values())
+    options = [n for n, p in params.items() if n != "self" and p.kind is not p.VAR_KEYWORD]
+    name = getattr(target, "__name__", str(target))
+    for key, value in node.items():
+        if key.startswith("_"):
+            continue
+        if key not in params:
+            if open_ended:
+                continue
+            raise ConfigError(
+                f"{path}.{key} is not an option of {name}; valid options: {', '.join(options)}"
+            )
+        hint = hints.get(key)
+        if hint is not None and not matches(value, hint):
+            raise ConfigError(
+                f"{path}.{key}={value!r} has the wrong type: {name} expects {describe(hint)}"
+            )
+
+
+def matches(value: Any, hint: Any) -> bool:
+    """Whether a YAML value ``value`` fits the annotation ``hint`` (unknown hints: True)."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is typing.Any:
+        return True
+    if origin in (typing.Union, types.UnionType):
+        return any(matches(value, a) for a in args)
+    if origin is typing.Literal:
+        return value in args
+    if hint is type(None):
+        return value is None
+    if hint is bool:
+        return isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if hint is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if hint is str:
+        return isinstance(value, str)
+    if origin is tuple and args:
+        if not isinstance(value, (list, tuple)):
+            return False
+        if len(args) == 2 and args[1] is Ellipsis:
+            return all(matches(v, args[0]) for v in value)
+        return len(value) == len(args) and all(
+            matches(v, a) for v, a in zip(value, args, strict=True)
+        )
+    if origin in (list, tuple, collections.abc.Sequence, collections.abc.MutableSequence):
+        item = args[0] if args else typing.Any
+        return isinstance(value, (list, tuple)) and all(matches(v, item) for v in value)
+    if origin in (dict, collections.abc.Mapping) or hint is dict:
+        return isinstance(value, dict)
+    return True  # a class a YAML value cannot be (a tensor, a callable): checked by the target
+
+
+def describe(hint: Any) -> str:
+    if typing.get_origin(hint) is typing.Literal:
+        return "one of " + ", ".join(repr(a) for a in typing.get_args(hint))
+    return getattr(hint, "__name__", None) or str(hint).replace("typing.", "")

@@ -1,0 +1,79 @@
+"""Tiny runs for fault-injection tests: in-process and through the real command line."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+from tests.conftest import TINY, compose_config
+
+# 8 steps, validation (and last.ckpt) at steps 4 and 8; dropout and randomized positions draw
+# from the global RNG in training, so an exact resume must restore it.
+RESUMABLE = [
+    *TINY,
+    "logger=csv",
+    "trainer.max_steps=8",
+    "trainer.val_check_interval=4",
+    "task.train_lengths=[1,8]",
+    "task.eval_lengths=[8,12]",
+    "model.net.dropout=0.1",
+    "positions=randomized",
+    "positions.max_position=64",
+    "trainer.enable_progress_bar=false",
+    "callbacks.progress_bar=null",
+]
+
+
+def fault(action: str, at_step: int, marker: Path | None = None, name="fault") -> list[str]:
+    """Overrides that add ``InjectFault`` (a test hook) to a run as ``callbacks.<name>``."""
+    hook = f"+callbacks.{name}."
+    out = [
+        f"{hook}_target_=pelab.reliability.callbacks.InjectFault",
+        f"{hook}at_step={at_step}",
+        f"{hook}action={action}",
+    ]
+    return out + ([f"{hook}marker={marker}"] if marker else [])
+
+
+def config(tmp_path: Path, output_dir: Path, *overrides: str):
+    cfg = compose_config([*RESUMABLE, *overrides], tmp_path)
+    cfg.paths.output_dir = str(output_dir)
+    return cfg
+
+
+def cli(
+    repo_root: Path, tmp_path: Path, output_dir: Path, *overrides: str, wait: bool = True, env=None
+):
+    """``scripts/train.py`` with ``RESUMABLE`` in ``output_dir``; closed stdin, no W&B prompt."""
+    cmd = [
+        sys.executable,
+        "scripts/train.py",
+        *RESUMABLE,
+        *overrides,
+        f"hydra.run.dir={output_dir}",
+        f"paths.cache_dir={tmp_path / 'cache'}",
+    ]
+    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true", **(env or {})}
+    kwargs = dict(cwd=repo_root, env=env, stdin=subprocess.DEVNULL, text=True)
+    if not wait:
+        return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, **kwargs)
+    return subprocess.run(cmd, capture_output=True, timeout=300, **kwargs)
+
+
+def results(output_dir: Path) -> dict:
+    return json.loads((output_dir / "results.json").read_text())
+
+
+def checkpoint(path: Path) -> dict:
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def same_weights(a: Path, b: Path) -> bool:
+    """Bitwise equality of two checkpoints' model weights."""
+    sa, sb = checkpoint(a)["state_dict"], checkpoint(b)["state_dict"]
+    return sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
