@@ -63,14 +63,13 @@ def greedy(
     key/value cache, so each step feeds only the tokens not fed yet (the whole ``start`` first,
     then the last prediction); otherwise each step feeds everything so far.
     """
-    seq, fed = start, 0
-    for _ in range(answer_length):
-        first = fed if cached else 0
-        pos = None if positions is None else positions[:, first : seq.shape[1]]
-        logits = step(seq[:, first:], pos)[:, -1]
-        fed = seq.shape[1]
-        seq = torch.cat((seq, logits.argmax(dim=-1, keepdim=True)), dim=1)
-    return seq[:, -answer_length:]
+    s = start.shape[1]
+    seq = torch.cat((start, start.new_empty(start.shape[0], answer_length)), dim=1)
+    for t in range(s, s + answer_length):  # seq[:, :t] is known; predict seq[:, t]
+        first = (0 if t == s else t - 1) if cached else 0
+        pos = None if positions is None else positions[:, first:t]
+        seq[:, t] = step(seq[:, first:t], pos)[:, -1].argmax(dim=-1)
+    return seq[:, s:]
 
 
 def _cached(net: nn.Module, use_cache: bool) -> bool:
