@@ -1,3 +1,8 @@
+import json
+import multiprocessing
+import shutil
+import time
+
 import pytest
 import torch
 
@@ -10,10 +15,15 @@ def copy_task(**kwargs):
     return TASK_REGISTRY["copy"](**kwargs)
 
 
+def visible(directory):
+    """Entries other than hidden ones (the lock directory, temporary sets)."""
+    return [p for p in directory.iterdir() if not p.name.startswith(".")]
+
+
 def test_eval_set_is_built_once_then_read_from_the_cache(tmp_path, monkeypatch):
     task = copy_task()
     first = eval_sets.load_eval_set(task, "val", 8, 16, tmp_path)
-    assert len(list(tmp_path.iterdir())) == 1
+    assert len(visible(tmp_path)) == 1
 
     def no_rebuild(*args, **kwargs):
         raise AssertionError("the cached set should have been reused")
@@ -80,3 +90,98 @@ def test_one_loader_per_eval_length(tmp_path):
 def test_bad_batch_size_is_refused():
     with pytest.raises(ValueError, match="batch sizes must be >= 1"):
         TaskDataModule(copy_task(), batch_size=0, num_batches=1, seed=0)
+
+
+def damage_truncated_data(path):
+    data = next(path.glob("*.arrow"))
+    data.write_bytes(data.read_bytes()[: data.stat().st_size // 2])
+
+
+def damage_changed_values(path):
+    """Another set of the same shape saved in its place: only the checksum can tell."""
+    other = eval_sets.build_eval_set(copy_task(eval_seed=99), "val", 8, 16)
+    manifest = (path / eval_sets.MANIFEST).read_text()
+    shutil.rmtree(path)
+    other.save_to_disk(str(path))
+    (path / eval_sets.MANIFEST).write_text(manifest)
+
+
+def damage_missing_manifest(path):
+    """What a writer of the previous format, or one killed mid-way, could leave."""
+    (path / eval_sets.MANIFEST).unlink()
+
+
+def damage_missing_data(path):
+    next(path.glob("*.arrow")).unlink()
+
+
+def damage_wrong_row_count(path):
+    manifest = json.loads((path / eval_sets.MANIFEST).read_text())
+    (path / eval_sets.MANIFEST).write_text(json.dumps({**manifest, "rows": 15}))
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        damage_truncated_data,
+        damage_changed_values,
+        damage_missing_manifest,
+        damage_missing_data,
+        damage_wrong_row_count,
+    ],
+)
+def test_a_corrupt_or_partial_set_is_detected_and_rebuilt(tmp_path, caplog, damage):
+    task = copy_task()
+    expected = eval_sets.build_eval_set(task, "val", 8, 16).with_format("torch")[:]
+    eval_sets.load_eval_set(task, "val", 8, 16, tmp_path)
+    (path,) = visible(tmp_path)
+    damage(path)
+    with caplog.at_level("WARNING", logger="pelab.data.eval_sets"):
+        data = eval_sets.load_eval_set(task, "val", 8, 16, tmp_path)[:]
+    assert "corrupt or partial" in caplog.text and path.name in caplog.text
+    assert torch.equal(data["prompt"], expected["prompt"])
+    assert torch.equal(data["answer"], expected["answer"])
+    assert visible(tmp_path) == [path]
+    caplog.clear()  # the rebuilt set is intact: read without a warning
+    with caplog.at_level("WARNING", logger="pelab.data.eval_sets"):
+        eval_sets.load_eval_set(task, "val", 8, 16, tmp_path)
+    assert "corrupt" not in caplog.text
+
+
+def _slow_build(log_path):
+    build = eval_sets.build_eval_set
+
+    def counted(*args):
+        with open(log_path, "a") as f:
+            f.write("built\n")
+        time.sleep(0.5)  # widen the window in which other jobs look for the set
+        return build(*args)
+
+    return counted
+
+
+def _load_in_child(cache_dir, log_path, queue):
+    eval_sets.build_eval_set = _slow_build(log_path)
+    data = eval_sets.load_eval_set(copy_task(), "test", 8, 32, cache_dir)
+    queue.put(data[:]["prompt"].tolist())
+
+
+def test_concurrent_jobs_build_a_set_once_and_all_read_the_same_data(tmp_path):
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    log_path = tmp_path / "builds.log"
+    cache = tmp_path / "cache"
+    jobs = [
+        context.Process(target=_load_in_child, args=(cache, log_path, queue)) for _ in range(4)
+    ]
+    for job in jobs:
+        job.start()
+    prompts = [queue.get(timeout=120) for _ in jobs]
+    for job in jobs:
+        job.join(timeout=60)
+        assert job.exitcode == 0
+    expected = eval_sets.build_eval_set(copy_task(), "test", 8, 32)[:]["prompt"]
+    assert all(p == expected for p in prompts)
+    assert log_path.read_text().count("built") == 1
+    (path,) = visible(cache)
+    assert not [p for p in cache.iterdir() if ".tmp-" in p.name or ".corrupt-" in p.name]

@@ -2,25 +2,34 @@
 
 The cache key hashes everything that changes the data (the task's ``spec``, the split, the
 length, the number of samples and the evaluation seed), so runs and sweeps that share a task
-share its sets. Sets are written to a temporary directory and renamed into place, so a crashed
-or concurrent writer never leaves a half-written set under the final name.
+share its sets. Each set directory holds a manifest (``pelab.json``: the key, the row count and
+a SHA-256 of the contents); a set whose manifest is missing or does not match what is read is
+corrupt or partial, and is rebuilt (with a warning), never used. Writers take a per-set file lock
+and write to a temporary directory renamed into place, so concurrent jobs building the same set
+build it once and a crashed writer never leaves a half-written set under the final name.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import shutil
 import uuid
 from pathlib import Path
+from typing import Any
 
 import datasets
 import torch
+from filelock import FileLock
 
 from pelab.tasks.base import Task
 
-FORMAT_VERSION = 1
+log = logging.getLogger(__name__)
+
+FORMAT_VERSION = 2  # 2: sets carry a manifest with a checksum
+MANIFEST = "pelab.json"
 datasets.disable_progress_bars()  # sets are small; their progress bars would drown the log
 
 
@@ -30,8 +39,9 @@ def eval_seed(task: Task, split: str, length: int) -> int:
     return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little") >> 1
 
 
-def cache_key(task: Task, split: str, length: int, n: int) -> str:
-    spec = {
+def cache_spec(task: Task, split: str, length: int, n: int) -> dict[str, Any]:
+    """Everything that changes a set's data."""
+    return {
         **task.spec(),
         "split": split,
         "length": length,
@@ -39,7 +49,17 @@ def cache_key(task: Task, split: str, length: int, n: int) -> str:
         "eval_seed": task.eval_seed,
         "format": FORMAT_VERSION,
     }
-    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def cache_key(task: Task, split: str, length: int, n: int) -> str:
+    spec = cache_spec(task, split, length, n)
+    return hashlib.sha256(json.dumps(spec, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def checksum(data: datasets.Dataset) -> str:
+    """SHA-256 of a set's contents (its columns as nested lists)."""
+    columns = data.with_format(None)[:]
+    return hashlib.sha256(json.dumps(columns, sort_keys=True).encode()).hexdigest()
 
 
 def build_eval_set(task: Task, split: str, length: int, n: int) -> datasets.Dataset:
@@ -51,19 +71,63 @@ def build_eval_set(task: Task, split: str, length: int, n: int) -> datasets.Data
 def load_eval_set(
     task: Task, split: str, length: int, n: int, cache_dir: str | Path | None
 ) -> datasets.Dataset:
-    """The ``split`` set of ``n`` samples at ``length``, from the cache when present.
+    """The ``split`` set of ``n`` samples at ``length``, from the cache when present and intact.
 
     Returned in torch format: items are ``{"prompt": [n_p], "answer": [m]}`` long tensors.
     """
     if cache_dir is None:
         return build_eval_set(task, split, length, n).with_format("torch")
-    name = f"{task.task_name}-{split}-len{length}-n{n}-{cache_key(task, split, length, n)}"
-    path = Path(cache_dir) / name
+    key = cache_key(task, split, length, n)
+    path = Path(cache_dir) / f"{task.task_name}-{split}-len{length}-n{n}-{key}"
+    data = read_verified(path, key, n)
+    if data is None:
+        locks = Path(cache_dir) / ".locks"
+        locks.mkdir(parents=True, exist_ok=True)
+        with FileLock(locks / f"{path.name}.lock"):  # one writer per set at a time
+            data = read_verified(path, key, n)  # another job may have built it meanwhile
+            if data is None:
+                spec = cache_spec(task, split, length, n)
+                data = write_set(build_eval_set(task, split, length, n), path, key, spec)
+    return data.with_format("torch")
+
+
+def read_verified(path: Path, key: str, n: int) -> datasets.Dataset | None:
+    """The set at ``path`` if it is complete and intact; None if absent, or (with a warning) if
+    its manifest is missing or disagrees with its contents."""
     if not path.exists():
-        tmp = path.with_name(f".{name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
-        build_eval_set(task, split, length, n).save_to_disk(str(tmp))
-        try:
-            os.replace(tmp, path)
-        except OSError:  # another job renamed its identical copy first
-            shutil.rmtree(tmp, ignore_errors=True)
-    return datasets.load_from_disk(str(path)).with_format("torch")
+        return None
+    try:
+        data = datasets.load_from_disk(str(path))
+        problem = mismatch(json.loads((path / MANIFEST).read_text()), data, key, n)
+    except Exception as error:  # unreadable: missing files, truncated arrow data, bad JSON
+        problem = f"it cannot be read ({type(error).__name__}: {error})"
+    if not problem:
+        return data
+    log.warning("evaluation set %s is corrupt or partial (%s): rebuilding it", path, problem)
+    return None
+
+
+def mismatch(manifest: dict[str, Any], data: datasets.Dataset, key: str, n: int) -> str:
+    """What is wrong with a set read from disk, or "" when it agrees with its manifest."""
+    if manifest.get("key") != key:
+        return f"its manifest's key is {manifest.get('key')}, not {key}"
+    if len(data) != n or manifest.get("rows") != n:
+        return f"it has {len(data)} rows and its manifest says {manifest.get('rows')}, not {n}"
+    if manifest.get("sha256") != checksum(data):
+        return "its contents do not match the manifest's checksum"
+    return ""
+
+
+def write_set(data: datasets.Dataset, path: Path, key: str, spec: dict[str, Any]):
+    """Save ``data`` and its manifest to a temporary directory, then rename it to ``path``
+    (replacing a corrupt set there); call with the set's lock held."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    data.save_to_disk(str(tmp))
+    manifest = {"key": key, "rows": len(data), "sha256": checksum(data), "spec": spec}
+    (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2))
+    if path.exists():
+        corrupt = path.with_name(f".{path.name}.corrupt-{uuid.uuid4().hex[:8]}")
+        os.replace(path, corrupt)
+        shutil.rmtree(corrupt, ignore_errors=True)
+    os.replace(tmp, path)
+    return datasets.load_from_disk(str(path))
