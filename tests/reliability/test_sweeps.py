@@ -1,0 +1,71 @@
+"""Sweeps left overnight: a diverging job fails fast with its reason while the others keep their
+results, and re-running the same sweep (same ``hydra.sweep.dir``) with ``skip_completed=true``
+skips finished jobs, resumes interrupted ones and runs the rest."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from pelab.reliability.callbacks import TrainingDiverged
+from pelab.train import run
+from tests.reliability.runs import RESUMABLE, checkpoint, config, fault, results
+
+DIVERGING = ["model.optimizer.lr=1e30", "model.schedule.warmup_steps=1"]
+
+
+def test_a_diverging_run_stops_at_the_first_nan_and_records_why(tmp_path):
+    out = tmp_path / "run"
+    with pytest.raises(TrainingDiverged, match=r"train/loss is (nan|inf) at step \d"):
+        run(config(tmp_path, out, *DIVERGING))
+    record = results(out)
+    assert record["status"] == "failed"
+    assert "training diverged" in record["error"] and "model.optimizer.lr" in record["error"]
+    assert not (out / "checkpoints" / "last.ckpt").exists()  # stopped before the first validation
+
+
+def test_rerunning_a_sweep_skips_completed_jobs_resumes_killed_ones_and_records_failures(
+    tmp_path, repo_root
+):
+    sweep = tmp_path / "sweep"
+    lrs = ["3e-3", "2e-3", "1e30"]  # job 0: finished before, job 1: killed before, job 2: diverges
+    done, killed = sweep / "0_rope_copy_s0", sweep / "1_rope_copy_s0"
+    warmup = "model.schedule.warmup_steps=1"
+    run(config(tmp_path, done, f"model.optimizer.lr={lrs[0]}", warmup))
+    finished = (done / "results.json").read_bytes()
+    with pytest.raises(RuntimeError, match="injected"):
+        run(config(tmp_path, killed, f"model.optimizer.lr={lrs[1]}", warmup, *fault("raise", 6)))
+
+    cmd = [
+        sys.executable,
+        "scripts/train.py",
+        "-m",
+        *RESUMABLE,
+        f"model.optimizer.lr={','.join(lrs)}",
+        warmup,
+        "skip_completed=true",
+        f"hydra.sweep.dir={sweep}",
+        f"paths.cache_dir={tmp_path / 'cache'}",
+    ]
+    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
+    proc = subprocess.run(
+        cmd,
+        cwd=repo_root,
+        env=env,
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=600,
+    )
+    assert proc.returncode == 1, proc.stderr[-3000:]  # one job did not complete
+    assert (done / "results.json").read_bytes() == finished  # skipped: not run again
+    resumed = results(killed)
+    assert resumed["status"] == "completed"
+    assert resumed["resumed_from"] == str(killed / "checkpoints" / "last.ckpt")
+    assert checkpoint(killed / "checkpoints" / "last.ckpt")["global_step"] == 8
+    diverged = results(sweep / "2_rope_copy_s0")
+    assert diverged["status"] == "failed" and "training diverged" in diverged["error"]
+    assert "2_rope_copy_s0" in proc.stderr and "training diverged" in proc.stderr  # the summary
