@@ -82,6 +82,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     ``resume_path(cfg)`` (``ckpt_path``, or with ``resume=true`` the newest checkpoint already in
     its output directory) once that checkpoint is known to come from the same settings.
     """
+    check_types(cfg)
     L.seed_everything(cfg.seed, workers=True)
     torch.set_float32_matmul_precision("high")
     if cfg.trainer.max_steps < 1:
@@ -89,7 +90,6 @@ def train(cfg: DictConfig) -> dict[str, Any]:
             f"trainer.max_steps must be >= 1, got {cfg.trainer.max_steps}: pelab trains by steps, "
             "with a fresh batch every step (epochs have no meaning here)"
         )
-    check_types(cfg)
     task = build_task(cfg)
     model = build_model(cfg, task)
     check_eval_memory(cfg, task, model.net)

@@ -100,13 +100,13 @@ def check_compatible(checkpoint: dict[str, Any], cfg: DictConfig, model: nn.Modu
             )
     expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
     found = {k: tuple(v.shape) for k, v in checkpoint["state_dict"].items()}
-    problems = [f"missing {k}" for k in sorted(expected.keys() - found.keys())]
-    problems += [f"unexpected {k}" for k in sorted(found.keys() - expected.keys())]
-    problems += [
+    problems = [
         f"{k}: checkpoint {found[k]} != model {expected[k]}"
         for k in sorted(expected.keys() & found.keys())
         if found[k] != expected[k]
     ]
+    problems += [f"missing {k}" for k in sorted(expected.keys() - found.keys())]
+    problems += [f"unexpected {k}" for k in sorted(found.keys() - expected.keys())]
     if problems:
         raise ConfigError(
             f"the weights in ckpt_path={path} do not fit the model of this config:\n  "

@@ -20,11 +20,21 @@ from omegaconf import DictConfig, OmegaConf
 from pelab.pe.base import ConfigError
 
 SKIPPED_SECTIONS = ("hydra",)
+# Settings read by pelab itself rather than passed to a ``_target_``: key -> (type, minimum).
+PLAIN = {"seed": (int, None), "data.batch_size": (int, 1), "data.eval_batch_size": (int, 1)}
 
 
 def check_types(cfg: DictConfig) -> None:
     """A ``ConfigError`` for the first option, anywhere in ``cfg``, that its ``_target_`` does not
     accept or whose value has the wrong type; names the key, the value and the valid choices."""
+    for key, (kind, minimum) in PLAIN.items():
+        value = OmegaConf.select(cfg, key, default=None)
+        if value is None:
+            continue
+        if not matches(value, kind):
+            raise ConfigError(f"{key}={value!r} has the wrong type: expected {kind.__name__}")
+        if minimum is not None and value < minimum:
+            raise ConfigError(f"{key} must be >= {minimum}, got {value}")
     config = OmegaConf.to_container(cfg, resolve=True)
     for key, value in config.items():
         if key not in SKIPPED_SECTIONS:
@@ -47,17 +57,8 @@ def _check_node(path: str, node: dict[str, Any]) -> None:
         raise ConfigError(
             f"{path}._target_={node['_target_']!r} cannot be imported: {error}"
         ) from None
-    function = target.__init__ if inspect.isclass(target) else target
-    try:
-        params = inspect.signature(function).parameters
-    except (TypeError, ValueError):
-        return
-    try:
-        hints = typing.get_type_hints(function)
-    except Exception:  # annotations naming what only a type checker imports
-        hints = {}
-    open_ended = any(p.kind is p.VAR_KEYWORD for p in params.values())
-    options = [n for n, p in params.items() if n != "self" and p.kind is not p.VAR_KEYWORD]
+    params, hints, open_ended = signature(target)
+    options = list(params)
     name = getattr(target, "__name__", str(target))
     for key, value in node.items():
         if key.startswith("_"):
@@ -73,6 +74,34 @@ def _check_node(path: str, node: dict[str, Any]) -> None:
             raise ConfigError(
                 f"{path}.{key}={value!r} has the wrong type: {name} expects {describe(hint)}"
             )
+
+
+def signature(target: Any) -> tuple[dict[str, inspect.Parameter], dict[str, Any], bool]:
+    """The options ``target`` accepts, their type hints, and whether it takes any other option.
+    A class that forwards ``**kwargs`` to its base (``XPosPE`` to ``RotaryPE``, a task to
+    ``Task``) accepts its bases' options too."""
+    functions = (
+        [vars(k)["__init__"] for k in target.__mro__ if "__init__" in vars(k)]
+        if inspect.isclass(target)
+        else [target]
+    )
+    params: dict[str, inspect.Parameter] = {}
+    hints: dict[str, Any] = {}
+    for function in functions:
+        try:
+            found = inspect.signature(function).parameters
+        except (TypeError, ValueError):
+            return params, hints, True
+        try:
+            hints = {**typing.get_type_hints(function), **hints}  # the subclass's hint wins
+        except Exception:  # annotations naming what only a type checker imports
+            pass
+        for name, p in found.items():
+            if name != "self" and p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL):
+                params.setdefault(name, p)
+        if not any(p.kind is p.VAR_KEYWORD for p in found.values()):
+            return params, hints, False
+    return params, hints, True
 
 
 def matches(value: Any, hint: Any) -> bool:

@@ -1,0 +1,145 @@
+"""Bad input is refused before any training, with a ``ConfigError`` naming the bad value and
+what would be valid; the refusal is recorded in ``results.json`` and nothing is trained."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+from hydra.errors import MissingConfigException
+
+from pelab.pe import ConfigError
+from pelab.reliability.validate import check_types
+from pelab.train import run
+from tests.conftest import TINY, compose_config
+from tests.reliability.runs import results
+from tests.test_configs import options
+
+
+def assert_refused_before_training(cfg, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        run(cfg)
+    record = results(Path(cfg.paths.output_dir))
+    assert record["status"] == "failed" and record["error"].startswith("ConfigError")
+    assert not Path(cfg.paths.output_dir, "checkpoints").exists()  # nothing was trained
+
+
+def test_an_unknown_group_option_lists_the_valid_ones(tmp_path):
+    with pytest.raises(MissingConfigException, match=r"(?s)pe/rotary.*Available options.*rope"):
+        compose_config([*TINY, "pe=rotary"], tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        # options a component does not have, values of the wrong type
+        (["+pe.bsae=10"], r"pe.bsae is not an option of RotaryPE; valid options: .*base"),
+        (["model.net.d_model=abc"], r"model.net.d_model='abc' has the wrong type: .* int"),
+        (["pe.base=fast"], r"pe.base='fast' has the wrong type: RotaryPE expects float"),
+        (["task.train_lengths=[1,x]"], r"task.train_lengths=\[1, 'x'\] has the wrong type"),
+        (["trainer.max_steps=ten"], r"trainer.max_steps='ten' has the wrong type"),
+        (["seed=abc"], r"seed='abc' has the wrong type: expected int"),
+        (["data.batch_size=0"], r"data.batch_size must be >= 1, got 0"),
+        (["model.kind=seq2seq"], "valid choices: decoder, encoder"),
+        (["trainer.max_steps=-1"], r"trainer.max_steps must be >= 1, got -1"),
+        # impossible shapes
+        (["model.net.d_model=18", "model.net.n_heads=4"], "18 is not divisible by .*n_heads=4"),
+        (
+            ["pe=sinusoidal", "model.net.d_model=15", "model.net.n_heads=1"],
+            "even model.net.d_model, got 15",
+        ),
+        (["pe=rope", "model.net.d_model=18", "model.net.n_heads=2"], "head_dim=9"),
+        # lengths beyond what an encoding supports
+        (["pe=learned", "pe.max_len=20"], r"cannot\s+extrapolate.*raise pe.max_len to at least"),
+        (
+            ["positions=randomized", "positions.max_position=32"],
+            r"positions.max_position=32 is shorter than the longest sequence",
+        ),
+        # training and evaluation lengths
+        (["task.train_lengths=[8,2]"], r"train_lengths must be \[min, max\].*got \[8, 2\]"),
+        (["task.train_lengths=[]"], r"train_lengths must be \[min, max\].*got \[\]"),
+        (["task.train_lengths=[0,4]"], r"train_lengths must be \[min, max\] with 1 <= min"),
+        (["task.eval_lengths=[0,8]"], r"eval_lengths must be a non-empty list of lengths >= 1"),
+        # evaluation that cannot fit in memory
+        (
+            ["pe=none", "task.eval_lengths=[8,100000]", "data.eval_batch_size=4096"],
+            r"evaluating length 100000 .* needs about .* GiB.* lower data.eval_batch_size",
+        ),
+    ],
+)
+def test_bad_settings_are_refused_before_training(tiny_cfg, overrides, message):
+    assert_refused_before_training(tiny_cfg(*overrides), message)
+
+
+@pytest.fixture(scope="module")
+def trained_checkpoint(tmp_path_factory) -> Path:
+    """A checkpoint of the tiny rope decoder with d_model 16."""
+    tmp = tmp_path_factory.mktemp("trained")
+    cfg = compose_config([*TINY, "logger=csv", "test=false"], tmp)
+    run(cfg)
+    return Path(cfg.paths.output_dir) / "checkpoints" / "last.ckpt"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (
+            ["model.net.d_model=32"],
+            r"other settings.*\n  model.net.d_model: checkpoint 16 != this",
+        ),
+        (["pe=alibi"], r"other settings(.|\n)*pe._target_: checkpoint 'pelab.pe.rotary.RotaryPE'"),
+        (["seed=3"], r"seed: checkpoint 0 != this run 3"),
+    ],
+)
+def test_a_checkpoint_from_another_config_is_refused_naming_what_differs(
+    tiny_cfg, trained_checkpoint, overrides, message
+):
+    cfg = tiny_cfg(f"ckpt_path={trained_checkpoint}", *overrides)
+    assert_refused_before_training(cfg, message)
+
+
+def test_foreign_weights_of_another_shape_are_refused(tiny_cfg, tmp_path):
+    foreign = tmp_path / "foreign.ckpt"
+    torch.save({"state_dict": {"net.tok_emb.weight": torch.zeros(3, 3)}}, foreign)
+    message = r"do not fit the model(.|\n)*net.tok_emb.weight: checkpoint \(3, 3\) != model"
+    assert_refused_before_training(tiny_cfg(f"ckpt_path={foreign}"), message)
+
+
+def test_a_corrupt_or_truncated_checkpoint_is_refused(tiny_cfg, trained_checkpoint, tmp_path):
+    truncated = tmp_path / "truncated.ckpt"
+    truncated.write_bytes(trained_checkpoint.read_bytes()[:1000])
+    assert_refused_before_training(tiny_cfg(f"ckpt_path={truncated}"), "not a readable checkpoint")
+    garbage = tmp_path / "garbage.ckpt"
+    garbage.write_bytes(b"\x00not a checkpoint" * 100)
+    assert_refused_before_training(tiny_cfg(f"ckpt_path={garbage}"), "not a readable checkpoint")
+    missing = tmp_path / "missing.ckpt"
+    assert_refused_before_training(tiny_cfg(f"ckpt_path={missing}"), "does not exist")
+
+
+class RunsCode:
+    """A pickle that, loaded without ``weights_only``, would run a shell command."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_a_checkpoint_that_would_run_code_is_refused_and_never_executed(tiny_cfg, tmp_path):
+    marker = tmp_path / "code-ran"
+    evil = tmp_path / "evil.ckpt"
+    torch.save({"state_dict": {}, "payload": RunsCode(marker)}, evil)
+    assert_refused_before_training(
+        tiny_cfg(f"ckpt_path={evil}"), "only a full unpickle could load, which pelab refuses"
+    )
+    assert not marker.exists()
+
+
+def test_every_shipped_option_passes_the_type_check():
+    """No false alarms: every option file of every group, as shipped, is accepted."""
+    for group in ("model", "pe", "task", "positions", "trainer", "logger", "experiment", "debug"):
+        for option in options(group):
+            check_types(compose_config([f"{group}={option}"]))
