@@ -6,6 +6,9 @@
    runs in alternating rounds; we report the median tokens/s over timing windows after warm-up.
 2. Every registered encoding's training step (forward, backward, AdamW) relative to ``none`` on
    the same model and batches, in interleaved rounds, with its parameter count.
+3. Data generation: samples/s that every registered task (and declared variant) generates at
+   lengths 64 and 512, against the samples/s a training step of the default model consumes at
+   the same length (target: at least 10x, so generation never limits training).
 
     python scripts/benchmark.py            # full: 4 layers, d_model 128, 64 tokens, batch 64
     python scripts/benchmark.py --quick    # a smoke run in seconds
@@ -23,6 +26,7 @@ from pathlib import Path
 import lightning as L
 import torch
 import torch.nn.functional as F
+from hydra import compose, initialize_config_dir
 from torch import nn
 
 from pelab.data.datamodule import TaskDataModule
@@ -31,6 +35,7 @@ from pelab.lit_module import SequenceModel, warmup_cosine
 from pelab.models.transformer import Transformer
 from pelab.pe import PE_REGISTRY
 from pelab.tasks import TASK_REGISTRY
+from pelab.train import build_model, build_task
 
 
 class MinimalBlock(nn.Module):
@@ -182,6 +187,87 @@ def encoding_step_times(batches, shape, steps: int, rounds: int) -> dict[str, di
     }
 
 
+DATA_LENGTHS = (64, 512)
+QUICK_DATA_LENGTHS = (16,)  # a smoke run: short sequences, one timed step
+MAX_STEP_TOKENS = 4096  # longer sequences: generation is timed, the training step is not
+
+
+def seconds_per_call(fn, min_seconds: float, min_calls: int) -> float:
+    """Mean wall time of ``fn()`` after one warm-up call, over at least ``min_calls`` calls and
+    ``min_seconds`` seconds."""
+    fn()
+    calls, start = 0, time.perf_counter()
+    while True:
+        fn()
+        calls += 1
+        elapsed = time.perf_counter() - start
+        if calls >= min_calls and elapsed >= min_seconds:
+            return elapsed / calls
+
+
+def generation_vs_training(name: str, variant: dict, length: int, quick: bool) -> dict:
+    """Samples/s that ``task.sample`` generates and that a training step of the default model
+    (configs/train.yaml: decoder, RoPE, batch ``data.batch_size``) consumes, at ``length``."""
+    overrides = [
+        f"task={name}",
+        f"task.train_lengths=[{length},{length}]",
+        f"task.eval_lengths=[{length}]",
+        *(f"task.{k}={json.dumps(v)}" for k, v in variant.items()),
+    ]
+    try:
+        cfg = compose("train", overrides=overrides)
+        task = build_task(cfg)
+    except Exception as error:  # a task that cannot be built at this length is skipped
+        return {"note": f"skipped: {type(error).__name__}: {str(error).splitlines()[0]}"}
+    batch, generator = cfg.data.batch_size, torch.Generator().manual_seed(0)
+    sample_s = seconds_per_call(
+        lambda: task.sample(batch, length, generator), 0.02 if quick else 0.3, 3
+    )
+    tokens = task.prompt_length(length) + task.answer_length(length) + 2
+    row = {"tokens": tokens, "generated_per_s": round(batch / sample_s)}
+    if tokens > MAX_STEP_TOKENS:
+        return {**row, "note": f"training step not timed: {tokens} tokens per sequence"}
+    try:
+        model = build_model(cfg, task)
+    except Exception as error:
+        return {**row, "note": f"no default model: {type(error).__name__}: {error}"}
+    optimizer = torch.optim.AdamW(model.net.parameters(), lr=1e-3)
+    prompt, answer = task.sample(batch, length, generator)
+
+    def step() -> None:  # what SequenceModel.training_step and the optimizer do
+        positions = model.sequence_positions(prompt, answer.shape[1])
+        logits = model.layout.answer_logits(model.net, prompt, answer, positions)
+        loss = F.cross_entropy(logits.flatten(0, 1), answer.flatten())
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+
+    step_s = seconds_per_call(step, 0.0, 1 if quick else 2)
+    row.update(trained_per_s=round(batch / step_s, 1), ratio=round(step_s / sample_s, 1))
+    return row
+
+
+def data_generation(quick: bool) -> dict[str, dict]:
+    """Every registered task and declared variant at lengths 64 and 512 (16 only with
+    ``--quick``): generated vs consumed samples/s; the target is a ratio >= 10."""
+    config_dir = str(Path(__file__).resolve().parents[1] / "configs")
+    rows = {}
+    with initialize_config_dir(config_dir=config_dir, version_base="1.3"):
+        for name in sorted(TASK_REGISTRY):
+            for variant in ({}, *TASK_REGISTRY[name].variants):
+                label = " ".join([name, *(f"{k}={v}" for k, v in variant.items())])
+                for length in QUICK_DATA_LENGTHS if quick else DATA_LENGTHS:
+                    row = generation_vs_training(name, variant, length, quick)
+                    rows[f"{label} @ {length}"] = row
+                    print(
+                        f"{label:<34}{length:>7}{row.get('generated_per_s', 0):>14,}"
+                        f"{row.get('trained_per_s', 0):>12,.1f}{row.get('ratio', 0):>9,.1f}"
+                        f"  {row.get('note', '')}",
+                        flush=True,
+                    )
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a few windows: a smoke run")
@@ -231,8 +317,15 @@ def main() -> None:
             f"{name:<20}{r['attention']:>10}{r['ms_per_step']:>10.1f}{r['vs_none']:>9.3f}"
             f"{r['pe_params']:>11,}"
         )
+    print(
+        f"\n{'task (data generation)':<34}{'length':>7}{'generated/s':>14}{'trained/s':>12}"
+        f"{'ratio':>9}"
+    )
+    data = data_generation(args.quick)
     args.json.write_text(
-        json.dumps({"shape": shape, "results": results, "encodings": encodings}, indent=2)
+        json.dumps(
+            {"shape": shape, "results": results, "encodings": encodings, "data": data}, indent=2
+        )
     )
     print(f"\nwritten to {args.json}")
 
