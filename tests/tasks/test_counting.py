@@ -8,7 +8,7 @@ from pelab.data.datamodule import TrainBatches
 from pelab.data.eval_sets import build_eval_set
 from pelab.pe.base import ConfigError
 from pelab.tasks.counting import DIGIT_0, LETTER_0, CountingTask
-from pelab.train import run
+from tests.tasks.run_check import KINDS, assert_runs, learn
 
 a, b, c = LETTER_0, LETTER_0 + 1, LETTER_0 + 2
 
@@ -56,8 +56,14 @@ def test_evaluation_prompts_never_occur_in_training():
     assert not test & {tuple(p) for i in range(len(train)) for p in train[i][0].tolist()}
 
 
-@pytest.mark.parametrize("model", ["decoder", "encoder"])
+@pytest.mark.parametrize("model", KINDS)
 def test_trains_and_tests_in_both_layouts(tiny_cfg, model):
-    record = run(tiny_cfg("task=counting", f"model={model}", "task.eval_lengths=[4,8]"))
-    assert record["status"] == "completed"
-    assert set(record["metrics"]["test"]) == {"4", "8"}
+    assert_runs(tiny_cfg, model, "counting", "task.eval_lengths=[4,8]")
+
+
+@pytest.mark.slow
+def test_a_small_model_learns_counting_in_distribution(tmp_path):
+    record = learn(
+        tmp_path, "counting", 1500, "task.train_lengths=[1,10]", "task.eval_lengths=[10]"
+    )
+    assert record["metrics"]["test_id"]["exact_match"] >= 0.9

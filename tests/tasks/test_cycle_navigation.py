@@ -12,7 +12,7 @@ from pelab.tasks.cycle_navigation import (
     STAY,
     CycleNavigationTask,
 )
-from pelab.train import run
+from tests.tasks.run_check import KINDS, assert_runs, learn
 
 MOVE = {"+": RIGHT, "-": LEFT, "0": STAY}
 
@@ -56,8 +56,19 @@ def test_evaluation_prompts_never_occur_in_training():
     assert not test & {tuple(p) for i in range(len(train)) for p in train[i][0].tolist()}
 
 
-@pytest.mark.parametrize("model", ["decoder", "encoder"])
+@pytest.mark.parametrize("model", KINDS)
 def test_trains_and_tests_in_both_layouts(tiny_cfg, model):
-    record = run(tiny_cfg("task=cycle_navigation", f"model={model}", "task.eval_lengths=[4,8]"))
-    assert record["status"] == "completed"
-    assert set(record["metrics"]["test"]) == {"4", "8"}
+    assert_runs(tiny_cfg, model, "cycle_navigation", "task.eval_lengths=[4,8]")
+
+
+@pytest.mark.slow
+def test_a_small_model_learns_cycle_navigation_in_distribution(tmp_path):
+    record = learn(
+        tmp_path,
+        "cycle_navigation",
+        1500,
+        "model=encoder",
+        "task.train_lengths=[1,10]",
+        "task.eval_lengths=[10]",
+    )
+    assert record["metrics"]["test_id"]["exact_match"] >= 0.9

@@ -8,7 +8,7 @@ import torch
 from pelab.pe.base import ConfigError
 from pelab.tasks.base import N_SPECIAL
 from pelab.tasks.from_dataset import PAD, FromDatasetTask, write_example
-from pelab.train import run
+from tests.tasks.run_check import KINDS, assert_runs, learn
 
 
 def save(tmp_path, data, name="data") -> str:
@@ -136,11 +136,17 @@ def test_errors_name_the_bad_value_and_the_valid_choices(tmp_path):
     ).vocabulary == [1, 2, 3, 4]
 
 
-@pytest.mark.parametrize("model", ["decoder", "encoder"])
+@pytest.mark.parametrize("model", KINDS)
 def test_trains_on_a_tiny_dataset_end_to_end(tiny_cfg, tmp_path, model):
     path = write_example(tmp_path / "drop_a")
-    overrides = ["task=from_dataset", f"task.path={path}", "task.train_lengths=[1,8]"]
-    record = run(tiny_cfg(*overrides, "task.eval_lengths=[4,8,12]", f"model={model}"))
-    assert record["status"] == "completed"
-    assert set(record["metrics"]["test"]) == {"4", "8", "12"}
+    overrides = [f"task.path={path}", "task.train_lengths=[1,8]", "task.eval_lengths=[4,8,12]"]
+    record = assert_runs(tiny_cfg, model, "from_dataset", *overrides)
     assert record["config"]["task"]["path"] == path
+
+
+@pytest.mark.slow
+def test_a_small_model_learns_the_example_dataset_in_distribution(tmp_path):
+    path = write_example(tmp_path / "drop_a")
+    lengths = ("task.train_lengths=[1,8]", "task.eval_lengths=[8]")
+    record = learn(tmp_path, "from_dataset", 1500, f"task.path={path}", *lengths)
+    assert record["metrics"]["test_id"]["exact_match"] >= 0.9

@@ -17,7 +17,7 @@ from pelab.tasks.modular_arithmetic import (
     TIMES,
     ModularArithmeticTask,
 )
-from pelab.train import run
+from tests.tasks.run_check import KINDS, assert_runs, learn
 
 TOKEN = {s: DIGIT_0 + i for i, s in enumerate(SYMBOLS)}
 
@@ -115,9 +115,16 @@ def test_evaluation_prompts_never_occur_in_training(brackets):
     assert not test & {tuple(p) for i in range(len(train)) for p in train[i][0].tolist()}
 
 
-@pytest.mark.parametrize("model", ["decoder", "encoder"])
+@pytest.mark.parametrize("model", KINDS)
 @pytest.mark.parametrize("task", ["modular_arithmetic", "modular_arithmetic_brackets"])
 def test_trains_and_tests_in_both_layouts(tiny_cfg, task, model):
-    record = run(tiny_cfg(f"task={task}", f"model={model}", "task.eval_lengths=[5,9]"))
-    assert record["status"] == "completed"
+    record = assert_runs(tiny_cfg, model, task, "task.eval_lengths=[5,9]")
     assert record["config"]["task"]["brackets"] == (task == "modular_arithmetic_brackets")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("task", ["modular_arithmetic", "modular_arithmetic_brackets"])
+def test_a_small_model_learns_it_in_distribution(tmp_path, task):
+    lengths = ("task.train_lengths=[1,7]", "task.eval_lengths=[7]")
+    record = learn(tmp_path, task, 2000, "model=encoder", *lengths)
+    assert record["metrics"]["test_id"]["exact_match"] >= 0.9

@@ -15,7 +15,7 @@ from pelab.tasks.stack_manipulation import (
     ZERO,
     StackManipulationTask,
 )
-from pelab.train import run
+from tests.tasks.run_check import KINDS, assert_runs, learn
 
 TOKEN = {"0": ZERO, "1": ONE, "POP": POP, "PUSH0": PUSH0, "PUSH1": PUSH1, "_": EMPTY}
 
@@ -66,9 +66,25 @@ def test_evaluation_prompts_never_occur_in_training():
     assert not test & {tuple(p) for i in range(len(train)) for p in train[i][0].tolist()}
 
 
-@pytest.mark.parametrize("model", ["decoder", "encoder"])
+@pytest.mark.parametrize("model", KINDS)
 def test_trains_and_tests_in_both_layouts(tiny_cfg, model):
-    overrides = ("task.train_lengths=[1,8]", "task.eval_lengths=[4,8]")
-    record = run(tiny_cfg("task=stack_manipulation", f"model={model}", *overrides))
-    assert record["status"] == "completed"
-    assert set(record["metrics"]["test"]) == {"4", "8"}
+    assert_runs(
+        tiny_cfg,
+        model,
+        "stack_manipulation",
+        "task.train_lengths=[1,8]",
+        "task.eval_lengths=[4,8]",
+    )
+
+
+@pytest.mark.slow
+def test_a_small_model_learns_stack_manipulation_in_distribution(tmp_path):
+    record = learn(
+        tmp_path,
+        "stack_manipulation",
+        2000,
+        "model=encoder",
+        "task.train_lengths=[1,8]",
+        "task.eval_lengths=[8]",
+    )
+    assert record["metrics"]["test_id"]["exact_match"] >= 0.9
