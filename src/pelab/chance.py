@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import torch.nn.functional as F
+import torch
 from torch import Tensor
 
 from pelab.data.eval_sets import load_eval_set
@@ -30,8 +30,10 @@ def constant_answers(answers: Tensor) -> tuple[Tensor, Tensor]:
     of ``answers: [n, m]`` (ties go to the smallest, so the result is deterministic)."""
     rows, counts = answers.unique(dim=0, return_counts=True)  # rows sorted: ties -> smallest
     whole = rows[counts.argmax()]
-    per_position = F.one_hot(answers, int(answers.max()) + 1).sum(dim=0)  # [m, V]
-    return whole, per_position.argmax(dim=-1)
+    columns = answers.T  # [m, n]
+    counts = torch.zeros(columns.shape[0], int(answers.max()) + 1, dtype=torch.long)
+    counts.scatter_add_(1, columns, torch.ones_like(columns))  # [m, V]: count of each token
+    return whole, counts.argmax(dim=-1)
 
 
 def chance_levels(answers: Tensor) -> dict[str, float]:
