@@ -9,6 +9,8 @@
 3. Data generation: samples/s that every registered task (and declared variant) generates at
    lengths 64 and 512, against the samples/s a training step of the default model consumes at
    the same length (target: at least 10x, so generation never limits training).
+4. Greedy exact-match evaluation with the key/value cache against a full forward per step, at
+   lengths 64 and 512 (decoder, 2 layers, d_model 64, batch 256).
 
     python scripts/benchmark.py            # full: 4 layers, d_model 128, 64 tokens, batch 64
     python scripts/benchmark.py --quick    # a smoke run in seconds
@@ -268,6 +270,62 @@ def data_generation(quick: bool) -> dict[str, dict]:
     return rows
 
 
+GREEDY_LENGTHS = (64, 512)
+
+
+def greedy_eval_times(quick: bool) -> dict[str, dict]:
+    """Seconds of greedy exact-match evaluation (copy, one batch; a decoder with 2 layers,
+    d_model 64 and RoPE) with the key/value cache and with a full forward per step, at lengths
+    64 and 512 (batch 256; ``--quick``: 8 and 32, batch 16), and how each grows from the first
+    length to the last. Without the cache, lengths above 64 are estimated (a full run at 512
+    takes over an hour on 2 CPU cores): full forwards timed at 4 evenly spaced prefix lengths,
+    their mean times the number of steps."""
+    lengths, batch = ((8, 32), 16) if quick else (GREEDY_LENGTHS, 256)
+    torch.manual_seed(0)
+    longest = 2 * max(lengths) + 2
+    net = Transformer(35, longest, True, partial(PE_REGISTRY["rope"]), d_model=64, n_layers=2)
+    net.eval()
+    rows: dict[str, dict] = {}
+    with torch.inference_mode():
+        for use_cache in (True, False):  # warm-up
+            DecoderLayout.predict(net, torch.randint(3, 35, (batch, 8)), 8, use_cache=use_cache)
+        for n in lengths:
+            prompt = torch.randint(3, 35, (batch, n))  # copy: the answer is the prompt
+
+            def evaluate(use_cache: bool, n: int = n, prompt: torch.Tensor = prompt) -> float:
+                answer = DecoderLayout.predict(net, prompt, n, use_cache=use_cache)
+                return (answer == prompt).all(dim=-1).float().mean().item()
+
+            cached = seconds_per_call(lambda: evaluate(True), 0.0, 1)
+            if n <= 64:
+                full, estimated = seconds_per_call(lambda: evaluate(False), 0.0, 1), False
+            else:  # step i feeds n + 2 + i tokens, i = 0 .. n - 1
+                sizes = torch.linspace(n + 2, 2 * n + 1, 4).round().int().tolist()
+                per_step = [
+                    seconds_per_call(lambda s=s: net(torch.randint(3, 35, (batch, s))), 0.0, 1)
+                    for s in sizes
+                ]
+                full, estimated = statistics.mean(per_step) * n, True
+            rows[str(n)] = {
+                "batch": batch,
+                "cached_s": round(cached, 2),
+                "full_forwards_s": round(full, 1),
+                "full_forwards_estimated": estimated,
+                "speedup": round(full / cached, 1),
+            }
+            print(
+                f"{n:>7}{batch:>7}{cached:>12.2f}{full:>14.1f}{'*' if estimated else ' '}"
+                f"{full / cached:>9.1f}",
+                flush=True,
+            )
+    first, last = rows[str(lengths[0])], rows[str(lengths[-1])]
+    growth = {
+        key: round(last[f"{key}_s"] / first[f"{key}_s"], 1) for key in ("cached", "full_forwards")
+    }
+    print(f"growth {lengths[0]} -> {lengths[-1]}: {growth}  (* estimated)")
+    return {"lengths": rows, "growth": growth}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a few windows: a smoke run")
@@ -322,11 +380,10 @@ def main() -> None:
         f"{'ratio':>9}"
     )
     data = data_generation(args.quick)
-    args.json.write_text(
-        json.dumps(
-            {"shape": shape, "results": results, "encodings": encodings, "data": data}, indent=2
-        )
-    )
+    print(f"\n{'length':>7}{'batch':>7}{'cached s':>12}{'full fwd s':>14}{'speedup':>9}")
+    greedy = greedy_eval_times(args.quick)
+    report = {"shape": shape, "results": results, "encodings": encodings, "data": data}
+    args.json.write_text(json.dumps({**report, "greedy_eval": greedy}, indent=2))
     print(f"\nwritten to {args.json}")
 
 
