@@ -1,3 +1,4 @@
+import pytest
 import torch
 
 from pelab.models.attention import Attention, causal_mask
@@ -101,9 +102,10 @@ def mha_reference(attn: Attention) -> torch.nn.MultiheadAttention:
     return mha.eval()
 
 
-def test_cross_attention_is_multi_head_attention_from_x_to_the_context():
+@pytest.mark.parametrize("impl", ["eager", "fused"])
+def test_cross_attention_is_multi_head_attention_from_x_to_the_context(impl):
     torch.manual_seed(0)
-    attn = Attention(8, 2, causal=False, pe=NoPE(DIMS), layer=0).eval()
+    attn = Attention(8, 2, causal=False, pe=NoPE(DIMS), layer=0, impl=impl).eval()
     x, context = torch.randn(2, 3, 8), torch.randn(2, 5, 8)
     pos = Positions(torch.arange(3)[None], torch.arange(5)[None])  # decoder and encoder tokens
     reference, _ = mha_reference(attn)(x, context, context)
