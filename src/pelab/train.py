@@ -185,11 +185,19 @@ def run(cfg: DictConfig) -> dict[str, Any]:
             print_results(record, out["task"])
         return record
     finally:
-        _finish_wandb()
+        _finish_wandb(record)
 
 
-def _finish_wandb() -> None:
+def _finish_wandb(record: dict[str, Any]) -> None:
+    """Close this job's W&B run with its outcome, which ``make_table.py wandb:<project>`` reads:
+    ``status``, ``error`` and the command-line ``overrides`` in the summary, and exit code 1
+    for a failure (W&B then shows the run as failed)."""
     import wandb
 
-    if wandb.run is not None:
-        wandb.finish()
+    if wandb.run is None:
+        return
+    overrides = list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
+    wandb.run.summary.update(
+        {"status": record["status"], "error": record.get("error", ""), "overrides": overrides}
+    )
+    wandb.finish(exit_code=0 if record["status"] == "completed" else 1)

@@ -1,0 +1,123 @@
+"""Loading runs: every job of a sweep is a row, whatever became of it."""
+
+import json
+import math
+from types import SimpleNamespace
+
+import pytest
+from omegaconf import OmegaConf
+
+from pelab.analysis.collect import (
+    NOT_SET,
+    directory_records,
+    lengths_frame,
+    load_records,
+    runs_frame,
+    sweep_jobs,
+    wandb_record,
+)
+from pelab.pe import ConfigError
+from tests.analysis.records import CHOICES, record, write_job, write_multirun
+
+
+def test_the_grid_expands_like_hydras_basic_sweeper_and_the_command_line_wins():
+    multirun = OmegaConf.create(
+        {
+            "hydra": {
+                "sweeper": {"params": {"pe": "none,rope", "seed": "0,1,2"}},
+                "overrides": {"task": ["seed=5", "task=sort"]},
+            }
+        }
+    )
+    assert sweep_jobs(multirun) == [
+        ["pe=none", "seed=5", "task=sort"],
+        ["pe=rope", "seed=5", "task=sort"],
+    ]
+
+
+def test_completed_failed_crashed_and_missing_jobs_are_all_found(tmp_path):
+    sweep = tmp_path / "sweep"
+    write_multirun(sweep, {}, ["pe=none,alibi", "seed=0,1"])
+    done = record("none", "copy", 0, {8: 1.0, 16: 0.5, 32: 0.0})
+    failed = record("none", "copy", 1, status="failed")
+    choices = {"pe": "none", "task": "copy", **CHOICES}
+    write_job(sweep / "0_none_copy_s0", done, choices, 0, ["pe=none", "seed=0"])
+    write_job(sweep / "1_none_copy_s1", failed, choices, 1, ["pe=none", "seed=1"])
+    crashed = {**choices, "pe": "alibi"}
+    write_job(sweep / "2_alibi_copy_s0", None, crashed, 0, ["pe=alibi", "seed=0"])
+    # job 3 (alibi, seed 1) never started; a re-evaluation and another script's log are no runs
+    evaluation = {**done, "checkpoint": "best.ckpt"}
+    (sweep / "0_none_copy_s0" / "eval" / "x").mkdir(parents=True)
+    (sweep / "0_none_copy_s0" / "eval" / "x" / "results.json").write_text(json.dumps(evaluation))
+    write_job(tmp_path / "eval_log", None, choices, 0, [], config_name="eval")
+
+    records = directory_records(tmp_path)
+    found = {(r["choices"]["pe"], r["choices"]["seed"]): r for r in records}
+    assert len(records) == 4
+    assert {k: r["status"] for k, r in found.items()} == {
+        ("none", 0): "completed",
+        ("none", 1): "failed",
+        ("alibi", 0): "crashed",
+        ("alibi", 1): "missing",
+    }
+    assert found[("none", 0)]["overrides"] == ["pe=none", "seed=0"]
+    assert "killed" in found[("alibi", 0)]["error"]
+    assert found[("alibi", 1)]["choices"]["task"] == "copy"  # the sweep's default choice
+
+
+def test_runs_frame_has_a_column_per_changed_setting_and_nan_without_results():
+    runs = runs_frame(
+        [
+            record("rope", "copy", 0, {8: 1.0, 32: 0.25}, overrides=["model.net.d_model=32"]),
+            record("rope", "copy", 1, status="failed", overrides=[]),
+        ]
+    )
+    assert list(runs["model.net.d_model"]) == ["32", NOT_SET]
+    assert runs.loc[0, "id/exact_match"] == 1.0 and runs.loc[0, "ood/exact_match"] == 0.25
+    assert math.isnan(runs.loc[1, "id/exact_match"])
+    assert runs.loc[1, "error"].startswith("ConfigError")
+    assert runs.loc[0, "experiment"] == NOT_SET and list(runs["seed"]) == [0, 1]
+
+
+def test_lengths_frame_lists_measured_and_configured_lengths_with_chance():
+    lengths = lengths_frame(
+        [
+            record("rope", "copy", 0, {8: 1.0, 32: 0.5}, chance=0.03),
+            record("a", "copy", 1, None, "failed"),
+        ]
+    )
+    assert list(lengths["run"]) == [0, 0, 1, 1, 1]
+    assert list(lengths["length"]) == [8, 32, 8, 16, 32]
+    assert list(lengths["exact_match"][:2]) == [1.0, 0.5]
+    assert lengths["exact_match"][2:].isna().all()
+    assert list(lengths["chance/token_acc"][:2]) == [0.03, 0.03]
+
+
+def test_a_wandb_run_becomes_the_record_its_results_json_would_hold():
+    summary = {
+        "test/exact_match/len_8": 0.5,
+        "test/token_acc/len_8": 0.75,
+        "test/id/exact_match": 0.5,
+        "status": "completed",
+        "overrides": ["pe=alibi"],
+        "_step": 3,
+    }
+    config = {
+        "choices": {"pe": "alibi", "task": "copy", "seed": 2},
+        "task": {"train_lengths": [1, 16]},
+    }
+    run = SimpleNamespace(summary=summary, config=config, state="finished", url="https://w/r")
+    rec = wandb_record(run)
+    assert rec["status"] == "completed" and rec["choices"]["pe"] == "alibi"
+    assert rec["metrics"]["test"] == {"8": {"exact_match": 0.5, "token_acc": 0.75}}
+    assert rec["metrics"]["test_id"] == {"exact_match": 0.5}
+    assert rec["train_lengths"] == [1, 16] and rec["overrides"] == ["pe=alibi"]
+
+    crashed = wandb_record(SimpleNamespace(summary={}, config=config, state="crashed", url=""))
+    assert crashed["status"] == "crashed" and crashed["error"] == "W&B state: crashed"
+    assert crashed["metrics"] == {}
+
+
+def test_a_source_that_is_neither_a_directory_nor_wandb_is_refused(tmp_path):
+    with pytest.raises(ConfigError, match=r"neither a directory.*wandb:<entity>/<project>"):
+        load_records([tmp_path / "nowhere"])

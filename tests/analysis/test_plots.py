@@ -1,0 +1,47 @@
+"""Figures: the curves plot the seed means, the training range is shaded, failures are named."""
+
+import numpy as np
+import pytest
+from matplotlib.patches import Rectangle
+
+from pelab.analysis.collect import lengths_frame, runs_frame
+from pelab.analysis.plots import heatmap, length_curves, save
+from pelab.analysis.table import ablation
+from tests.analysis.records import record
+
+RECORDS = [
+    record("rope", "copy", 0, {8: 0.5, 16: 0.5, 32: 0.25}, train=(2, 16), chance=0.0),
+    record("rope", "copy", 1, {8: 0.7, 16: 0.7, 32: 0.0}, train=(2, 16), chance=0.0),
+    record("learned", "copy", 0, status="failed"),
+    record("learned", "copy", 1, status="failed"),
+]
+
+
+@pytest.fixture
+def result():
+    return ablation(runs_frame(RECORDS), lengths_frame(RECORDS))
+
+
+def test_length_curves_plot_the_mean_over_seeds_and_shade_the_training_lengths(result):
+    fig = length_curves(result.runs, result.lengths, result.rows, "exact_match")
+    ax = fig.axes[0]
+    curves = {c.get_label(): c.lines[0] for c in ax.containers}  # errorbar: (line, caps, bars)
+    assert list(curves) == ["rope"]  # learned has no result to plot
+    rope = curves["rope"]
+    assert list(rope.get_xdata()) == [8, 16, 32]
+    assert np.allclose(rope.get_ydata(), [60.0, 60.0, 12.5])
+    [chance] = [line for line in ax.get_lines() if line.get_label() == "chance level"]
+    assert np.allclose(chance.get_ydata(), 0.0)
+    [span] = [p for p in ax.patches if isinstance(p, Rectangle)]
+    x0, x1 = span.get_x(), span.get_x() + span.get_width()
+    assert (x0, x1) == pytest.approx((2, 16))
+
+
+def test_heatmap_annotates_means_and_names_the_failed_cells(result, tmp_path):
+    fig = heatmap(result.by_task, result.rows, "exact_match")
+    texts = [t.get_text() for ax in fig.axes for t in ax.texts]
+    assert texts.count("failed") == 2  # learned: ID and OOD
+    assert "60" in texts and "12" in texts  # rope: ID 60.0, OOD 12.5 -> "12" (rounded half even)
+    paths = save(fig, tmp_path / "heatmap")
+    assert [p.name for p in paths] == ["heatmap.png", "heatmap.pdf"]
+    assert paths[0].read_bytes().startswith(b"\x89PNG") and paths[1].read_bytes()[:4] == b"%PDF"

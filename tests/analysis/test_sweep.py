@@ -1,0 +1,38 @@
+"""The end-of-sweep summary: every job that did not complete is named; failures exit 1."""
+
+import pytest
+from omegaconf import OmegaConf
+
+from pelab.analysis.sweep import SweepSummary
+from tests.analysis.records import CHOICES, record, write_job, write_multirun
+
+
+def sweep_end(sweep):
+    SweepSummary().on_multirun_end(OmegaConf.create({"hydra": {"sweep": {"dir": str(sweep)}}}))
+
+
+def test_a_sweep_with_a_failed_and_a_missing_job_names_them_and_exits_1(tmp_path, capsys):
+    write_multirun(tmp_path, {}, ["pe=none,alibi", "seed=0"])
+    choices = {"pe": "none", "task": "copy", **CHOICES}
+    write_job(
+        tmp_path / "0_none",
+        record("none", "copy", 0, status="failed"),
+        choices,
+        0,
+        ["pe=none", "seed=0"],
+    )
+    with pytest.raises(SystemExit, match="2 of 2 jobs did not complete"):
+        sweep_end(tmp_path)
+    err = capsys.readouterr().err
+    assert "2 jobs: 1 failed, 1 missing" in err
+    assert "failed: 0_none: ConfigError: deliberately broken" in err
+    assert f"python scripts/make_table.py {tmp_path}" in err
+
+
+def test_a_complete_sweep_ends_normally(tmp_path, capsys):
+    write_multirun(tmp_path, {}, ["pe=none", "seed=0"])
+    choices = {"pe": "none", "task": "copy", **CHOICES}
+    done = record("none", "copy", 0, {8: 1.0, 32: 0.0})
+    write_job(tmp_path / "0_none", done, choices, 0, ["pe=none", "seed=0"])
+    sweep_end(tmp_path)
+    assert "1 jobs: 1 completed" in capsys.readouterr().err

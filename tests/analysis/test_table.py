@@ -1,0 +1,121 @@
+"""Ablation tables: seed statistics by hand, failures and holes shown, best marked, files."""
+
+import math
+
+import pandas as pd
+import pytest
+
+from pelab.analysis.collect import lengths_frame, runs_frame
+from pelab.analysis.table import ablation, cell_text, complete, row_axes, write_tables
+from tests.analysis.records import record
+
+
+def build(records, metric="exact_match"):
+    return ablation(runs_frame(records), lengths_frame(records), metric)
+
+
+def cell(stats, pe, task, column, value):
+    row = stats[(stats["pe"] == pe) & (stats["task"] == task) & (stats[column] == value)]
+    assert len(row) == 1
+    return row.iloc[0]
+
+
+RECORDS = [
+    record("rope", "copy", 0, {8: 0.5, 16: 0.5, 32: 0.25}, chance=0.0),
+    record("rope", "copy", 1, {8: 0.7, 16: 0.7, 32: 0.0}, chance=0.0),
+    record("alibi", "copy", 0, {8: 0.9, 16: 0.9, 32: 0.6}, chance=0.0),
+    record("alibi", "copy", 1, status="failed"),
+    record("learned", "copy", 0, status="failed"),
+    record("learned", "copy", 1, status="failed"),
+    record("rope", "sort", 0, {8: 0.2, 16: 0.2, 24: 0.1}),
+]
+
+
+def test_a_cell_is_the_mean_std_and_max_over_seeds():
+    result = build(RECORDS)
+    rope = cell(result.by_task, "rope", "copy", "split", "ID")
+    # seeds 0.5 and 0.7: mean 0.6, sample std sqrt(((-0.1)^2 + 0.1^2) / 1) = 0.1414
+    assert rope["mean"] == pytest.approx(0.6)
+    assert rope["std"] == pytest.approx(math.sqrt(0.02))
+    assert (rope["max"], rope["n"], rope["runs"]) == (pytest.approx(0.7), 2, 2)
+    assert cell_text(rope) == "60.0 ± 14.1 (max 70.0, 2/2)"
+    ood = cell(result.by_task, "rope", "copy", "split", "OOD")
+    assert ood["mean"] == pytest.approx(0.125)
+
+
+def test_failed_and_missing_runs_stay_in_their_cells():
+    result = build(RECORDS)
+    alibi = cell(result.by_task, "alibi", "copy", "split", "ID")
+    assert (alibi["n"], alibi["runs"], alibi["failed"]) == (1, 2, 1)
+    assert cell_text(alibi) == "90.0 ± – (max 90.0, 1/2)"  # one seed: no standard deviation
+    assert cell_text(cell(result.by_task, "learned", "copy", "split", "OOD")) == "failed (0/2)"
+    # sort ran only rope seed 0: every other (encoding, seed) of sort is a missing run
+    sort = cell(result.by_task, "alibi", "sort", "split", "ID")
+    assert (sort["missing"], cell_text(sort)) == (2, "missing (0/2)")
+    assert cell_text(cell(result.by_task, "rope", "sort", "split", "ID")).endswith("1/2)")
+    assert (result.runs["status"] == "missing").sum() == 5
+
+
+def test_the_best_mean_of_each_column_is_marked_and_ties_of_a_flat_column_are_not():
+    result = build(RECORDS)
+    best = result.by_task[result.by_task["best"]]
+    assert set(zip(best["pe"], best["task"], best["split"], strict=True)) == {
+        ("alibi", "copy", "ID"),
+        ("alibi", "copy", "OOD"),
+    }  # sort has one value per column: nothing to compare
+
+
+def test_lengths_are_split_by_the_training_range_and_carry_the_chance_level():
+    result = build(RECORDS)
+    copy = result.by_length[result.by_length["task"] == "copy"]
+    assert dict(zip(copy["length"].astype(int), copy["split"], strict=False)) == {
+        8: "ID",
+        16: "ID",
+        32: "OOD",
+    }
+    assert cell(result.by_length, "rope", "copy", "length", 32)["mean"] == pytest.approx(0.125)
+    assert cell(result.by_length, "rope", "copy", "length", 32)["chance"] == 0.0
+    assert pd.isna(cell(result.by_length, "rope", "sort", "length", 24)["chance"])
+
+
+def test_rows_are_the_encoding_plus_every_other_setting_that_varies():
+    records = [
+        record("rope", "copy", s, {8: 1.0, 32: 0.0}, overrides=[f"model.net.d_model={d}"])
+        for d in (16, 32)
+        for s in (0, 1)
+    ]
+    runs = runs_frame(records)
+    assert row_axes(runs) == ["pe", "model.net.d_model"]
+    result = build(records)
+    assert len(result.by_task) == 2 * 2  # (d_model 16, 32) x (ID, OOD): seeds pooled, not rows
+    assert set(result.by_task["n"]) == {2}
+
+
+def test_a_duplicate_run_keeps_the_completed_newest_one():
+    old = {**record("rope", "copy", 0, {8: 0.1, 32: 0.0}), "source": "/logs/a"}
+    new = {**record("rope", "copy", 0, {8: 0.9, 32: 0.0}), "source": "/logs/b"}
+    broken = {**record("rope", "copy", 0, status="failed"), "source": "/logs/c"}
+    runs = complete(runs_frame([old, new, broken]), ["pe"])
+    assert len(runs) == 1 and runs.loc[0, "id/exact_match"] == 0.9
+
+
+def test_tables_are_written_as_markdown_latex_and_csv(tmp_path):
+    records = [*RECORDS, record("t5_bias", "copy", 0, {8: 0.3, 16: 0.3, 32: 0.3})]
+    paths = write_tables(build(records), tmp_path)
+    assert sorted(p.name for p in paths) == sorted(
+        f"table_{kind}.{ext}" for kind in ("tasks", "lengths") for ext in ("md", "tex", "csv")
+    )
+    markdown = (tmp_path / "table_tasks.md").read_text()
+    assert "| alibi" in markdown and "**90.0 ± – (max 90.0, 1/2)**" in markdown
+    assert "copy OOD" in markdown and "failed (0/2)" in markdown
+    assert "| chance" in markdown
+    # every run that did not complete is listed with its error
+    assert "learned · copy · seed 1: failed: ConfigError: deliberately broken" in markdown
+    assert "rope · sort · seed 1: missing" in markdown
+    assert "copy L=32 (OOD)" in (tmp_path / "table_lengths.md").read_text()
+    latex = (tmp_path / "table_tasks.tex").read_text()
+    assert r"t5\_bias" in latex and r"\textbf{90.0 ± – (max 90.0, 1/2)}" in latex
+    assert r"\multicolumn{2}{c}{copy}" in latex and r"exact match (\%)" in latex
+    csv = pd.read_csv(tmp_path / "table_tasks.csv")
+    rope = csv[(csv["pe"] == "rope") & (csv["task"] == "copy") & (csv["split"] == "ID")]
+    assert rope["mean"].item() == pytest.approx(0.6) and rope["n"].item() == 2

@@ -1,0 +1,41 @@
+"""A job's W&B run ends with its outcome, so that tables built from W&B show failures."""
+
+import lightning as L
+import pytest
+import wandb
+
+from pelab.train import run
+
+
+@pytest.fixture
+def finished(monkeypatch):
+    """What each ``wandb.finish`` saw: the exit code and the run's summary keys of the outcome."""
+    seen = []
+    real_finish = wandb.finish
+
+    def finish(exit_code=None, **kwargs):
+        summary = wandb.run.summary
+        seen.append(
+            {"exit_code": exit_code, "status": summary["status"], "error": summary["error"]}
+        )
+        real_finish(exit_code=exit_code, **kwargs)
+
+    monkeypatch.setattr(wandb, "finish", finish)
+    return seen
+
+
+def test_a_run_that_fails_after_wandb_started_is_marked_failed(tiny_cfg, monkeypatch, finished):
+    def broken_fit(*args, **kwargs):
+        raise RuntimeError("boom in training")
+
+    monkeypatch.setattr(L.Trainer, "fit", broken_fit)
+    with pytest.raises(RuntimeError, match="boom"):
+        run(tiny_cfg("logger=wandb"))
+    assert finished == [
+        {"exit_code": 1, "status": "failed", "error": "RuntimeError: boom in training"}
+    ]
+
+
+def test_a_completed_run_ends_with_exit_code_0(tiny_cfg, finished):
+    run(tiny_cfg("logger=wandb", "trainer.max_steps=1", "trainer.val_check_interval=1"))
+    assert finished == [{"exit_code": 0, "status": "completed", "error": ""}]
