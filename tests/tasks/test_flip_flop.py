@@ -7,6 +7,7 @@ import torch
 from pelab.data.datamodule import TrainBatches
 from pelab.data.eval_sets import build_eval_set
 from pelab.pe.base import ConfigError
+from pelab.tasks.base import Task
 from pelab.tasks.flip_flop import IGNORE, ONE, READ, WRITE, ZERO, FlipFlopTask
 from tests.tasks.run_check import KINDS, assert_runs, learn
 
@@ -60,6 +61,20 @@ def test_bad_settings_are_refused():
         FlipFlopTask(p_ignore=1.5)
     with pytest.raises(ConfigError, match="at least 2 instructions.*got length 1"):
         FlipFlopTask(train_lengths=[1, 20])
+
+
+def test_a_separate_evaluation_split_needs_the_data_layer_hook():
+    """``eval_p_ignore`` builds the evaluation sets through ``Task.sample_eval``; where the data
+    layer does not have it yet, the setting is refused instead of silently ignored."""
+    if not hasattr(Task, "sample_eval"):
+        with pytest.raises(ConfigError, match=r"eval_p_ignore=0.98 differs.*leave"):
+            FlipFlopTask(eval_p_ignore=0.98)
+        return
+    task = FlipFlopTask(eval_p_ignore=0.98)
+    prompt, _ = task.sample_eval("test", 2000, 50, torch.Generator().manual_seed(0))
+    assert abs((prompt[:, 2:-1:2] == IGNORE).float().mean().item() - 0.98) < 0.01
+    prompt, _ = task.sample(2000, 50, torch.Generator().manual_seed(0))
+    assert abs((prompt[:, 2:-1:2] == IGNORE).float().mean().item() - 0.8) < 0.01
 
 
 def test_the_evaluation_split_is_part_of_the_cache_key():

@@ -80,9 +80,9 @@ class FlipFlopTask(Task):
         return self.sample_language(batch, length, self.p_ignore, generator)
 
     def sample_eval(
-        self, batch: int, length: int, generator: torch.Generator
+        self, split: str, batch: int, length: int, generator: torch.Generator
     ) -> tuple[Tensor, Tensor]:
-        """Evaluation strings: FFL(``eval_p_ignore``)."""
+        """Evaluation strings (any ``split``): FFL(``eval_p_ignore``)."""
         return self.sample_language(batch, length, self.eval_p_ignore, generator)
 
     @staticmethod

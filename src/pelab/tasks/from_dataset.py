@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -64,18 +63,16 @@ class FromDatasetTask(Task):
         train_split: str = "train",
         eval_split: str = "test",
         holdout: float = 0.1,
-        train_lengths: Sequence[int] | None = None,
         **common: Any,
     ) -> None:
         if not 0.0 < holdout < 1.0:
             raise ConfigError(f"from_dataset: task.holdout must be in (0, 1), got {holdout}")
         self.path, self.input_column, self.target_column = str(path), input_column, target_column
         self.train_split, self.eval_split, self.holdout = train_split, eval_split, float(holdout)
-        self.eval_seed = common.get("eval_seed", 1234)
-        self.train_lengths = tuple(train_lengths or self.default_train_lengths)
-        self._load(_read(self.path))
+        examples = self._encode(_read(self.path))
         self.fixed_num_symbols = len(self.vocabulary)
-        super().__init__(train_lengths=train_lengths, **common)
+        super().__init__(**common)  # validates the lengths and sets eval_seed
+        self._make_pools(self._hold_out(examples["all"]) if "all" in examples else examples)
         self._check_pools()
         if not hasattr(Task, "sample_eval"):
             log.warning(
@@ -91,9 +88,11 @@ class FromDatasetTask(Task):
 
     # -- loading --------------------------------------------------------------------------------
 
-    def _load(self, data: datasets.Dataset | datasets.DatasetDict) -> None:
-        """Build the vocabulary and, per split (``train``/``eval``) and input length, the inputs
-        ``[k, n]`` and padded targets ``[k, m]`` of its ``k`` examples."""
+    def _encode(
+        self, data: datasets.Dataset | datasets.DatasetDict
+    ) -> dict[str, list[tuple[list[int], list[int]]]]:
+        """The vocabulary, and the examples as token ids: ``{"train", "eval"}`` from a
+        ``DatasetDict``'s splits, or ``{"all"}`` from one ``Dataset``."""
         if isinstance(data, datasets.DatasetDict):
             for split in (self.train_split, self.eval_split):
                 if split not in data:
@@ -117,26 +116,27 @@ class FromDatasetTask(Task):
                 "integers); use one type for every input and target"
             ) from None
         index = {item: N_SPECIAL + i for i, item in enumerate(self.vocabulary)}
-        self._target_of = {}
-        examples: dict[str, list[tuple[list[int], list[int]]]] = {}
-        for name, (inputs, targets) in rows.items():
-            encoded = [
+        self._pad = index.get(PAD)
+        return {
+            name: [
                 ([index[x] for x in i], [index[y] for y in t])
                 for i, t in zip(inputs, targets, strict=True)
             ]
-            examples[name] = encoded
-            for i, t in encoded:
-                self._target_of.setdefault(tuple(i), t)
-        if "all" in examples:
-            examples = self._hold_out(examples["all"])
-        self._answer_length = {}
+            for name, (inputs, targets) in rows.items()
+        }
+
+    def _make_pools(self, examples: dict[str, list[tuple[list[int], list[int]]]]) -> None:
+        """Per pool (``train``/``eval``) and input length ``n``: the inputs ``[k, n]`` and the
+        padded targets ``[k, m]`` of its ``k`` examples; the reference's lookup table."""
+        self._answer_length: dict[int, int] = {}
         for encoded in examples.values():
             for i, t in encoded:
-                n = len(i)
-                self._answer_length[n] = max(self._answer_length.get(n, 0), len(t))
-        self._pad = index.get(PAD)
+                self._answer_length[len(i)] = max(self._answer_length.get(len(i), 0), len(t))
         self.pools = {name: self._by_length(encoded) for name, encoded in examples.items()}
-        self._target_of = {i: self._padded(t, len(i)) for i, t in self._target_of.items()}
+        self._target_of: dict[tuple[int, ...], list[int]] = {}
+        for name in ("train", "eval"):
+            for i, t in examples[name]:
+                self._target_of.setdefault(tuple(i), self._padded(t, len(i)))
         self._digest = self._fingerprint()
 
     def _padded(self, target: list[int], length: int) -> list[int]:
