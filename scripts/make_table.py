@@ -1,7 +1,8 @@
 """Ablation tables and figures of a sweep: ``python scripts/make_table.py <sweep dir>``.
 
 Sources: directories (a sweep directory, ``logs/``, any tree of ``results.json`` files) or
-``wandb:<entity>/<project>`` (online; ``--group <W&B group>`` keeps one sweep). Written to
+``wandb:<entity>/<project>`` (online; ``--filter group=<W&B group>`` keeps one sweep, as do
+``--filter sweep=<W&B sweep id>`` or ``--filter config.run_name=ablation_cpu``). Written to
 ``--out`` (default ``<first directory>/summary``, or ``logs/summary/<project>`` for W&B):
 
 - ``table_tasks.{md,tex,csv}``: encodings x tasks, in- and out-of-distribution;
@@ -28,12 +29,26 @@ from pelab.pe.base import ConfigError
 from pelab.utils.wandb_mode import wandb_mode
 
 
+def key_value(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not (key and sep):
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key, value
+
+
 def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("sources", nargs="+", help="run directories or wandb:<entity>/<project>")
     parser.add_argument("--out", type=Path, help="output directory")
     parser.add_argument("--metric", choices=METRICS, default="exact_match")
-    parser.add_argument("--group", help="W&B sources: keep the runs of this group (one sweep)")
+    parser.add_argument(
+        "--filter",
+        action="append",
+        default=[],
+        type=key_value,
+        metavar="KEY=VALUE",
+        help="W&B sources: keep the runs with this value (group=..., sweep=..., config.x=...)",
+    )
     parser.add_argument("--no-wandb", action="store_true", help="do not log the summary to W&B")
     return parser.parse_args(argv)
 
@@ -70,7 +85,7 @@ def log_to_wandb(result: Ablation, records: list[dict[str, Any]], out: Path, fig
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     try:
-        records = load_records(args.sources, args.group)
+        records = load_records(args.sources, dict(args.filter))
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

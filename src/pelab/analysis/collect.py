@@ -54,13 +54,16 @@ STATUS_NOTES = {"running": "no end recorded: still running, or killed (out of me
 WANDB_STATES = {"finished": "completed", "failed": "failed", "crashed": "crashed"}
 
 
-def load_records(sources: Iterable[str | Path], group: str | None = None) -> list[dict[str, Any]]:
+def load_records(
+    sources: Iterable[str | Path], filters: dict[str, str] | None = None
+) -> list[dict[str, Any]]:
     """The run records of every source: a directory, or ``wandb:<entity>/<project>`` (online;
-    ``group`` keeps only the runs of that W&B group, i.e. one sweep)."""
+    ``filters`` select runs as W&B's API does, e.g. ``{"group": ...}``, ``{"sweep": <id>}``,
+    ``{"config.run_name": "ablation_cpu"}``)."""
     records: list[dict[str, Any]] = []
     for source in sources:
         if str(source).startswith(WANDB_PREFIX):
-            records += wandb_records(str(source)[len(WANDB_PREFIX) :], group)
+            records += wandb_records(str(source)[len(WANDB_PREFIX) :], filters)
         elif Path(source).is_dir():
             records += directory_records(Path(source))
         else:
@@ -162,12 +165,12 @@ def setting_overrides(overrides: list[str]) -> dict[str, str]:
     }
 
 
-def wandb_records(path: str, group: str | None = None) -> list[dict[str, Any]]:
+def wandb_records(path: str, filters: dict[str, str] | None = None) -> list[dict[str, Any]]:
     """The training runs of the W&B project ``path`` (``entity/project``), as records."""
     import wandb
 
     try:
-        runs = wandb.Api().runs(path, filters={"group": group} if group else None)
+        runs = wandb.Api().runs(path, filters=filters or None)
         return [wandb_record(run) for run in runs if run.job_type == "train"]
     except (wandb.errors.CommError, wandb.errors.UsageError, ValueError) as error:
         raise ConfigError(
