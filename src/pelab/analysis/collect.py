@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import re
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -78,17 +79,22 @@ def directory_records(root: Path) -> list[dict[str, Any]]:
     """Every training run under ``root``: finished ones from their ``results.json``, crashed
     ones from their ``.hydra/`` directory, missing ones from their sweep's ``multirun.yaml``."""
     records = []
-    for path in sorted(root.rglob("results.json")):
+    for path in sorted(root.rglob("results.json"), key=_natural):
         record = json.loads(path.read_text())
         if "checkpoint" not in record:
             records.append({**record, "source": str(path.parent), "overrides": _overrides(path)})
-    for hydra_dir in sorted(root.rglob(".hydra")):
+    for hydra_dir in sorted(root.rglob(".hydra"), key=_natural):
         job = hydra_dir.parent
         if not (job / "results.json").exists() and (record := _crashed(job)) is not None:
             records.append(record)
     for multirun in sorted(root.rglob("multirun.yaml")):
         records += _missing(multirun.parent, records)
     return records
+
+
+def _natural(path: Path) -> list[str | int]:
+    """Sort key: job ``10_...`` after job ``9_...``."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", str(path))]
 
 
 def _overrides(results: Path) -> list[str]:
