@@ -63,8 +63,9 @@ class AssociativeRecallTask(Task):
         return {**super().spec(), "num_keys": self.num_keys, "num_values": self.num_values}
 
     def sample(self, batch: int, length: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
-        order = torch.rand(batch, self.num_keys, generator=generator).argsort(dim=1)
-        keys = N_SPECIAL + order[:, :length]  # [b, n], distinct per row
+        # the n largest of num_keys uniform draws: a uniform random subset in random order
+        scores = torch.rand(batch, self.num_keys, generator=generator)
+        keys = N_SPECIAL + scores.topk(length, dim=1).indices  # [b, n], distinct per row
         first_value = N_SPECIAL + self.num_keys
         values = torch.randint(
             first_value, first_value + self.num_values, (batch, length), generator=generator

@@ -63,8 +63,8 @@ class SelectiveCopyTask(Task):
         return {**super().spec(), "num_tokens": self.num_tokens}
 
     def sample(self, batch: int, length: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
-        order = torch.rand(batch, length, generator=generator).argsort(dim=1)
-        where = order[:, : self.num_tokens].sort(dim=1).values  # [b, k] increasing positions
+        scores = torch.rand(batch, length, generator=generator)  # top k: a uniform subset
+        where = scores.topk(self.num_tokens, dim=1).indices.sort(dim=1).values  # [b, k]
         shape = (batch, self.num_tokens)
         data = torch.randint(NOISE + 1, self.vocab_size, shape, generator=generator)
         prompt = torch.full((batch, length), NOISE).scatter(1, where, data)
