@@ -1,66 +1,175 @@
-"""The real command line, in a subprocess: every encoding on every task, as one Hydra multirun."""
+"""The real command line, in subprocesses: sweeps through Hydra's launchers, a failing job, the
+table of a sweep. (Every task is run in-process by the task tests.)"""
 
 import json
 import os
 import subprocess
 import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
 
 from pelab.pe import PE_REGISTRY
-from tests.test_configs import options
+
+TINY = [
+    "model.net.d_model=16",
+    "model.net.n_heads=2",
+    "model.net.n_layers=1",
+    "trainer.max_steps=2",
+    "trainer.val_check_interval=1",
+    "task.n_val=4",
+    "task.n_test=4",
+    "data.batch_size=4",
+    "data.eval_batch_size=4",
+]
+ENV = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
 
 
-def test_every_encoding_trains_on_every_task_through_the_cli(tmp_path, repo_root):
-    encodings, tasks = sorted(PE_REGISTRY), options("task")
-    sweep = tmp_path / "sweep"
-    cmd = [
-        sys.executable,
-        "scripts/train.py",
-        "-m",
-        f"pe={','.join(encodings)}",
-        f"task={','.join(tasks)}",
-        "model.net.d_model=16",
-        "model.net.n_heads=2",
-        "model.net.n_layers=1",
-        "trainer.max_steps=2",
-        "trainer.val_check_interval=1",
-        "task.n_val=4",
-        "task.n_test=4",
-        "data.batch_size=4",
-        "data.eval_batch_size=4",
-        f"hydra.sweep.dir={sweep}",
-        f"paths.cache_dir={tmp_path / 'cache'}",
-    ]
-    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
-    proc = subprocess.run(
-        cmd,
+def cli(repo_root: Path, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, *args],
         cwd=repo_root,
-        env=env,
+        env=ENV,
         capture_output=True,
         text=True,
         stdin=subprocess.DEVNULL,
-        timeout=900,
+        timeout=timeout,
+    )
+
+
+def results(sweep: Path) -> dict[str, dict]:
+    return {p.parent.name: json.loads(p.read_text()) for p in sweep.glob("*/results.json")}
+
+
+def test_every_encoding_in_one_parallel_sweep(tmp_path, repo_root):
+    """All encodings on copy with the joblib launcher: the 1-D ones train and log to W&B; the
+    2-D ones (grid tasks only) fail with a clear error, recorded, while the others complete."""
+    encodings = sorted(PE_REGISTRY)
+    flat = {pe for pe in encodings if PE_REGISTRY[pe].position_dims in (None, 1)}
+    sweep = tmp_path / "sweep"
+    proc = cli(
+        repo_root,
+        "scripts/train.py",
+        "-m",
+        "hydra/launcher=parallel",
+        f"pe={','.join(encodings)}",
+        "task=copy",
+        *TINY,
+        f"hydra.sweep.dir={sweep}",
+        f"paths.cache_dir={tmp_path / 'cache'}",
+    )
+    runs = results(sweep)
+    assert len(runs) == len(encodings), proc.stderr[-3000:]
+    for name, res in runs.items():
+        pe = res["choices"]["pe"]
+        assert name.endswith(f"_{pe}_copy_s0")
+        if pe in flat:
+            assert res["status"] == "completed", (name, res.get("error"))
+            assert list((sweep / name / "wandb").glob("offline-run-*/*.wandb")), name
+        else:
+            assert res["status"] == "failed"
+            assert "reads 2-D positions but the task gives 1-D" in res["error"]
+    failures = len(encodings) - len(flat)
+    assert proc.returncode == (1 if failures else 0)
+    assert f"{failures} of {len(encodings)} jobs did not complete" in proc.stderr
+
+
+@pytest.fixture(scope="module")
+def tiny_grid(tmp_path_factory, repo_root):
+    """A 3 encodings x 2 seeds sweep whose rope jobs fail (head_dim 9 cannot be rotated), then
+    ``make_table.py`` on it, W&B offline."""
+    tmp = tmp_path_factory.mktemp("grid")
+    sweep = tmp / "sweep"
+    tiny = [o for o in TINY if not o.startswith("model.net.d_model")]
+    train = cli(
+        repo_root,
+        "scripts/train.py",
+        "-m",
+        "pe=none,alibi,rope",
+        "seed=0,1",
+        "model.net.d_model=18",
+        *tiny,
+        "logger=csv",
+        f"hydra.sweep.dir={sweep}",
+        f"paths.cache_dir={tmp / 'cache'}",
+    )
+    table = cli(repo_root, "scripts/make_table.py", str(sweep))
+    return sweep, train, table
+
+
+def test_a_failing_job_is_recorded_and_the_sweep_goes_on_and_exits_1(tiny_grid):
+    sweep, train, _ = tiny_grid
+    statuses = {name: r["status"] for name, r in results(sweep).items()}
+    assert statuses == {
+        "0_none_copy_s0": "completed",
+        "1_none_copy_s1": "completed",
+        "2_alibi_copy_s0": "completed",
+        "3_alibi_copy_s1": "completed",
+        "4_rope_copy_s0": "failed",
+        "5_rope_copy_s1": "failed",
+    }
+    assert train.returncode == 1
+    assert "6 jobs: 4 completed, 2 failed" in train.stderr
+    assert "failed: 4_rope_copy_s0: ConfigError: pe=rope rotates pairs" in train.stderr
+
+
+def test_the_table_of_a_sweep_has_every_run_and_shows_the_failed_ones(tiny_grid):
+    sweep, _, table = tiny_grid
+    assert table.returncode == 0, table.stderr[-3000:]
+    out = sweep / "summary"
+    cells = pd.read_csv(out / "table_tasks.csv")
+    assert list(cells["pe"].unique()) == ["none", "alibi", "rope"]
+    done = cells[cells["pe"] != "rope"]
+    assert (done["n"] == 2).all() and (done["runs"] == 2).all()  # 2 encodings x 2 seeds
+    rope = cells[cells["pe"] == "rope"]
+    assert (rope["n"] == 0).all() and (rope["failed"] == 2).all()
+    markdown = (out / "table_tasks.md").read_text()
+    assert markdown in table.stdout
+    rope_row = next(line for line in markdown.splitlines() if line.startswith("| rope"))
+    assert rope_row.count("failed (0/2)") == 2 and "copy ID" in markdown
+    assert "rope · copy · seed 0: failed: ConfigError" in markdown
+    for name in ("table_lengths.csv", "table_tasks.tex", "length_curves.pdf", "heatmap.png"):
+        assert (out / name).stat().st_size > 0, name
+    assert list((out / "wandb").glob("offline-run-*/*.wandb"))  # the summary, logged to W&B
+
+
+def test_the_submitit_local_launcher_runs_a_tiny_grid(tmp_path, repo_root):
+    sweep = tmp_path / "sweep"
+    proc = cli(
+        repo_root,
+        "scripts/train.py",
+        "-m",
+        "hydra/launcher=local",
+        "pe=none,alibi",
+        *TINY,
+        "logger=csv",
+        f"hydra.sweep.dir={sweep}",
+        f"paths.cache_dir={tmp_path / 'cache'}",
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    runs = sorted(p for p in sweep.iterdir() if p.is_dir())
-    assert len(runs) == len(encodings) * len(tasks)
-    seen = set()
-    for run_dir in runs:
-        res = json.loads((run_dir / "results.json").read_text())
-        assert res["status"] == "completed", run_dir
-        seen.add((res["choices"]["pe"], res["choices"]["task"]))
-        assert run_dir.name.endswith(f"_{res['choices']['pe']}_{res['choices']['task']}_s0")
-        assert list((run_dir / "wandb").glob("offline-run-*/*.wandb")), run_dir
-    assert seen == {(p, t) for p in encodings for t in tasks}
+    statuses = {name: r["status"] for name, r in results(sweep).items()}
+    assert statuses == {"0_none_copy_s0": "completed", "1_alibi_copy_s0": "completed"}
+    assert list((sweep / ".submitit").iterdir())  # submitit's job files and logs
+
+
+def test_a_single_failing_run_exits_1_with_its_error(tmp_path, repo_root):
+    proc = cli(
+        repo_root,
+        "scripts/train.py",
+        "pe=rope",
+        "model.net.d_model=18",
+        "model.net.n_heads=2",
+        "logger=csv",
+        f"hydra.run.dir={tmp_path / 'run'}",
+        timeout=300,
+    )
+    assert proc.returncode == 1
+    assert "ConfigError" in proc.stderr and "head_dim=9" in proc.stderr
+    assert json.loads((tmp_path / "run" / "results.json").read_text())["status"] == "failed"
 
 
 def test_a_bad_choice_fails_fast_with_the_valid_options(repo_root):
-    proc = subprocess.run(
-        [sys.executable, "scripts/train.py", "pe=rotary"],
-        cwd=repo_root,
-        capture_output=True,
-        text=True,
-        stdin=subprocess.DEVNULL,
-        timeout=120,
-    )
+    proc = cli(repo_root, "scripts/train.py", "pe=rotary", timeout=120)
     assert proc.returncode != 0
     assert "Could not find 'pe/rotary'" in proc.stderr and "rope" in proc.stderr
