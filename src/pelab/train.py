@@ -92,7 +92,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         )
     task = build_task(cfg)
     model = build_model(cfg, task)
-    check_eval_memory(cfg, task, model.net)
+    check_eval_memory(cfg, task, model)
     ckpt_path = resume_path(cfg) if cfg.train else None
     if ckpt_path is not None:
         check_compatible(read_checkpoint(ckpt_path), cfg, model, ckpt_path)

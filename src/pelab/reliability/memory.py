@@ -1,44 +1,41 @@
 """Whether evaluation at the longest configured length fits in memory, said before training.
 
-Evaluation decodes greedily: each step runs the whole model, without gradients, on a batch of
-``data.eval_batch_size`` sequences of up to ``n`` tokens (``task.max_sequence_length()``). One
-layer's activations are alive at a time, so the peak is about
-
-    4 bytes x (ATTENTION_COPIES x b h n^2  +  b n (5 d + d_ff)  +  b n V)  +  the weights,
-
-the ``[b, h, n, n]`` attention scores dominating at long lengths (the eager path holds logits,
-bias, probabilities and a temporary; relative encodings add a few more tensors of that size).
-``tests/reliability/test_memory.py`` checks the estimate bounds a measured peak from above.
+The peak of evaluation is one forward pass, without gradients, over a batch of
+``data.eval_batch_size`` sequences at the longest evaluation length (greedy decoding feeds at
+most that many tokens at once). It is measured, not guessed: the run's own model runs that
+forward pass once before training while ``LiveTensorBytes`` counts the bytes of the tensors it
+holds at once (``MARGIN`` covers the allocator's slack). When even a generous bound of that pass
+(``BOUND_COPIES`` tensors of ``[b, heads, n, n]``) does not fit in free memory, it is measured
+with 1 and 2 sequences instead and extrapolated linearly to the batch. When the logits alone
+cannot fit, the run is refused unmeasured; on the CPU, a pass that might exhaust the RAM is not
+measured (a warning says so).
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import weakref
 from pathlib import Path
 
 import torch
 from omegaconf import DictConfig
-from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 
 from pelab.pe.base import ConfigError
-from pelab.tasks.base import Task
 
-ATTENTION_COPIES = 8  # [b, h, n, n] tensors alive at once, with a margin for relative encodings
+log = logging.getLogger(__name__)
+
 GIB = 2**30
-
-
-def eval_bytes(batch: int, n: int, d_model: int, n_heads: int, d_ff: int, vocab: int) -> int:
-    """The estimated peak bytes of one evaluation forward pass (float32), weights excluded."""
-    scores = ATTENTION_COPIES * batch * n_heads * n * n
-    activations = batch * n * (5 * d_model + d_ff)
-    logits = batch * n * vocab
-    return 4 * (scores + activations + logits)
+BOUND_COPIES = 32  # [b, h, n, n] tensors alive at once; CoPE, the most measured, holds about 11
+MARGIN = 1.25  # on a measured need: the allocator's slack, an extrapolation up to 12% short
 
 
 def available_bytes(device: str) -> int | None:
     """Memory free for this run: the GPU's free memory, or the machine's available RAM."""
-    if device.startswith("cuda") and torch.cuda.is_available():
-        return torch.cuda.mem_get_info()[0]
+    if device == "cuda":
+        return torch.cuda.mem_get_info()[0] if torch.cuda.is_available() else None
     meminfo = Path("/proc/meminfo")
     if meminfo.is_file():
         for line in meminfo.read_text().splitlines():
@@ -50,27 +47,121 @@ def available_bytes(device: str) -> int | None:
         return None
 
 
-def check_eval_memory(cfg: DictConfig, task: Task, net: nn.Module) -> None:
-    """A ``ConfigError`` before training when evaluating the longest length would not fit in the
-    memory of the device the run uses; names the length and a batch size that would fit."""
-    dims = getattr(net, "dims", None)
-    if dims is None:
-        return
-    d_ff = cfg.model.net.get("d_ff") or 4 * dims.d_model
-    n = task.max_sequence_length()
-    batch = cfg.data.eval_batch_size
-    weights = sum(p.numel() * p.element_size() for p in net.parameters())
-    need = eval_bytes(batch, n, dims.d_model, dims.n_heads, d_ff, task.vocab_size) + weights
-    accelerator = str(cfg.trainer.get("accelerator", "cpu"))
-    device = "cuda" if accelerator in ("gpu", "cuda") else "cpu"
+class LiveTensorBytes(TorchDispatchMode):
+    """While active, counts the bytes of the tensors that operations create, from creation until
+    the last tensor on their storage is freed; ``peak`` is the most alive at once. Storages that
+    existed before (``known``: weights, inputs) are not counted. The same on every device; the
+    allocator's own slack is not included."""
+
+    def __init__(self, known: list[torch.Tensor]) -> None:
+        super().__init__()
+        self.known = {t.untyped_storage().data_ptr() for t in known}
+        self.refs: dict[int, int] = {}  # storage address -> tensors alive on it
+        self.live = self.peak = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for tensor in tree_leaves(out):
+            if isinstance(tensor, torch.Tensor):
+                self._track(tensor)
+        return out
+
+    def _track(self, tensor: torch.Tensor) -> None:
+        storage = tensor.untyped_storage()
+        key, nbytes = storage.data_ptr(), storage.nbytes()
+        if key in self.known or nbytes == 0:
+            return
+        if key not in self.refs:
+            self.live += nbytes
+            self.peak = max(self.peak, self.live)
+        self.refs[key] = self.refs.get(key, 0) + 1
+        weakref.finalize(tensor, self._release, key, nbytes)
+
+    def _release(self, key: int, nbytes: int) -> None:
+        self.refs[key] -= 1
+        if not self.refs[key]:
+            del self.refs[key]
+            self.live -= nbytes
+
+
+def forward_peak(model, task, batch: int, device: str) -> int:
+    """Peak bytes of the tensors alive during one no-grad forward pass of ``model`` over ``batch``
+    sequences at the longest evaluation length (the full sequence ``BOS prompt SEP answer``)."""
+    generator = torch.Generator().manual_seed(0)  # the run's own RNG stays untouched
+    prompt, answer = task.sample(batch, max(task.eval_lengths), generator)
+    prompt, answer = prompt.to(device), answer.to(device)
+    positions = model.sequence_positions(prompt, answer.shape[1], generator)
+    known = [*model.parameters(), *model.buffers(), prompt, answer]
+    known += [positions] if positions is not None else []
+    training = model.training
+    model.eval()  # as in evaluation: no dropout, so the run's RNG is not drawn from
+    try:
+        with torch.no_grad(), LiveTensorBytes(known) as counter:
+            model.layout.answer_logits(model.net, prompt, answer, positions)
+    finally:
+        model.train(training)
+    return counter.peak
+
+
+def bound_bytes(cfg: DictConfig, n: int, batch: int) -> int:
+    """A generous upper bound of one forward pass: ``BOUND_COPIES`` attention-sized tensors."""
+    size = cfg.model.net
+    d_ff = size.get("d_ff") or 4 * size.d_model
+    return 4 * batch * (BOUND_COPIES * size.n_heads * n * n + n * (6 * size.d_model + d_ff))
+
+
+def floor_bytes(cfg: DictConfig, task, n: int, batch: int) -> int:
+    """What one forward pass certainly holds at once: the last hidden states and the logits."""
+    return 4 * batch * n * (cfg.model.net.d_model + task.vocab_size)
+
+
+def eval_need(cfg: DictConfig, task, model, device: str) -> int:
+    """The bytes evaluating the longest length needs: measured at the configured batch when
+    that is safe, else extrapolated from 1 and 2 sequences."""
+    n, batch = task.max_sequence_length(), cfg.data.eval_batch_size
     free = available_bytes(device)
-    if free is None or need <= free:
-        return
-    per_sample = eval_bytes(1, n, dims.d_model, dims.n_heads, d_ff, task.vocab_size)
-    fits = max(0, (free - weights) // per_sample)
-    raise ConfigError(
-        f"evaluating length {max(task.eval_lengths)} ({n} tokens) with "
-        f"data.eval_batch_size={batch} needs about {need / GIB:.1f} GiB, but only "
-        f"{free / GIB:.1f} GiB is free on the {device}; lower data.eval_batch_size to at most "
-        f"{fits}, or drop the longest lengths from task.eval_lengths"
-    )
+    if free is None or bound_bytes(cfg, n, batch) <= free:
+        return int(MARGIN * forward_peak(model, task, batch, device))
+    forward_peak(model, task, 1, device)  # fill the encodings' caches (cos/sin tables, ...)
+    one, two = forward_peak(model, task, 1, device), forward_peak(model, task, 2, device)
+    return int(MARGIN * (one + max(two - one, 1) * (batch - 1)))
+
+
+def check_eval_memory(cfg: DictConfig, task, model) -> int | None:
+    """The measured peak bytes of evaluating the longest length with ``data.eval_batch_size``
+    sequences (None: the free memory is unknown); a ``ConfigError`` before training when it
+    exceeds the device's free memory, naming the length and the largest batch that fits."""
+    accelerator = str(cfg.trainer.get("accelerator", "cpu"))
+    device = "cuda" if accelerator in ("gpu", "cuda") and torch.cuda.is_available() else "cpu"
+    free = available_bytes(device)
+    if free is None:
+        return None
+    n, batch = task.max_sequence_length(), cfg.data.eval_batch_size
+    where = f"evaluating length {max(task.eval_lengths)} ({n} tokens)"
+    advice = "or drop the longest lengths from task.eval_lengths"
+    if floor_bytes(cfg, task, n, batch) > free:
+        raise ConfigError(
+            f"{where} with data.eval_batch_size={batch} needs at least "
+            f"{floor_bytes(cfg, task, n, batch) / GIB:.1f} GiB for the logits alone, but only "
+            f"{free / GIB:.1f} GiB is free on the {device}; lower data.eval_batch_size, {advice}"
+        )
+    if device == "cpu" and bound_bytes(cfg, n, 2) > free:  # measuring could exhaust the RAM
+        log.warning("%s: too long to measure its memory safely ahead; not checked", where)
+        return None
+    model.to(device)
+    try:
+        need = eval_need(cfg, task, model, device)
+    except torch.cuda.OutOfMemoryError:
+        raise ConfigError(
+            f"{where} does not fit: measuring it exhausted the {free / GIB:.1f} GiB free on the "
+            f"GPU; lower data.eval_batch_size, {advice}"
+        ) from None
+    log.info("%s needs about %.2f GiB (measured)", where, need / GIB)
+    if need > free:
+        per_sequence = max(1, need // batch)
+        raise ConfigError(
+            f"{where} with data.eval_batch_size={batch} needs about {need / GIB:.1f} GiB "
+            f"(measured), but only {free / GIB:.1f} GiB is free on the {device}; lower "
+            f"data.eval_batch_size to about {free // per_sequence}, {advice}"
+        )
+    return need
