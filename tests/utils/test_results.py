@@ -96,3 +96,24 @@ def test_summary_separates_per_length_and_grouped_metrics():
         "test_id": {"exact_match": 1.0},
         "test_ood": {"token_acc": 0.5},
     }
+
+
+def test_recorded_writes_running_on_entry_so_a_killed_job_never_looks_finished(tmp_path):
+    path = tmp_path / "results.json"
+    with results.recorded(path, {"status": "running", "config": {"seed": 3}}):
+        on_disk = json.loads(path.read_text())  # what a SIGKILL here would leave
+        assert on_disk["status"] == "running" and on_disk["config"] == {"seed": 3}
+        assert on_disk["versions"]["torch"]
+
+
+def test_interruptions_are_recorded_with_how_to_resume():
+    from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+    sigterm = SystemExit(143)
+    sigterm.__cause__ = SIGTERMException()
+    assert results.failure_reason(sigterm).startswith("interrupted by SIGTERM")
+    ctrl_c = SystemExit(1)  # Lightning exits this way after a KeyboardInterrupt
+    ctrl_c.__context__ = KeyboardInterrupt()
+    assert results.failure_reason(ctrl_c).startswith("interrupted by Ctrl-C")
+    assert "resume" in results.failure_reason(ctrl_c)
+    assert results.failure_reason(ValueError("bad")) == "ValueError: bad"
