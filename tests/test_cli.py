@@ -26,10 +26,14 @@ TINY = [
 ENV = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
 
 
-def cli(repo_root: Path, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+def cli(
+    repo_root: Path, *args: str, timeout: int = 600, cwd: Path | None = None
+) -> subprocess.CompletedProcess:
+    """``python <args>`` with the repository's scripts, in ``cwd`` (default: the repository)."""
+    args = tuple(str(repo_root / a) if a.startswith("scripts/") else a for a in args)
     return subprocess.run(
         [sys.executable, *args],
-        cwd=repo_root,
+        cwd=cwd or repo_root,
         env=ENV,
         capture_output=True,
         text=True,
@@ -70,6 +74,8 @@ def test_every_encoding_in_one_parallel_sweep(tmp_path, repo_root):
         else:
             assert res["status"] == "failed"
             assert "reads 2-D positions but the task gives 1-D" in res["error"]
+    groups = {r["config"]["logger"]["wandb"]["group"] for r in runs.values()}
+    assert len(groups) == 1 and groups.pop().startswith("train-")  # one W&B group: the sweep
     failures = len(encodings) - len(flat)
     assert proc.returncode == (1 if failures else 0)
     assert f"{failures} of {len(encodings)} jobs did not complete" in proc.stderr
@@ -134,8 +140,9 @@ def test_the_table_of_a_sweep_has_every_run_and_shows_the_failed_ones(tiny_grid)
     assert list((out / "wandb").glob("offline-run-*/*.wandb"))  # the summary, logged to W&B
 
 
-def test_the_submitit_local_launcher_runs_a_tiny_grid(tmp_path, repo_root):
-    sweep = tmp_path / "sweep"
+def test_the_submitit_local_launcher_runs_a_tiny_grid_into_the_default_sweep_dir(
+    tmp_path, repo_root
+):
     proc = cli(
         repo_root,
         "scripts/train.py",
@@ -144,10 +151,10 @@ def test_the_submitit_local_launcher_runs_a_tiny_grid(tmp_path, repo_root):
         "pe=none,alibi",
         *TINY,
         "logger=csv",
-        f"hydra.sweep.dir={sweep}",
-        f"paths.cache_dir={tmp_path / 'cache'}",
+        cwd=tmp_path,  # the default sweep directory: ./logs/train/multiruns/<date>_<time>
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
+    [sweep] = (tmp_path / "logs" / "train" / "multiruns").iterdir()
     statuses = {name: r["status"] for name, r in results(sweep).items()}
     assert statuses == {"0_none_copy_s0": "completed", "1_alibi_copy_s0": "completed"}
     assert list((sweep / ".submitit").iterdir())  # submitit's job files and logs
