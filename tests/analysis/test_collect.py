@@ -121,3 +121,12 @@ def test_a_wandb_run_becomes_the_record_its_results_json_would_hold():
 def test_a_source_that_is_neither_a_directory_nor_wandb_is_refused(tmp_path):
     with pytest.raises(ConfigError, match=r"neither a directory.*wandb:<entity>/<project>"):
         load_records([tmp_path / "nowhere"])
+
+
+def test_jobs_come_in_job_order_not_in_string_order(tmp_path):
+    for job, pe in ((10, "alibi"), (9, "none")):
+        (tmp_path / f"{job}_{pe}_copy_s0").mkdir()
+        (tmp_path / f"{job}_{pe}_copy_s0" / "results.json").write_text(
+            json.dumps(record(pe, "copy", 0, {8: 1.0}))
+        )
+    assert [r["choices"]["pe"] for r in directory_records(tmp_path)] == ["none", "alibi"]
