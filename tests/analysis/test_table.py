@@ -95,8 +95,11 @@ def test_a_duplicate_run_keeps_the_completed_newest_one():
     old = {**record("rope", "copy", 0, {8: 0.1, 32: 0.0}), "source": "/logs/a"}
     new = {**record("rope", "copy", 0, {8: 0.9, 32: 0.0}), "source": "/logs/b"}
     broken = {**record("rope", "copy", 0, status="failed"), "source": "/logs/c"}
-    runs = complete(runs_frame([old, new, broken]), ["pe"])
-    assert len(runs) == 1 and runs.loc[0, "id/exact_match"] == 0.9
+    records = [old, new, broken]
+    runs = complete(runs_frame(records), ["pe"])
+    assert len(runs) == 1 and runs["id/exact_match"].item() == 0.9
+    at_8 = cell(build(records).by_length, "rope", "copy", "length", 8)
+    assert (at_8["mean"], at_8["runs"]) == (0.9, 1)  # the kept run's own per-length results
 
 
 def test_tables_are_written_as_markdown_latex_and_csv(tmp_path):

@@ -43,7 +43,8 @@ def fixed_settings(runs: pd.DataFrame) -> dict[str, str]:
 
 def complete(runs: pd.DataFrame, rows: list[str]) -> pd.DataFrame:
     """``runs`` plus a ``missing`` run for every row x task x seed without one; duplicates of a
-    (row, task, seed) keep the last completed run (``source`` order: newest sweep last)."""
+    (row, task, seed) keep the last completed run (``source`` order: newest sweep last). The
+    index stays the run id that ``collect.lengths_frame`` refers to."""
     keys = [*rows, "task", "seed"]
     ranked = runs.assign(_done=runs["status"].eq("completed")).sort_values(
         ["_done", "source"], kind="stable"
@@ -59,7 +60,8 @@ def complete(runs: pd.DataFrame, rows: list[str]) -> pd.DataFrame:
     missing = absent.drop(columns="_merge").assign(
         status="missing", error="no run of this setting, task and seed"
     )
-    return pd.concat([unique, missing], ignore_index=False).reset_index(drop=True)
+    missing.index = range(len(runs), len(runs) + len(missing))  # run ids of collect.lengths_frame
+    return pd.concat([unique, missing])
 
 
 def cell_stats(frame: pd.DataFrame, rows: list[str], cols: list[str], value: str) -> pd.DataFrame:
