@@ -130,3 +130,14 @@ def test_jobs_come_in_job_order_not_in_string_order(tmp_path):
             json.dumps(record(pe, "copy", 0, {8: 1.0}))
         )
     assert [r["choices"]["pe"] for r in directory_records(tmp_path)] == ["none", "alibi"]
+
+
+def test_a_sweep_rerun_with_skip_completed_is_the_same_grid(tmp_path):
+    write_multirun(tmp_path, {}, ["pe=none", "seed=0", "skip_completed=true"])
+    choices = {"pe": "none", "task": "copy", **CHOICES}
+    done = record("none", "copy", 0, {8: 1.0})
+    write_job(tmp_path / "0_none_copy_s0", done, choices, 0, ["pe=none", "seed=0"])  # first run
+    records = directory_records(tmp_path)
+    assert [r["status"] for r in records] == ["completed"]  # not also "missing"
+    rerun = {**done, "overrides": ["pe=none", "seed=0", "skip_completed=true"]}
+    assert "skip_completed" not in runs_frame([rerun]).columns  # how it ran, not what it trains

@@ -37,6 +37,8 @@ CHOICES = ("pe", "task", "model", "positions", "trainer", "experiment")
 METRICS = ("exact_match", "token_acc")
 SPLITS = ("id", "ood")
 NOT_SET = "-"  # a choice or an override that a run did not set
+# overrides that say how a job ran, not what it trains: a re-run with them is the same job
+BOOKKEEPING = ("skip_completed", "resume", "ckpt_path")
 WANDB_PREFIX = "wandb:"
 # the columns of ``runs_frame`` besides the choices and the setting overrides
 RUN_FIELDS = (
@@ -140,7 +142,7 @@ def _missing(sweep_dir: Path, found: list[dict[str, Any]]) -> list[dict[str, Any
             "cannot expand the grid of %s (%s): missing jobs not detected", sweep_dir, error
         )
         return []
-    started = {frozenset(r["overrides"]) for r in found if Path(r["source"]).parent == sweep_dir}
+    started = {_job_key(r["overrides"]) for r in found if Path(r["source"]).parent == sweep_dir}
     defaults = _choices(multirun.hydra, multirun)
     return [
         {
@@ -151,8 +153,13 @@ def _missing(sweep_dir: Path, found: list[dict[str, Any]]) -> list[dict[str, Any
             "overrides": job,
         }
         for job in jobs
-        if frozenset(job) not in started
+        if _job_key(job) not in started
     ]
+
+
+def _job_key(overrides: list[str]) -> frozenset[str]:
+    """A job's overrides without the ``BOOKKEEPING`` ones."""
+    return frozenset(o for o in overrides if o.lstrip("+~").split("=")[0] not in BOOKKEEPING)
 
 
 def _choice_overrides(overrides: list[str]) -> dict[str, Any]:
@@ -162,12 +169,12 @@ def _choice_overrides(overrides: list[str]) -> dict[str, Any]:
 
 def setting_overrides(overrides: list[str]) -> dict[str, str]:
     """``["pe=rope", "model.net.d_model=32"]`` -> ``{"model.net.d_model": "32"}``: the settings a
-    run changed besides its choices and seed."""
+    run changed besides its choices, seed and ``BOOKKEEPING``."""
     parsed = OverridesParser.create().parse_overrides(overrides)
     return {
         o.get_key_element(): o.get_value_element_as_str()
         for o in parsed
-        if o.key_or_group not in (*CHOICES, "seed")
+        if o.key_or_group not in (*CHOICES, "seed", *BOOKKEEPING)
     }
 
 
