@@ -45,14 +45,30 @@ def test_an_ablation_job_composes_with_the_protocol_and_the_parallel_or_gpu_setu
         assert cfg.trainer.accelerator == "gpu"
 
 
-def test_the_cpu_ablation_is_a_sweep_run_in_parallel_one_job_per_core():
+def hydra_config(*overrides: str):
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-        cfg = compose("train", overrides=["experiment=ablation_cpu"], return_hydra_config=True)
+        cfg = compose("train", overrides=list(overrides), return_hydra_config=True)
     GlobalHydra.instance().clear()
-    assert str(cfg.hydra.mode) == "RunMode.MULTIRUN"
-    assert cfg.hydra.launcher._target_.endswith("JoblibLauncher")
-    assert cfg.hydra.launcher.n_jobs == -1
+    return cfg.hydra
+
+
+def test_the_cpu_ablation_is_a_sweep_run_in_parallel_one_job_per_core():
+    hydra = hydra_config("experiment=ablation_cpu")
+    assert str(hydra.mode) == "RunMode.MULTIRUN"
+    assert hydra.launcher._target_.endswith("JoblibLauncher")
+    assert hydra.launcher.n_jobs == -1
+
+
+@pytest.mark.parametrize(
+    ("launcher", "target"),
+    [("parallel", "JoblibLauncher"), ("slurm", "SlurmLauncher"), ("local", "LocalLauncher")],
+)
+def test_every_launcher_option_composes_onto_hydras_plugin(launcher, target):
+    hydra = hydra_config(f"hydra/launcher={launcher}")
+    assert hydra.launcher._target_.endswith(target)
+    if launcher == "slurm":
+        assert hydra.launcher.gpus_per_node == 1 and hydra.launcher.timeout_min > 0
 
 
 def test_the_wandb_sweep_file_runs_the_cpu_ablation_grid():
