@@ -122,3 +122,17 @@ def test_tables_are_written_as_markdown_latex_and_csv(tmp_path):
     csv = pd.read_csv(tmp_path / "table_tasks.csv")
     rope = csv[(csv["pe"] == "rope") & (csv["task"] == "copy") & (csv["split"] == "ID")]
     assert rope["mean"].item() == pytest.approx(0.6) and rope["n"].item() == 2
+
+
+def test_a_cell_without_results_names_the_statuses_of_its_runs():
+    records = [
+        record("rope", "copy", 0, {8: 1.0, 32: 0.0}),
+        record("alibi", "copy", 0, status="running"),
+        record("alibi", "copy", 1, status="failed"),
+    ]
+    result = build(records)
+    alibi = cell(result.by_task, "alibi", "copy", "split", "OOD")
+    assert (alibi["failed"], alibi["missing"]) == (2, 0)
+    assert cell_text(alibi) == "running, failed (0/2)"  # still running: not called failed
+    rope = cell(result.by_task, "rope", "copy", "split", "OOD")
+    assert cell_text(rope) == "0.0 ± – (max 0.0, 1/2)" and rope["not_completed"] == "missing"

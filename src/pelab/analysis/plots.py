@@ -69,7 +69,7 @@ def length_curves(
 
 def heatmap(stats: pd.DataFrame, rows: list[str], metric: str) -> Figure:
     """Rows x tasks, one panel per split (ID, OOD): the mean over seeds, annotated; a cell
-    without any result is grey and says ``failed`` or ``missing``."""
+    without any result is grey and names its runs' statuses (``failed``, ``missing``, ...)."""
     splits = list(dict.fromkeys(stats["split"]))
     n_rows, n_tasks = len(stats[rows].drop_duplicates()), stats["task"].nunique()
     fig, axes = plt.subplots(
@@ -114,7 +114,7 @@ def heatmap(stats: pd.DataFrame, rows: list[str], metric: str) -> Figure:
 def _cell_word(cell: pd.Series) -> str:
     if cell["n"] > 0:
         return f"{cell['mean'] * 100:.0f}"
-    return "failed" if cell["failed"] > 0 else "missing" if cell["missing"] > 0 else "n/a"
+    return cell["not_completed"] or "n/a"
 
 
 def save(fig: Figure, stem: Path) -> list[Path]:

@@ -66,8 +66,10 @@ def complete(runs: pd.DataFrame, rows: list[str]) -> pd.DataFrame:
 
 def cell_stats(frame: pd.DataFrame, rows: list[str], cols: list[str], value: str) -> pd.DataFrame:
     """Per (row, column) cell: ``mean``, ``std``, ``max`` and ``n`` of ``value`` over the
-    completed runs, ``runs`` (all, failed and missing included), ``failed``, ``missing``, and
-    ``best`` (the column's best mean). Rows and columns keep their order of appearance."""
+    completed runs, ``runs`` (all, failed and missing included), ``failed`` (failed, crashed or
+    still running), ``missing``, ``not_completed`` (those runs' statuses, e.g. ``failed,
+    running``) and ``best`` (the column's best mean). Rows and columns keep their order of
+    appearance."""
     done = frame["status"].eq("completed")
     data = frame.assign(
         _value=frame[value].where(done),
@@ -86,6 +88,7 @@ def cell_stats(frame: pd.DataFrame, rows: list[str], cols: list[str], value: str
             runs=("status", "size"),
             failed=("_failed", "sum"),
             missing=("_missing", "sum"),
+            not_completed=("status", _other_statuses),
         )
         .reset_index()
     )
@@ -94,6 +97,10 @@ def cell_stats(frame: pd.DataFrame, rows: list[str], cols: list[str], value: str
     # the column's best mean, when the column has more than one value
     stats["best"] = shown.eq(column.transform("max")) & column.transform("nunique").gt(1)
     return stats
+
+
+def _other_statuses(statuses: pd.Series) -> str:
+    return ", ".join(dict.fromkeys(s for s in statuses if s != "completed"))
 
 
 def _appearance(values: pd.Series) -> list:
@@ -152,18 +159,17 @@ def _per_column(stats: pd.DataFrame, cols: list[str], values: pd.Series) -> list
 
 
 def cell_text(cell: pd.Series) -> str:
-    """``97.1 ± 2.0 (max 99.0, 3/3)`` in percent; ``failed (0/3)``, ``missing (0/3)``, or
-    ``n/a`` (completed, but nothing to measure, e.g. no out-of-distribution length)."""
+    """``97.1 ± 2.0 (max 99.0, 3/3)`` in percent; without a result the statuses of the runs,
+    e.g. ``failed (0/3)``, ``running (0/3)``, ``missing (0/3)``; ``n/a`` when the runs completed
+    but had nothing to measure (e.g. no out-of-distribution length)."""
     if cell["n"] > 0:
         std = "–" if np.isnan(cell["std"]) else f"{cell['std'] * 100:.1f}"
         return (
             f"{cell['mean'] * 100:.1f} ± {std} "
             f"(max {cell['max'] * 100:.1f}, {cell['n']}/{cell['runs']})"
         )
-    if cell["failed"] > 0:
-        return f"failed ({cell['n']}/{cell['runs']})"
-    if cell["missing"] > 0:
-        return f"missing ({cell['n']}/{cell['runs']})"
+    if cell["not_completed"]:
+        return f"{cell['not_completed']} ({cell['n']}/{cell['runs']})"
     return "n/a"
 
 
