@@ -7,7 +7,7 @@ import pytest
 
 from pelab.analysis.collect import lengths_frame, runs_frame
 from pelab.analysis.table import ablation, cell_text, complete, row_axes, write_tables
-from tests.analysis.records import record
+from tests.analysis.records import CHOICES, record
 
 
 def build(records, metric="exact_match"):
@@ -136,3 +136,28 @@ def test_a_cell_without_results_names_the_statuses_of_its_runs():
     assert cell_text(alibi) == "running, failed (0/2)"  # still running: not called failed
     rope = cell(result.by_task, "rope", "copy", "split", "OOD")
     assert cell_text(rope) == "0.0 ± – (max 0.0, 1/2)" and rope["not_completed"] == "missing"
+
+
+def test_a_table_with_two_row_axes_keeps_them_as_columns_and_ends_with_chance(tmp_path):
+    records = [
+        record("rope", "copy", 0, {8: 1.0, 32: 0.0}, chance=0.0),
+        {**record("rope", "copy", 0, {8: 1.0, 32: 0.5}, chance=0.0), "overrides": []}
+        | {
+            "choices": {
+                "pe": "rope",
+                "task": "copy",
+                **CHOICES,
+                "positions": "randomized",
+                "seed": 0,
+            }
+        },
+    ]
+    result = build(records)
+    assert result.rows == ["pe", "positions"]
+    write_tables(result, tmp_path)
+    lines = (tmp_path / "table_tasks.md").read_text().splitlines()
+    cells = [[c.strip() for c in line.split("|")[1:-1]] for line in lines[:5]]
+    assert cells[0] == ["pe", "positions", "copy ID", "copy OOD"]
+    assert cells[3][:2] == ["rope", "randomized"] and "50.0 ± –" in cells[3][3]
+    assert cells[4] == ["chance", "", "0.0", "0.0"]
+    assert "chance" in (tmp_path / "table_lengths.tex").read_text()

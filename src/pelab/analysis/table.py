@@ -183,9 +183,11 @@ def pivot(
     best = texts.pivot(index=rows, columns=cols, values="best").fillna(False).astype(bool)
     chance = stats.groupby(cols, observed=True)["chance"].first()
     if chance.notna().any():
-        label = ("chance", *[""] * (len(rows) - 1)) if len(rows) > 1 else "chance"
-        table.loc[label] = chance.reindex(table.columns).map(_percent)
-        best.loc[label] = False
+        label = [("chance", *[""] * (len(rows) - 1))]
+        index = pd.MultiIndex.from_tuples(label, names=rows) if len(rows) > 1 else ["chance"]
+        row = [chance.reindex(table.columns).map(_percent).tolist()]
+        table = pd.concat([table, pd.DataFrame(row, index=index, columns=table.columns)])
+        best = pd.concat([best, pd.DataFrame(False, index=index, columns=best.columns)])
     return table, best
 
 
