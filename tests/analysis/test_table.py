@@ -109,6 +109,7 @@ def test_tables_are_written_as_markdown_latex_and_csv(tmp_path):
         f"table_{kind}.{ext}" for kind in ("tasks", "lengths") for ext in ("md", "tex", "csv")
     )
     markdown = (tmp_path / "table_tasks.md").read_text()
+    assert markdown.startswith("| pe ")
     assert "| alibi" in markdown and "**90.0 ± – (max 90.0, 1/2)**" in markdown
     assert "copy OOD" in markdown and "failed (0/2)" in markdown
     assert "| chance" in markdown

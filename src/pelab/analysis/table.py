@@ -184,7 +184,11 @@ def pivot(
     chance = stats.groupby(cols, observed=True)["chance"].first()
     if chance.notna().any():
         label = [("chance", *[""] * (len(rows) - 1))]
-        index = pd.MultiIndex.from_tuples(label, names=rows) if len(rows) > 1 else ["chance"]
+        index = (
+            pd.MultiIndex.from_tuples(label, names=rows)
+            if len(rows) > 1
+            else pd.Index(["chance"], name=rows[0])
+        )
         row = [chance.reindex(table.columns).map(_percent).tolist()]
         table = pd.concat([table, pd.DataFrame(row, index=index, columns=table.columns)])
         best = pd.concat([best, pd.DataFrame(False, index=index, columns=best.columns)])
