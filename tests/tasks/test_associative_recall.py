@@ -58,7 +58,6 @@ def test_trains_and_tests_in_both_layouts(tiny_cfg, model):
 
 @pytest.mark.slow
 def test_a_small_model_learns_associative_recall_in_distribution(tmp_path):
-    record = learn(
-        tmp_path, "associative_recall", 1500, "task.train_lengths=[1,8]", "task.eval_lengths=[8]"
-    )
+    lengths = ("task.train_lengths=[1,8]", "task.eval_lengths=[8]")
+    record = learn(tmp_path, "associative_recall", 1000, *lengths)
     assert record["metrics"]["test_id"]["exact_match"] >= 0.9

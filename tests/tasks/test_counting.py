@@ -63,7 +63,6 @@ def test_trains_and_tests_in_both_layouts(tiny_cfg, model):
 
 @pytest.mark.slow
 def test_a_small_model_learns_counting_in_distribution(tmp_path):
-    record = learn(
-        tmp_path, "counting", 1500, "task.train_lengths=[1,10]", "task.eval_lengths=[10]"
-    )
+    lengths = ("task.train_lengths=[1,10]", "task.eval_lengths=[10]")
+    record = learn(tmp_path, "counting", 1500, *lengths)
     assert record["metrics"]["test_id"]["exact_match"] >= 0.9

@@ -63,12 +63,6 @@ def test_trains_and_tests_in_both_layouts(tiny_cfg, model):
 
 @pytest.mark.slow
 def test_a_small_model_learns_cycle_navigation_in_distribution(tmp_path):
-    record = learn(
-        tmp_path,
-        "cycle_navigation",
-        1500,
-        "model=encoder",
-        "task.train_lengths=[1,10]",
-        "task.eval_lengths=[10]",
-    )
+    lengths = ("task.train_lengths=[1,10]", "task.eval_lengths=[10]")
+    record = learn(tmp_path, "cycle_navigation", 1000, "model=encoder", *lengths)
     assert record["metrics"]["test_id"]["exact_match"] >= 0.9

@@ -148,5 +148,5 @@ def test_trains_on_a_tiny_dataset_end_to_end(tiny_cfg, tmp_path, model):
 def test_a_small_model_learns_the_example_dataset_in_distribution(tmp_path):
     path = write_example(tmp_path / "drop_a")
     lengths = ("task.train_lengths=[1,8]", "task.eval_lengths=[8]")
-    record = learn(tmp_path, "from_dataset", 1500, f"task.path={path}", *lengths)
+    record = learn(tmp_path, "from_dataset", 1000, f"task.path={path}", *lengths)
     assert record["metrics"]["test_id"]["exact_match"] >= 0.9

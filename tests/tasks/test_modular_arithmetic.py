@@ -126,5 +126,5 @@ def test_trains_and_tests_in_both_layouts(tiny_cfg, task, model):
 @pytest.mark.parametrize("task", ["modular_arithmetic", "modular_arithmetic_brackets"])
 def test_a_small_model_learns_it_in_distribution(tmp_path, task):
     lengths = ("task.train_lengths=[1,7]", "task.eval_lengths=[7]")
-    record = learn(tmp_path, task, 2000, "model=encoder", *lengths)
+    record = learn(tmp_path, task, 1500, "model=encoder", *lengths)
     assert record["metrics"]["test_id"]["exact_match"] >= 0.9

@@ -52,7 +52,6 @@ def test_trains_and_tests_in_both_layouts(tiny_cfg, model):
 
 @pytest.mark.slow
 def test_a_small_model_learns_selective_copy_in_distribution(tmp_path):
-    record = learn(
-        tmp_path, "selective_copy", 1500, "task.train_lengths=[4,12]", "task.eval_lengths=[12]"
-    )
+    lengths = ("task.train_lengths=[4,12]", "task.eval_lengths=[12]")
+    record = learn(tmp_path, "selective_copy", 1000, *lengths)
     assert record["metrics"]["test_id"]["exact_match"] >= 0.9
