@@ -160,19 +160,22 @@ def _slow_build(log_path):
     return counted
 
 
-def _load_in_child(cache_dir, log_path, queue):
+def _load_in_child(cache_dir, log_path, queue, start):
     eval_sets.build_eval_set = _slow_build(log_path)
+    start.wait()  # every job looks for the set at the same moment
     data = eval_sets.load_eval_set(copy_task(), "test", 8, 32, cache_dir)
     queue.put(data[:]["prompt"].tolist())
 
 
 def test_concurrent_jobs_build_a_set_once_and_all_read_the_same_data(tmp_path):
+    # fork (fast): the children only sample small tensors, which never enter torch's thread pool
     context = multiprocessing.get_context("fork")
-    queue = context.Queue()
+    queue, start = context.Queue(), context.Barrier(4)
     log_path = tmp_path / "builds.log"
     cache = tmp_path / "cache"
     jobs = [
-        context.Process(target=_load_in_child, args=(cache, log_path, queue)) for _ in range(4)
+        context.Process(target=_load_in_child, args=(cache, log_path, queue, start))
+        for _ in range(4)
     ]
     for job in jobs:
         job.start()

@@ -31,7 +31,7 @@ def tiny_eval(pe: str, batch: int = 8, length: int = 128):
 
 
 def _resident_peak(pe: str, queue) -> None:
-    """In a forked child: the peak resident memory one forward pass adds (Linux)."""
+    """In a fresh child process: the peak resident memory one forward pass adds (Linux)."""
     cfg, task, model = tiny_eval(pe, batch=16, length=256)
     counted = memory.forward_peak(model, task, 16, "cpu")  # also warms caches up
 
@@ -51,7 +51,7 @@ def _resident_peak(pe: str, queue) -> None:
 def test_the_counted_peak_agrees_with_resident_memory(pe):
     """At a size where memory matters (16 sequences of 514 tokens); the allocator's slack, which
     ``MARGIN`` covers, weighs more in small batches."""
-    context = multiprocessing.get_context("fork")
+    context = multiprocessing.get_context("spawn")  # fork can deadlock a threaded torch
     queue = context.Queue()
     child = context.Process(target=_resident_peak, args=(pe, queue))
     child.start()
