@@ -6,8 +6,10 @@ import pytest
 from hydra.errors import MissingConfigException
 from hydra.utils import get_class, instantiate
 
+from pelab.layouts import LAYOUTS
 from pelab.pe import PE_REGISTRY, ConfigError
 from pelab.tasks import TASK_REGISTRY
+from pelab.tasks.from_dataset import write_example
 from pelab.train import build_model
 from tests.conftest import CONFIG_DIR, compose_config
 
@@ -54,18 +56,26 @@ def test_every_task_config_targets_a_registered_task():
 def test_every_model_and_encoding_builds(model, pe):
     task = "grid" if PE_REGISTRY[pe].position_dims == 2 else "copy"  # 2-D encodings need a grid
     cfg = compose_config([f"model={model}", f"pe={pe}", f"task={task}"])
-    if model == "encoder" and PE_REGISTRY[pe].causal_only:
+    if model != "decoder" and PE_REGISTRY[pe].causal_only:  # an encoder (stack) refuses it
         with pytest.raises(ConfigError, match="causal"):
             build_model(cfg, instantiate(cfg.task))
         return
     module = build_model(cfg, instantiate(cfg.task))
-    assert module.layout.causal == (cfg.model.kind == "decoder")
-    assert type(module.net.pe) is PE_REGISTRY[pe]
+    assert module.layout is LAYOUTS[cfg.model.kind]
+    net = module.net
+    stacks = [net.encoder, net.decoder] if model == "encoder_decoder" else [net]
+    causal = {"decoder": [True], "encoder": [False], "encoder_decoder": [False, True]}[model]
+    assert [stack.dims.causal for stack in stacks] == causal
+    assert all(type(stack.pe) is PE_REGISTRY[pe] for stack in stacks)
 
 
 @pytest.mark.parametrize("task", options("task"))
-def test_every_task_builds_with_valid_lengths(task):
-    cfg = compose_config([f"task={task}"])
+def test_every_task_builds_with_valid_lengths(task, tmp_path):
+    data = []
+    if task == "from_dataset":  # a dataset on disk: the example's, with the example's lengths
+        path = write_example(tmp_path / "data")
+        data = [f"task.path={path}", "task.train_lengths=[1,8]", "task.eval_lengths=[4,8,12]"]
+    cfg = compose_config([f"task={task}", *data])
     built = instantiate(cfg.task)
     assert any(built.in_distribution(n) for n in built.eval_lengths)
 

@@ -47,8 +47,8 @@ def test_training_and_evaluation_see_randomized_positions(tiny_cfg):
     seen = []
     model = build_model(cfg, build_task(cfg))
     forward = model.net.forward
-    model.net.forward = lambda tokens, positions=None: (
-        seen.append(positions) or forward(tokens, positions)
+    model.net.forward = lambda tokens, positions=None, *cache: (
+        seen.append(positions) or forward(tokens, positions, *cache)
     )
     model.log = lambda *a, **k: None
     prompt = torch.randint(3, 10, (2, 4))

@@ -90,7 +90,6 @@ def _note_full_forwards() -> None:
 
 
 class DecoderLayout:
-    causal = True
     net_options: ClassVar[dict[str, bool]] = {"causal": True}
 
     @staticmethod
@@ -129,7 +128,6 @@ class DecoderLayout:
 
 
 class EncoderLayout:
-    causal = False
     net_options: ClassVar[dict[str, bool]] = {"causal": False}
 
     @staticmethod

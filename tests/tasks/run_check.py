@@ -38,7 +38,6 @@ def learn(tmp_path: Path, task: str, steps: int, *overrides: str) -> dict[str, A
             "logger=csv",
             f"trainer.max_steps={steps}",
             f"trainer.val_check_interval={steps}",
-            "trainer.enable_progress_bar=false",
             "task.n_val=64",
             "task.n_test=256",
             *overrides,

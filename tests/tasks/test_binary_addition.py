@@ -56,7 +56,7 @@ def test_a_small_model_learns_binary_addition_in_distribution(tmp_path):
     record = learn(
         tmp_path,
         "binary_addition",
-        3000,
+        4000,
         "model=encoder",
         "task.train_lengths=[3,10]",
         "task.eval_lengths=[10]",

@@ -54,5 +54,5 @@ def test_trains_and_tests_in_both_layouts(tiny_cfg, model):
 
 @pytest.mark.slow
 def test_a_small_model_learns_copy_in_distribution(tmp_path):
-    record = learn(tmp_path, "copy", 1500, "task.train_lengths=[1,10]", "task.eval_lengths=[10]")
+    record = learn(tmp_path, "copy", 2000, "task.train_lengths=[1,8]", "task.eval_lengths=[8]")
     assert record["metrics"]["test_id"]["exact_match"] >= 0.9

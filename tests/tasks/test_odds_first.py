@@ -42,6 +42,6 @@ def test_trains_and_tests_in_both_layouts(tiny_cfg, model):
 @pytest.mark.slow
 def test_a_small_model_learns_odds_first_in_distribution(tmp_path):
     record = learn(
-        tmp_path, "odds_first", 1500, "task.train_lengths=[1,10]", "task.eval_lengths=[10]"
+        tmp_path, "odds_first", 2000, "task.train_lengths=[1,8]", "task.eval_lengths=[8]"
     )
     assert record["metrics"]["test_id"]["exact_match"] >= 0.9
