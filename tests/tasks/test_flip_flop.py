@@ -5,9 +5,8 @@ import pytest
 import torch
 
 from pelab.data.datamodule import TrainBatches
-from pelab.data.eval_sets import build_eval_set
+from pelab.data.eval_sets import build_eval_set, cache_key
 from pelab.pe.base import ConfigError
-from pelab.tasks.base import Task
 from pelab.tasks.flip_flop import IGNORE, ONE, READ, WRITE, ZERO, FlipFlopTask
 from tests.tasks.run_check import KINDS, assert_runs, learn
 
@@ -63,23 +62,27 @@ def test_bad_settings_are_refused():
         FlipFlopTask(train_lengths=[1, 20])
 
 
-def test_a_separate_evaluation_split_needs_the_data_layer_hook():
-    """``eval_p_ignore`` builds the evaluation sets through ``Task.sample_eval``; where the data
-    layer does not have it yet, the setting is refused instead of silently ignored."""
-    if not hasattr(Task, "sample_eval"):
-        with pytest.raises(ConfigError, match=r"eval_p_ignore=0.98 differs.*leave"):
-            FlipFlopTask(eval_p_ignore=0.98)
-        return
-    task = FlipFlopTask(eval_p_ignore=0.98)
-    prompt, _ = task.sample_eval("test", 2000, 50, torch.Generator().manual_seed(0))
-    assert abs((prompt[:, 2:-1:2] == IGNORE).float().mean().item() - 0.98) < 0.01
-    prompt, _ = task.sample(2000, 50, torch.Generator().manual_seed(0))
-    assert abs((prompt[:, 2:-1:2] == IGNORE).float().mean().item() - 0.8) < 0.01
+def ignore_rate(prompt: torch.Tensor) -> float:
+    """The share of ``i`` among the instructions between the first and the last."""
+    return (prompt[:, 2:-1:2] == IGNORE).float().mean().item()
+
+
+@pytest.mark.parametrize("eval_p_ignore", [0.98, 0.1])
+def test_evaluation_sets_use_eval_p_ignore_and_training_keeps_p_ignore(eval_p_ignore):
+    """The paper's sparse and dense splits: validation and test sets are FFL(eval_p_ignore)."""
+    task = FlipFlopTask(eval_p_ignore=eval_p_ignore, train_lengths=[50, 50], eval_lengths=[50])
+    for split in ("val", "test"):
+        prompt = torch.tensor(build_eval_set(task, split, 50, 2000)["prompt"])
+        assert abs(ignore_rate(prompt) - eval_p_ignore) < 0.01
+    train = TrainBatches(task, batch_size=2000, num_batches=1, seed=0)
+    assert abs(ignore_rate(train[0][0]) - 0.8) < 0.01
 
 
 def test_the_evaluation_split_is_part_of_the_cache_key():
     task = FlipFlopTask()
     assert task.spec()["eval_p_ignore"] == task.spec()["p_ignore"] == 0.8
+    sparse = FlipFlopTask(eval_p_ignore=0.98)
+    assert cache_key(sparse, "test", 20, 64) != cache_key(task, "test", 20, 64)
 
 
 def test_evaluation_prompts_never_occur_in_training():
@@ -91,7 +94,7 @@ def test_evaluation_prompts_never_occur_in_training():
 
 @pytest.mark.parametrize("model", KINDS)
 def test_trains_and_tests_in_both_layouts(tiny_cfg, model):
-    assert_runs(tiny_cfg, model, "flip_flop", "task.eval_lengths=[4,8]")
+    assert_runs(tiny_cfg, model, "flip_flop", "task.eval_lengths=[4,8]", "task.eval_p_ignore=0.98")
 
 
 @pytest.mark.slow

@@ -1,10 +1,14 @@
 """from_dataset: vocabularies of strings, tokens and ids, ragged targets, splits by length and by
 the dataset's own splits, clear errors, and a whole run on a tiny dataset in ``tmp_path``."""
 
+from collections import Counter
+
 import datasets
 import pytest
 import torch
 
+from pelab.data import eval_sets
+from pelab.data.eval_sets import build_eval_set
 from pelab.pe.base import ConfigError
 from pelab.tasks.base import N_SPECIAL
 from pelab.tasks.from_dataset import PAD, FromDatasetTask, write_example
@@ -75,25 +79,55 @@ def test_evaluation_sets_are_distinct_held_out_examples(tmp_path):
     prompt, answer = task.sample_eval("test", 512, 12, torch.Generator().manual_seed(0))
     available = task.pools["eval"][12][0].shape[0]
     assert prompt.shape == (available, 12) < (512, 12)  # all of them, each once
-    assert len({tuple(p) for p in prompt.tolist()}) == len(set(map(tuple, prompt.tolist())))
+    pool = task.pools["eval"][12][0].tolist()
+    assert Counter(map(tuple, prompt.tolist())) == Counter(map(tuple, pool))
     for p, a in zip(prompt.tolist(), answer.tolist(), strict=True):
         assert a == task.reference(p)
     few, _ = task.sample_eval("val", 3, 12, torch.Generator().manual_seed(0))
     assert few.shape == (3, 12)
 
 
+def test_in_distribution_evaluation_sets_hold_only_held_out_examples(tmp_path):
+    """Built as a run builds them (``build_eval_set``): never a training input, at most ``n``
+    rows, each held-out row at most once (the example dataset repeats some strings)."""
+    path = write_example(tmp_path / "drop_a", size=600)
+    task = FromDatasetTask(path, train_lengths=[1, 8], eval_lengths=[4, 8, 12], holdout=0.2)
+    for length in (4, 8):
+        train = {tuple(p) for p in task.pools["train"][length][0].tolist()}
+        held = Counter(tuple(p) for p in task.pools["eval"][length][0].tolist())
+        for split, n in (("val", 3), ("test", 512)):
+            drawn = Counter(tuple(p) for p in build_eval_set(task, split, length, n)["prompt"])
+            assert drawn.total() == min(n, held.total()) > 0
+            assert drawn <= held and not set(drawn) & train
+
+
+def test_a_set_with_fewer_examples_than_asked_for_is_cached_and_reused(tmp_path, monkeypatch):
+    task = FromDatasetTask.example(tmp_path)
+    first = eval_sets.load_eval_set(task, "test", 12, 512, tmp_path / "cache")[:]["prompt"]
+    assert first.shape == (task.pools["eval"][12][0].shape[0], 12)
+
+    def no_rebuild(*args):
+        raise AssertionError("the cached set should have been reused")
+
+    monkeypatch.setattr(eval_sets, "build_eval_set", no_rebuild)
+    again = eval_sets.load_eval_set(task, "test", 12, 512, tmp_path / "cache")[:]["prompt"]
+    assert torch.equal(first, again)
+
+
 def test_a_dataset_dict_trains_on_one_split_and_evaluates_on_another(tmp_path):
     splits = datasets.DatasetDict(
         {
             "train": table(["ab", "ba", "a", "b"], ["ba", "ab", "a", "b"]),
-            "test": table(["aab", "bba", "ab"], ["baa", "abb", "ba"]),
+            "test": table(["aab", "bba", "aa"], ["baa", "abb", "aa"]),
         }
     )
     path = save(tmp_path, splits)
     task = FromDatasetTask(path, train_lengths=[1, 2], eval_lengths=[2, 3])
     assert sorted(task.pools["train"]) == [1, 2] and sorted(task.pools["eval"]) == [2, 3]
-    prompt, _ = task.sample_eval("test", 8, 3, torch.Generator().manual_seed(0))
-    assert prompt.shape == (2, 3)
+    token = {item: N_SPECIAL + i for i, item in enumerate(task.vocabulary)}
+    for split in ("val", "test"):  # the test split's one input of 2, never "ab" or "ba"
+        assert build_eval_set(task, split, 2, 8)["prompt"] == [[token["a"], token["a"]]]
+        assert len(build_eval_set(task, split, 3, 8)) == 2
     with pytest.raises(
         ConfigError, match=r"no split 'validation'; its splits are \['test', 'train'\]"
     ):

@@ -1,12 +1,15 @@
 """Fixed evaluation sets, built once with the ``datasets`` library and cached on disk.
 
-The cache key hashes everything that changes the data (the task's ``spec``, the split, the
-length, the number of samples and the evaluation seed), so runs and sweeps that share a task
-share its sets. Each set directory holds a manifest (``pelab.json``: the key, the row count and
-a SHA-256 of the contents); a set whose manifest is missing or does not match what is read is
-corrupt or partial, and is rebuilt (with a warning), never used. Writers take a per-set file lock
-and write to a temporary directory renamed into place, so concurrent jobs building the same set
-build it once and a crashed writer never leaves a half-written set under the final name.
+A set is ``task.sample_eval(split, n, length, generator)``, the generator seeded from the task's
+``eval_seed``, the split and the length: ``n`` samples, or fewer for a task with fewer distinct
+evaluation samples (``from_dataset``). The cache key hashes everything that changes the data (the
+task's ``spec``, the split, the length, the number of samples asked for, the evaluation seed and
+the format), so runs and sweeps that share a task share its sets. Each set directory holds a
+manifest (``pelab.json``: the key, the row count and a SHA-256 of the contents); a set whose
+manifest is missing or does not match what is read is corrupt or partial, and is rebuilt (with a
+warning), never used. Writers take a per-set file lock and write to a temporary directory renamed
+into place, so concurrent jobs building the same set build it once and a crashed writer never
+leaves a half-written set under the final name.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from pelab.tasks.base import Task
 
 log = logging.getLogger(__name__)
 
-FORMAT_VERSION = 2  # 2: sets carry a manifest with a checksum
+FORMAT_VERSION = 3  # 2: sets carry a manifest with a checksum; 3: built by Task.sample_eval
 MANIFEST = "pelab.json"
 datasets.disable_progress_bars()  # sets are small; their progress bars would drown the log
 
@@ -64,14 +67,15 @@ def checksum(data: datasets.Dataset) -> str:
 
 def build_eval_set(task: Task, split: str, length: int, n: int) -> datasets.Dataset:
     generator = torch.Generator().manual_seed(eval_seed(task, split, length))
-    prompt, answer = task.sample(n, length, generator)
+    prompt, answer = task.sample_eval(split, n, length, generator)
     return datasets.Dataset.from_dict({"prompt": prompt.tolist(), "answer": answer.tolist()})
 
 
 def load_eval_set(
     task: Task, split: str, length: int, n: int, cache_dir: str | Path | None
 ) -> datasets.Dataset:
-    """The ``split`` set of ``n`` samples at ``length``, from the cache when present and intact.
+    """The ``split`` set of (up to) ``n`` samples at ``length``, from the cache when present and
+    intact.
 
     Returned in torch format: items are ``{"prompt": [n_p], "answer": [m]}`` long tensors.
     """
@@ -111,8 +115,8 @@ def mismatch(manifest: dict[str, Any], data: datasets.Dataset, key: str, n: int)
     """What is wrong with a set read from disk, or "" when it agrees with its manifest."""
     if manifest.get("key") != key:
         return f"its manifest's key is {manifest.get('key')}, not {key}"
-    if len(data) != n or manifest.get("rows") != n:
-        return f"it has {len(data)} rows and its manifest says {manifest.get('rows')}, not {n}"
+    if len(data) != manifest.get("rows") or not 0 < len(data) <= n:
+        return f"it has {len(data)} rows and its manifest says {manifest.get('rows')} (of {n})"
     if manifest.get("sha256") != checksum(data):
         return "its contents do not match the manifest's checksum"
     return ""

@@ -12,6 +12,8 @@ every registered task):
   BOS, SEP and BLANK belong to the layouts, never to a task's data;
 - ``sample`` is vectorised and a pure function of the generator's state; its answers equal
   ``reference`` (plain Python, the solver the tests trust) on every prompt;
+- evaluation sets come from ``sample_eval``, which is ``sample`` unless the task evaluates on
+  other data (held-out examples, another distribution);
 - ``spec()`` names every constructor parameter that changes the data (it keys the cache).
 """
 
@@ -166,6 +168,14 @@ class Task(ABC):
         shape = (batch, self.prompt_length(length))
         prompt = torch.randint(N_SPECIAL, self.vocab_size, shape, generator=generator)
         return prompt, self.solve(prompt)
+
+    def sample_eval(
+        self, split: str, batch: int, length: int, generator: torch.Generator
+    ) -> tuple[Tensor, Tensor]:
+        """The evaluation set ``split`` (``"val"`` or ``"test"``) at ``length``, shaped as by
+        ``sample``: ``batch`` samples, or fewer (at least one) when the task has fewer distinct
+        evaluation samples. Default: ``sample(batch, length, generator)``."""
+        return self.sample(batch, length, generator)
 
     @abstractmethod
     def solve(self, prompt: Tensor) -> Tensor:

@@ -30,9 +30,8 @@ class FlipFlopTask(Task):
     Splits: the paper trains on FFL(0.8) and tests in distribution (``p_ignore = 0.8``), on
     sparse strings (0.98: writes far back, long-range memory) and on dense ones (0.1: many
     writes and reads). ``p_ignore`` sets the training strings and ``eval_p_ignore`` (default:
-    the same) the evaluation sets; a value other than ``p_ignore`` needs the data layer to build
-    evaluation sets with ``Task.sample_eval`` and is refused until it does. The length axis is
-    the number of instructions (at least 2); chance is 50%. Fixed alphabet ``w i r 0 1``.
+    the same) the validation and test strings (``sample_eval``). The length axis is the number
+    of instructions (at least 2); chance is 50%. Fixed alphabet ``w i r 0 1``.
     """
 
     fixed_num_symbols = len(SYMBOLS)
@@ -51,12 +50,6 @@ class FlipFlopTask(Task):
         for key, p in (("p_ignore", p_ignore), ("eval_p_ignore", eval_p_ignore)):
             if not 0.0 <= p <= 1.0:
                 raise ConfigError(f"flip_flop: task.{key} must be in [0, 1], got {p}")
-        if eval_p_ignore != p_ignore and not hasattr(Task, "sample_eval"):
-            raise ConfigError(
-                f"flip_flop: task.eval_p_ignore={eval_p_ignore} differs from task.p_ignore="
-                f"{p_ignore}, but this version of pelab builds evaluation sets with the training "
-                "distribution; leave task.eval_p_ignore out (null)"
-            )
         self.p_ignore, self.eval_p_ignore = float(p_ignore), float(eval_p_ignore)
         super().__init__(**common)
 

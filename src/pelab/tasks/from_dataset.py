@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import logging
 from pathlib import Path
 from typing import Any
 
@@ -13,8 +12,6 @@ from torch import Tensor
 
 from pelab.pe.base import ConfigError
 from pelab.tasks.base import N_SPECIAL, Task, register_task
-
-log = logging.getLogger(__name__)
 
 PAD = "<pad>"  # the vocabulary's last item when some targets are shorter than others
 
@@ -46,9 +43,11 @@ class FromDatasetTask(Task):
     length (chosen with ``eval_seed``) is held out for evaluation, with every row that has
     them, so no evaluation input is trained on; at lengths outside the training range every
     example is evaluation data. Each training batch draws its examples uniformly with
-    replacement at one length; an evaluation set is up to ``n_val``/``n_test`` distinct examples
-    of its length. Every training length needs a training example and every evaluation length
-    an evaluation example; otherwise the error lists the lengths that have them.
+    replacement at one length, from the training examples; a validation (test) set draws up to
+    ``n_val`` (``n_test``) of the evaluation examples of its length without replacement (each row
+    at most once, so a row the dataset repeats can occur twice), also at training lengths. Every
+    training length needs a training example and every evaluation length an evaluation example;
+    otherwise the error lists the lengths that have them.
 
     An input seen with two different targets keeps both: ``reference`` gives the first.
     """
@@ -74,11 +73,6 @@ class FromDatasetTask(Task):
         super().__init__(**common)  # validates the lengths and sets eval_seed
         self._make_pools(self._hold_out(examples["all"]) if "all" in examples else examples)
         self._check_pools()
-        if not hasattr(Task, "sample_eval"):
-            log.warning(
-                "from_dataset: this pelab builds evaluation sets with Task.sample, so they are "
-                "drawn from the training examples; held-out evaluation needs Task.sample_eval"
-            )
 
     @classmethod
     def example(cls, directory: Path) -> FromDatasetTask:
@@ -245,7 +239,8 @@ class FromDatasetTask(Task):
     def sample_eval(
         self, split: str, batch: int, length: int, generator: torch.Generator
     ) -> tuple[Tensor, Tensor]:
-        """Up to ``batch`` distinct evaluation examples of input ``length`` (any ``split``)."""
+        """Up to ``batch`` rows of the evaluation examples of input ``length``, without
+        replacement: both splits draw from that one pool, each with its own generator."""
         inputs, targets = self.pools["eval"][length]
         pick = torch.randperm(inputs.shape[0], generator=generator)[:batch]
         return inputs[pick], targets[pick]
