@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 TORCH ?= torch==2.13.0
 TORCH_INDEX ?=
 
-.PHONY: help install train test test-full benchmark lint clean
+.PHONY: help install train test test-slow test-full benchmark lint clean
 
 help: ## show this help
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  %-10s %s\n", $$1, $$2}'
@@ -23,7 +23,13 @@ install: $(VENV)/.installed ## create .venv and install pelab (torch first, CPU 
 train: install ## train the default run: pe=rope task=copy
 	$(PY) scripts/train.py pe=rope task=copy
 
-test: install ## run the test suite
+test: install ## the test suite without the slow learning runs (what CI runs; ~4 min on 2 cores)
+	$(PY) -m pytest -m "not slow"
+
+test-slow: install ## the slow tests: a small model learns each task in distribution (~25 min)
+	$(PY) -m pytest -m slow
+
+test-full: install ## every test, slow ones included
 	$(PY) -m pytest
 
 benchmark: install ## pelab's training step vs a minimal PyTorch loop

@@ -63,3 +63,21 @@ def test_metrics_per_length_and_in_out_of_distribution_means():
     assert logged["test/token_acc/len_8"] == pytest.approx(0.75)
     assert logged["test/id/exact_match"] == 1.0 and logged["test/ood/exact_match"] == 0.5
     assert logged["test/ood/token_acc"] == pytest.approx(0.75)
+
+
+def test_model_compile_trains_the_same_function_and_keeps_checkpoint_keys(tiny_cfg):
+    """``model.compile=true``: the compiled training forward gives the eager one's logits, and
+    the module's state (what checkpoints hold) is the same as without it."""
+    from pelab.train import build_model, build_task
+
+    cfg = tiny_cfg("model.compile=true", "task.train_lengths=[3,3]", "task.eval_lengths=[3]")
+    model = build_model(cfg, build_task(cfg))
+    assert model.train_logits != DecoderLayout.answer_logits
+    prompt = torch.tensor([[3, 4, 5], [5, 4, 3]])
+    compiled = model.train_logits(model.net, prompt, prompt)
+    assert torch.allclose(
+        compiled, DecoderLayout.answer_logits(model.net, prompt, prompt), atol=1e-5
+    )
+    plain = build_model(tiny_cfg("task.train_lengths=[3,3]", "task.eval_lengths=[3]"), model.task)
+    assert plain.train_logits == DecoderLayout.answer_logits
+    assert list(model.state_dict()) == list(plain.state_dict())

@@ -48,9 +48,16 @@ class SequenceModel(L.LightningModule):
         warmup_steps: int = 100,
         min_lr_ratio: float = 0.1,
         positions: ContiguousPositions | RandomizedPositions | None = None,
+        compile: bool = False,
     ) -> None:
         super().__init__()
         self.net, self.layout, self.task = net, layout, task
+        # ``compile``: the training forward goes through torch.compile (the module's parameters
+        # and checkpoints are unchanged); greedy evaluation stays eager (one token per step
+        # would recompile for every new shape)
+        self.train_logits = (
+            torch.compile(layout.answer_logits) if compile else layout.answer_logits
+        )
         self.positions = positions or ContiguousPositions()
         self.optimizer_factory = optimizer
         self.warmup_steps, self.min_lr_ratio = warmup_steps, min_lr_ratio
@@ -69,7 +76,7 @@ class SequenceModel(L.LightningModule):
     def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
         prompt, answer = batch
         positions = self.sequence_positions(prompt, answer.shape[1])
-        logits = self.layout.answer_logits(self.net, prompt, answer, positions)  # [b, m, vocab]
+        logits = self.train_logits(self.net, prompt, answer, positions)  # [b, m, vocab]
         loss = F.cross_entropy(logits.flatten(0, 1).float(), answer.flatten())
         self.log("train/loss", loss, prog_bar=True)
         self.log("train/length", float(prompt.shape[1]))

@@ -64,6 +64,7 @@ def build_model(cfg: DictConfig, task: Task) -> SequenceModel:
         task,
         optimizer=instantiate(cfg.model.optimizer),
         positions=positions,
+        compile=cfg.model.get("compile", False),
         **cfg.model.schedule,
     )
 

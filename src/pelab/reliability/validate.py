@@ -21,7 +21,12 @@ from pelab.pe.base import ConfigError
 
 SKIPPED_SECTIONS = ("hydra",)
 # Settings read by pelab itself rather than passed to a ``_target_``: key -> (type, minimum).
-PLAIN = {"seed": (int, None), "data.batch_size": (int, 1), "data.eval_batch_size": (int, 1)}
+PLAIN = {
+    "seed": (int, None),
+    "data.batch_size": (int, 1),
+    "data.eval_batch_size": (int, 1),
+    "model.compile": (bool, None),
+}
 
 
 def check_types(cfg: DictConfig) -> None:
