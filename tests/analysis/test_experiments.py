@@ -71,6 +71,23 @@ def test_every_launcher_option_composes_onto_hydras_plugin(launcher, target):
         assert hydra.launcher.gpus_per_node == 1 and hydra.launcher.timeout_min > 0
 
 
+def test_slurm_sends_the_requeue_signal_that_pelab_checkpoints_on(tmp_path):
+    """The sbatch script submitit writes for hydra/launcher=slurm asks SLURM for the signal that
+    callbacks.requeue_at_step_end (and Lightning's requeue handler) answer, not submitit's."""
+    from submitit.slurm.slurm import _make_sbatch_string
+
+    launcher = hydra_config("hydra/launcher=slurm").launcher
+    script = _make_sbatch_string(
+        command="python -m job",
+        folder=str(tmp_path),
+        signal_delay_s=launcher.signal_delay_s,
+        additional_parameters=dict(launcher.additional_parameters),
+    )
+    signal_lines = [line for line in script.splitlines() if "--signal" in line]
+    callback = compose_config([]).callbacks.requeue_at_step_end
+    assert signal_lines == [f"#SBATCH --signal={callback.signum.removeprefix('SIG')}@90"]
+
+
 def test_the_wandb_sweep_file_runs_the_cpu_ablation_grid():
     sweep = yaml.safe_load(Path(CONFIG_DIR, "wandb_sweep.yaml").read_text())  # W&B's ${...}
     params = sweep["parameters"]
