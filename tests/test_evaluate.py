@@ -119,3 +119,26 @@ def test_a_learned_table_cannot_be_evaluated_beyond_its_size(tmp_path):
         evaluate(compose_eval(overrides, tmp_path))
     failed = json.loads(next((tmp_path / "run" / "eval").glob("*/results.json")).read_text())
     assert failed["status"] == "failed" and "ConfigError" in failed["error"]
+
+
+def test_a_urpe_table_keeps_its_training_size_at_longer_lengths(tmp_path):
+    # the Toeplitz table has one entry per offset up to the training max_len - 1 (66 tokens:
+    # BOS, 32, SEP, 32); longer offsets reuse the last entry, so the checkpoint loads and runs
+    ckpt = train_tiny(tmp_path, "pe=urpe", "pe.bias=none")
+    record = evaluate(compose_eval([f"ckpt_path='{ckpt}'", "task.eval_lengths=[16,40]"], tmp_path))
+    assert record["status"] == "completed" and list(record["metrics"]["test"]) == ["16", "40"]
+    assert record["config"]["pe"]["max_len"] == 66
+    # a run recorded before urpe had the option: its table is pinned all the same
+    results = ckpt.parent.parent / "results.json"
+    train_record = json.loads(results.read_text())
+    del train_record["config"]["pe"]["max_len"]
+    results.write_text(json.dumps(train_record))
+    record = evaluate(compose_eval([f"ckpt_path='{ckpt}'", "task.eval_lengths=[16,40]"], tmp_path))
+    assert record["status"] == "completed" and record["config"]["pe"]["max_len"] == 66
+
+
+def test_a_learned_table_keeps_its_size_under_randomized_positions(tmp_path):
+    # with randomized positions the table has positions.max_position rows, not 66
+    ckpt = train_tiny(tmp_path, "pe=learned", "positions=randomized", "positions.max_position=96")
+    record = evaluate(compose_eval([f"ckpt_path='{ckpt}'", "task.eval_lengths=[16,40]"], tmp_path))
+    assert record["status"] == "completed" and record["config"]["pe"]["max_len"] == 96

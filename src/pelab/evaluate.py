@@ -9,6 +9,7 @@ The model is rebuilt from the training run's resolved config (``<run dir>/result
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 import pickle
@@ -18,7 +19,7 @@ from typing import Any
 
 import lightning as L
 import torch
-from hydra.utils import instantiate
+from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from pelab.data.datamodule import TaskDataModule
@@ -86,10 +87,13 @@ def eval_config(cfg: DictConfig, train_cfg: DictConfig, output_dir: Path) -> Dic
     trained = build_task(train_cfg)
     with open_dict(merged):
         pe = merged.pe
-        # learned tables were sized to the training run: keep that size, so that a longer
-        # evaluation gets the encoding's own "cannot extrapolate" error, not a shape mismatch
-        if "max_len" in pe and pe.max_len is None:
-            pe.max_len = trained.max_sequence_length()
+        # tables sized by the run (learned, urpe) keep the training size, as build_model set it:
+        # urpe then runs at any length, and learned gives its own "cannot extrapolate" error
+        # rather than a shape mismatch. Read from the signature: older records lack the key.
+        takes_max_len = "max_len" in inspect.signature(get_class(pe._target_)).parameters
+        if takes_max_len and pe.get("max_len") is None:
+            positions = instantiate(train_cfg.positions)
+            pe.max_len = max(trained.max_sequence_length(), positions.max_position)
         # the training context length, which an encoding cannot know by itself
         if pe.get("scaling", "none") != "none" and pe.get("original_max_len") is None:
             hi = trained.train_lengths[1]

@@ -53,6 +53,18 @@ def test_offsets_beyond_max_len_reuse_the_last_entry():
     assert torch.equal(c[:, 0, 2], pe.toeplitz[0, :, -1])
 
 
+def test_a_fixed_max_len_sizes_the_table_for_any_run_length():
+    # a run of 12 tokens with a table pinned to max_len=4 (e.g. a checkpoint trained on 4)
+    pe = random_toeplitz(UniversalRelativePE(ModelDims(8, 2, 1, True, 12), "none", max_len=4))
+    assert pe.toeplitz.shape == (1, 2, 4)
+    c = toeplitz_matrix(pe, torch.arange(12)[None], 0)[0]
+    assert torch.equal(c[:, 11, 11], pe.toeplitz[0, :, -1])  # offset 0
+    assert torch.equal(c[:, 11, 8], pe.toeplitz[0, :, 0])  # offset 3 = max_len - 1
+    assert torch.equal(c[:, 11, 0], pe.toeplitz[0, :, 0])  # offset 11 reuses it
+    with pytest.raises(ConfigError, match=r"pe.max_len must be >= 1 .*got 0"):
+        UniversalRelativePE(ModelDims(8, 2, 1, True, 12), max_len=0)
+
+
 def test_probabilities_are_multiplied_without_renormalising():
     pe = UniversalRelativePE(ModelDims(2, 1, 1, True, 3), bias="none")
     with torch.no_grad():

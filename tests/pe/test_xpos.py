@@ -1,5 +1,7 @@
 """xPos: RoPE with a per-pair decay zeta_i^((n - m) / gamma) on the scores."""
 
+import math
+
 import pytest
 import torch
 
@@ -26,16 +28,17 @@ def test_zeta_uses_the_paper_constants():
 
 
 def test_one_pair_by_hand():
-    # head_dim 2, theta = 1: q at n is rotated by n and scaled by zeta^(n/gamma), zeta = 2/7
-    pe = XPosPE(dims(2), scale_base=2.0)
+    # head_dim 2, theta = 1: q at n is rotated by n and scaled by zeta^((n - c)/gamma), k by
+    # zeta^(-(n - c)/gamma), zeta = 2/7, centre c = (max_len - 1)/2 = 31.5
+    pe = XPosPE(dims(2), scale_base=16.0)
     x = torch.tensor([1.0, 0.0]).expand(1, 1, 3, 2)
     q, k = pe.transform_qk(x, x, Positions.contiguous(3))
     zeta = 0.4 / 1.4
     for n in range(3):
         angle = torch.tensor(float(n))
         direction = torch.stack((angle.cos(), angle.sin()))
-        assert torch.allclose(q[0, 0, n], zeta ** (n / 2) * direction, atol=1e-6)
-        assert torch.allclose(k[0, 0, n], zeta ** (-n / 2) * direction, atol=1e-6)
+        assert torch.allclose(q[0, 0, n], zeta ** ((n - 31.5) / 16) * direction, rtol=1e-5)
+        assert torch.allclose(k[0, 0, n], zeta ** (-(n - 31.5) / 16) * direction, rtol=1e-5)
 
 
 @pytest.mark.parametrize("layout", ["interleaved", "half"])
@@ -70,6 +73,27 @@ def test_the_decay_matches_zeta_to_the_offset_over_gamma():
     for n, m in [(5, 0), (5, 3), (2, 2)]:
         expected = (0.4 / 1.4) ** ((n - m) / 4.0) * torch.cos(torch.tensor(float(n - m)))
         assert s[n, m].item() == pytest.approx(expected.item(), abs=1e-6)
+
+
+def test_far_positions_stay_finite_and_score_as_near_ones():
+    # zeta_0^(-m/gamma) alone overflows float32 from m ~ 36k (gamma = 512); centred, 50k fit
+    pe = XPosPE(ModelDims(d_model=8, n_heads=1, n_layers=1, causal=True, max_len=50_000))
+    torch.manual_seed(0)
+    q, k = torch.randn(1, 1, 6, 8), torch.randn(1, 1, 6, 8)
+    far = scores(pe, q, k, torch.arange(49_994, 50_000))
+    assert far.isfinite().all()
+    # as close as plain RoPE gets: float32 angles m theta_i are off by ~1e-4 rad at m ~ 5e4
+    assert torch.allclose(far, scores(pe, q, k, torch.arange(6)), rtol=0, atol=2e-3)
+
+
+def test_a_max_len_beyond_float32_range_is_refused():
+    # |log scale| <= (max_len - 1)/2 * ln(1/zeta_0)/gamma <= 70: max_len <= 140 * 512 / ln 3.5 + 1
+    longest = int(140 * 512 / math.log(3.5)) + 1
+    XPosPE(ModelDims(8, 1, 1, True, longest))
+    message = rf"max_len={longest + 1} .* the longest max_len is {longest}"
+    with pytest.raises(ConfigError, match=message):
+        XPosPE(ModelDims(8, 1, 1, True, longest + 1))
+    XPosPE(ModelDims(8, 1, 1, True, 2 * longest), scale_base=1024.0)  # a slower decay fits
 
 
 def test_an_encoder_is_refused_with_a_clear_message():

@@ -17,8 +17,11 @@ def sinusoid_table(
 
     ``PE(p, 2i) = sin(p / base^(2i/dim))`` and ``PE(p, 2i+1) = cos(p / base^(2i/dim))``.
     ``layout="interleaved"`` puts sin and cos of one frequency side by side (the paper);
-    ``layout="concat"`` puts all sines first, then all cosines (tensor2tensor, fairseq), with the
-    same frequencies. ``pos: [...]`` -> ``[..., dim]`` in float32.
+    ``layout="concat"`` puts the ``dim/2`` sines first, then the ``dim/2`` cosines, with the same
+    frequencies ``base^(-2i/dim)`` (as Transformer-XL's code). tensor2tensor and fairseq also
+    concatenate, but space their frequencies as ``base^(-i/(dim/2 - 1))`` (the lowest exactly
+    ``1/base``), so their numbers differ slightly from ``concat``'s. ``pos: [...]`` ->
+    ``[..., dim]`` in float32.
     """
     if dim % 2:
         raise ConfigError(f"sinusoidal encoding needs an even dimension, got {dim}")

@@ -275,15 +275,27 @@ class RotaryPE(PositionalEncoding):
         return torch.cat((rotated, x[..., r:]), dim=-1) if r < x.shape[-1] else rotated
 
 
+# xPos's largest |log| of a q or k scale: e^70 ~ 2.5e30 leaves float32 (largest e^88.7, smallest
+# normal e^-87.3) room for the content of q and k and for their products
+XPOS_MAX_LOG_SCALE = 70.0
+
+
 @register_pe("xpos")
 class XPosPE(RotaryPE):
     """xPos (Sun et al. 2022, "A Length-Extrapolatable Transformer"), RoPE with a decay.
 
-    Pair ``i`` of q at position n is rotated by ``n theta_i`` and scaled by ``zeta_i^(n/gamma)``,
-    of k at position m by ``m theta_i`` and ``zeta_i^(-m/gamma)``, with
-    ``zeta_i = (i / (r/2) + gamma_b) / (1 + gamma_b)`` in (0, 1), ``gamma_b = 0.4`` and
-    ``gamma = scale_base = 512`` (the paper's constants). The score of pair i carries
+    Pair ``i`` of q at position n is rotated by ``n theta_i`` and scaled by
+    ``zeta_i^((n - c)/gamma)``, of k at position m by ``m theta_i`` and
+    ``zeta_i^(-(m - c)/gamma)``, with ``zeta_i = (i / (r/2) + gamma_b) / (1 + gamma_b)`` in
+    (0, 1), ``gamma_b = 0.4`` and ``gamma = scale_base = 512`` (the paper's constants), and ``c``
+    a constant centre (below). The score of pair i carries
     ``zeta_i^((n - m)/gamma)``: it depends on n - m only and decays as a key lies further back.
+
+    The centre ``c = (max_len - 1) / 2`` cancels in every score; it keeps both scales within
+    ``e^(+-XPOS_MAX_LOG_SCALE)`` for positions in ``[0, max_len)``, where ``zeta^(-m/gamma)``
+    alone overflows float32 beyond ``m ~ 36k`` (torchscale centres likewise, on half the current
+    length; a constant centre keeps cached keys valid). A ``max_len`` too long for this is
+    refused at construction.
 
     Causal only (``causal_only``: the base class refuses ``model=encoder``): a key after its
     query (m > n) would be amplified by ``zeta^(-(m - n)/gamma)``, growing without bound.
@@ -302,7 +314,20 @@ class XPosPE(RotaryPE):
                 f"pe.gamma_b and pe.scale_base must be > 0, got {gamma_b} and {scale_base}"
             )
         super().__init__(dims, **rotary)
+        # the smallest zeta, zeta_0 = gamma_b / (1 + gamma_b), scales the most: |log scale| of a
+        # position p is |p - c| * log(1/zeta_0) / gamma, at most (max_len - 1)/2 * that
+        decay = math.log1p(1 / gamma_b) / scale_base
+        longest = int(2 * XPOS_MAX_LOG_SCALE / decay) + 1
+        if dims.max_len > longest:
+            raise ConfigError(
+                f"pe=xpos scales q and k by up to e^(+-{(dims.max_len - 1) / 2 * decay:.0f}) for "
+                f"max_len={dims.max_len} (the longest sequence, or positions.max_position), too "
+                f"close to float32's limit e^88.7 (at most e^(+-{XPOS_MAX_LOG_SCALE:g}) is "
+                f"allowed); with pe.scale_base={scale_base} and pe.gamma_b={gamma_b} the longest "
+                f"max_len is {longest}: raise pe.scale_base or shorten the sequences"
+            )
         self.scale_base = scale_base
+        self.centre = (dims.max_len - 1) / 2
         i = torch.arange(self.rot_dim // 2, dtype=torch.float32)
         self.register_buffer(
             "zeta", (i / (self.rot_dim / 2) + gamma_b) / (1 + gamma_b), persistent=False
@@ -310,4 +335,5 @@ class XPosPE(RotaryPE):
 
     def magnitude(self, positions: Tensor, sign: int) -> Tensor:
         # [b|1, n, 1] exponents over [r/2] bases -> [b|1, n, r/2]
-        return self.zeta ** (sign * positions.float()[..., None] / self.scale_base)
+        centred = positions.float()[..., None] - self.centre
+        return self.zeta ** (sign * centred / self.scale_base)

@@ -30,11 +30,12 @@ class UniversalRelativePE(PositionalEncoding):
       ``[n_layers, n_heads, rows]``, initialised to ones so that the model starts as its base
       relative model (the authors' ``--constant-init-ur-attn``). The authors' released
       synthetic-task code instead builds one ``C`` shared by all layers.
-    - Offsets up to ``max_len - 1`` (the longest sequence of the run) have their own entry: the
-      encoder learns ``2 max_len - 1`` of them (keys before and after the query), the decoder
-      ``max_len`` (the causal mask zeroes every probability of a later key, so their entries
-      would be dead). Larger offsets, possible only with positions spread beyond ``max_len``,
-      reuse the last entry. Entries of offsets never seen in training keep ``c = 1``.
+    - Offsets up to ``max_len - 1`` have their own entry: the encoder learns ``2 max_len - 1``
+      of them (keys before and after the query), the decoder ``max_len`` (the causal mask zeroes
+      every probability of a later key, so their entries would be dead). Larger offsets reuse the
+      last entry, so any length runs. ``max_len=None`` sizes the table to the longest sequence of
+      the run; re-evaluating a checkpoint keeps the training size (``pelab.evaluate``). Entries of
+      offsets never seen in training keep ``c = 1``.
     - ``B`` is the relative bias URPE is built on (the paper pairs it with T5-style RPE).
       ``bias="t5"`` (default) is exactly ``pe=t5_bias``'s bias (learned per head and bucket,
       shared by all layers, zero-initialised; ``num_buckets`` and ``max_distance`` are its
@@ -47,8 +48,14 @@ class UniversalRelativePE(PositionalEncoding):
         bias: str = "t5",
         num_buckets: int = 32,
         max_distance: int = 128,
+        max_len: int | None = None,
     ) -> None:
         super().__init__(dims)
+        max_len = dims.max_len if max_len is None else max_len
+        if max_len < 1:
+            raise ConfigError(
+                f"pe.max_len must be >= 1 (or null: the run's longest), got {max_len}"
+            )
         if bias not in URPE_BIASES:
             raise ConfigError(
                 f"unknown pe.bias {bias!r} for pe=urpe; valid choices: {URPE_BIASES}"
@@ -59,7 +66,7 @@ class UniversalRelativePE(PositionalEncoding):
             raise ConfigError(
                 f"pe=urpe with bias=t5 (settings as for pe=t5_bias): {error}"
             ) from None
-        self.behind = dims.max_len - 1
+        self.behind = max_len - 1
         self.ahead = 0 if dims.causal else self.behind
         rows = self.behind + self.ahead + 1
         self.toeplitz = nn.Parameter(torch.ones(dims.n_layers, dims.n_heads, rows))
