@@ -5,9 +5,12 @@ The encoding is built exactly as training builds it (the Hydra config of ``confi
 with the same overrides, then ``pelab.train.build_model``), untrained, and each figure that
 applies to it is saved as a PNG in ``out_dir`` (default ``logs/inspect/<pe>/``):
 
-- ``absolute.png``: ``embed`` of zero token vectors at positions ``0..length-1`` (positions x
-  dims), for encodings that act on the embeddings;
+- ``absolute.png``: ``embed`` at positions ``0..length-1`` (positions x dims), for encodings
+  that act on the embeddings: of zero token vectors where ``embed`` adds a vector per position,
+  else (it transforms the token vector, as complex_order does) of one random token vector;
 - ``cosine.png``: cosine similarity of those position vectors, as a matrix and against distance;
+- ``layer_input.png``: for encodings injected at every block (FLOATER), ``layer_input`` of a zero
+  residual stream per block (positions x dims), and its change from position 0;
 - ``relative_<hook>.png``: what the attention hooks add as a function of the distance ``i - j``,
   one curve per head: the content-free ``logit_bias``; for ``transform_qk`` (RoPE, xPos) the
   score ``q . k / sqrt(d)`` of one fixed random pair placed at every offset; for
@@ -58,17 +61,43 @@ def overridden(pe: PositionalEncoding, hook: str) -> bool:
     return getattr(type(pe), hook) is not getattr(PositionalEncoding, hook)
 
 
-def position_vectors(pe: PositionalEncoding, n: int) -> Tensor:
-    """``embed`` of zero token vectors at positions ``0..n-1``: ``[n, d_model]``."""
-    x = torch.zeros(1, n, pe.dims.d_model)
-    return pe.embed(x, torch.zeros(1, n, dtype=torch.long), Positions.contiguous(n))[0]
+def position_vectors(pe: PositionalEncoding, n: int) -> tuple[Tensor, str]:
+    """``embed`` of one token vector at positions ``0..n-1``: ``[n, d_model]``, and what it fed.
+
+    Zeros where ``embed(x) = x + P(pos)`` (checked on a random ``x``), so the output is ``P``;
+    otherwise ``embed`` transforms the token vector (complex_order rotates it), zeros would stay
+    zero, and it gets one seeded random vector as token 0.
+    """
+    tokens, pos = torch.zeros(1, n, dtype=torch.long), Positions.contiguous(n)
+    generator = torch.Generator().manual_seed(0)
+    vector = torch.randn(pe.dims.d_model, generator=generator).expand(1, n, -1)
+    zeros = torch.zeros_like(vector)
+    added, moved = pe.embed(zeros, tokens, pos), pe.embed(vector, tokens, pos)
+    if torch.allclose(moved - vector, added, atol=1e-5):
+        return added[0], "zero token vectors"
+    return moved[0], "one random vector as token 0"
 
 
-def plot_absolute(table: Tensor, path: Path) -> None:
-    fig, ax = plt.subplots(figsize=(10, 4))
-    image = ax.imshow(table, aspect="auto", cmap="RdBu", interpolation="nearest")
-    ax.set(xlabel="dimension", ylabel="position", title="position vectors (embed of zeros)")
-    fig.colorbar(image, ax=ax)
+def layer_signals(pe: PositionalEncoding, n: int) -> Tensor:
+    """``layer_input`` of a zero residual stream at positions ``0..n-1`` entering each block:
+    ``[n_layers, n, d_model]``, what an encoding injected at every block adds there."""
+    x, pos = torch.zeros(1, n, pe.dims.d_model), Positions.contiguous(n)
+    return torch.stack([pe.layer_input(x, pos, layer)[0] for layer in range(pe.dims.n_layers)])
+
+
+def plot_tables(panels: list[tuple[Tensor, str]], path: Path, columns: int = 1) -> None:
+    """A positions x dims heatmap per ``(table [n, d], title)``, ``columns`` to a row, with
+    colours centred on 0."""
+    rows = len(panels) // columns
+    size = (5 + 5 * columns, 4 * rows)
+    fig, axes = plt.subplots(rows, columns, figsize=size, squeeze=False, layout="constrained")
+    for ax, (table, title) in zip(axes.flat, panels, strict=True):
+        limit = table.abs().max().item() or 1.0
+        image = ax.imshow(
+            table, aspect="auto", cmap="RdBu", vmin=-limit, vmax=limit, interpolation="nearest"
+        )
+        ax.set(xlabel="dimension", ylabel="position", title=title)
+        fig.colorbar(image, ax=ax)
     fig.savefig(path, dpi=100, bbox_inches="tight")
     plt.close(fig)
 
@@ -146,7 +175,7 @@ def plot_linear_map(pe: PositionalEncoding, path: Path, show_k: int = 4) -> None
     """Fit ``PE[p + k] ~ PE[p] M_k`` over ``p < P`` with ``P`` well above ``d_model``, so that a
     small residual is a property of the encoding and not of an underdetermined fit."""
     d = pe.dims.d_model
-    table = position_vectors(pe, 4 * d + 64).double()
+    table = position_vectors(pe, 4 * d + 64)[0].double()
     shifts = list(range(1, 65))
     residuals, maps = [], {}
     for k in shifts:
@@ -243,11 +272,19 @@ def draw(pe: PositionalEncoding, out_dir: Path, length: int) -> list[Path]:
     if pe.position_dims == 2:
         return draw_grid(pe, out_dir, length // 2)
     paths = []
+    n = min(length, pe.dims.max_len)
     if overridden(pe, "embed"):
-        table = position_vectors(pe, min(length, pe.dims.max_len))
-        for name, plot in (("absolute", plot_absolute), ("cosine", plot_cosine)):
-            plot(table, out_dir / f"{name}.png")
-            paths.append(out_dir / f"{name}.png")
+        table, fed = position_vectors(pe, n)
+        plot_tables([(table, f"position vectors (embed of {fed})")], out_dir / "absolute.png")
+        plot_cosine(table, out_dir / "cosine.png")
+        paths += [out_dir / "absolute.png", out_dir / "cosine.png"]
+    if overridden(pe, "layer_input"):
+        panels = []
+        for layer, signal in enumerate(layer_signals(pe, n)):
+            panels.append((signal, f"block {layer}: layer_input of a zero stream"))
+            panels.append((signal - signal[0], f"block {layer}: minus its value at position 0"))
+        plot_tables(panels, out_dir / "layer_input.png", columns=2)
+        paths.append(out_dir / "layer_input.png")
     for hook in HOOK_TITLES:
         if overridden(pe, hook):
             path = out_dir / f"relative_{hook}.png"

@@ -1,4 +1,4 @@
-"""scripts/inspect_pe.py draws valid PNGs for encodings of each family."""
+"""scripts/inspect_pe.py draws valid PNGs for encodings of each family, of what each adds."""
 
 import importlib.util
 from pathlib import Path
@@ -23,6 +23,8 @@ def load_script():
         ("sinusoidal", {"absolute", "cosine", "linear_map"}),
         ("alibi", {"relative_logit_bias"}),
         ("rope", {"relative_transform_qk"}),
+        ("floater", {"layer_input"}),
+        ("complex_order", {"absolute", "cosine"}),
     ],
 )
 def test_draws_the_figures_of_each_family_as_png_files(tmp_path, pe, expected):
@@ -34,6 +36,44 @@ def test_draws_the_figures_of_each_family_as_png_files(tmp_path, pe, expected):
     for path in paths:
         data = path.read_bytes()
         assert data.startswith(PNG_MAGIC) and len(data) > 1000, path
+
+
+def test_additive_encodings_are_drawn_from_zero_token_vectors():
+    from pelab.pe.absolute import SinusoidalPE
+    from pelab.pe.base import ModelDims, Positions
+
+    pe = SinusoidalPE(ModelDims(16, 2, 1, True, 64))
+    table, fed = load_script().position_vectors(pe, 10)
+    assert fed == "zero token vectors"
+    assert torch.allclose(table, pe.table(Positions.contiguous(10))[0])
+
+
+def test_complex_order_is_drawn_from_a_random_token_vector_turning_with_position():
+    from pelab.pe.base import ModelDims
+    from pelab.pe.complex_order import ComplexOrderPE
+
+    pe = ComplexOrderPE(ModelDims(16, 2, 1, True, 64, vocab_size=12))
+    table, fed = load_script().position_vectors(pe, 10)  # [n, 2D] = [Re || Im]
+    assert "random" in fed
+    re, im = table.chunk(2, dim=-1)
+    modulus = re**2 + im**2  # a rotation per complex dim: the same at every position
+    assert modulus.min() > 0 and torch.allclose(modulus, modulus[0].expand_as(modulus))
+    assert not torch.allclose(table[1:], table[0].expand(9, -1), atol=1e-3)  # turns with p
+
+
+def test_floater_is_drawn_as_the_position_vectors_it_adds_to_each_block():
+    from pelab.pe.base import ModelDims, Positions
+    from pelab.pe.floater import FloaterPE
+
+    torch.manual_seed(0)
+    pe = FloaterPE(ModelDims(16, 2, 3, True, 64))
+    with torch.no_grad():
+        signals = load_script().layer_signals(pe, 10)  # [l, n, d]
+        expected = pe.table(Positions.contiguous(10))[0].transpose(0, 1)
+    assert signals.shape == (3, 10, 16) and torch.allclose(signals, expected)
+    change = (signals - signals[:, :1]).abs().amax(dim=-1)  # [l, n]: from position 0
+    assert (change[:, 1:] > 0).all()  # every block sees every position differently
+    assert not torch.allclose(signals[0], signals[1])  # each block has its own vectors
 
 
 @pytest.mark.parametrize("causal", [True, False])

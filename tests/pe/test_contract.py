@@ -29,6 +29,9 @@ RELATIVE = [  # use only differences of positions
     "cope",
     "transformer_xl",
     "deberta",
+    # q and k are scaled by zeta^(+-(p - c)/gamma), which a shift changes, but the scales meet in
+    # every score as zeta^((n - m)/gamma): invariant up to float rounding (~1e-6 here)
+    "xpos",
 ]
 ABSOLUTE = [
     "sinusoidal",
@@ -38,14 +41,23 @@ ABSOLUTE = [
     "floater",
     "complex_order",
 ]
+# relative only while every position stays below a learned threshold L, which normalises by the
+# query position beyond it: both regimes are tested in test_fire.py
+RELATIVE_BELOW_A_THRESHOLD = ["fire"]
 
 
 def make_net(name: str, causal: bool = True, impl: str = "auto", max_len: int = 64) -> Transformer:
     return sharp_net(partial(PE_REGISTRY[name]), causal, max_len=max_len, impl=impl)
 
 
-def test_every_family_has_at_least_one_registered_encoding():
-    assert set(RELATIVE + ABSOLUTE) <= set(ALL)
+def test_every_encoding_is_in_exactly_one_shift_class():
+    classes = RELATIVE + ABSOLUTE + RELATIVE_BELOW_A_THRESHOLD
+    twice = sorted({name for name in classes if classes.count(name) > 1})
+    assert not twice, f"in more than one shift class: {twice}"
+    assert sorted(classes) == ALL, (
+        f"unclassified: {sorted(set(ALL) - set(classes))}, "
+        f"not registered: {sorted(set(classes) - set(ALL))}"
+    )
 
 
 @pytest.mark.parametrize("name", ALL)
