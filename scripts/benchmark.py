@@ -1,9 +1,11 @@
 """Training throughput of pelab, side by side in one run.
 
-1. pelab against a minimal hand-written PyTorch loop: both train the same decoder shape on the
-   same copy batches, pelab through its LightningModule and Trainer, the baseline as ~40 lines of
-   plain PyTorch (fused attention, complex-product RoPE, AdamW, clipping, LR schedule). Each side
-   runs in alternating rounds; we report the median tokens/s over timing windows after warm-up.
+1. pelab against a minimal hand-written PyTorch loop and (RoPE; ``pip install -e .[bench]``)
+   against x-transformers: all train the same decoder shape on the same copy batches, pelab
+   through its LightningModule and Trainer, the others in a plain loop (fused attention, AdamW,
+   clipping, LR schedule). The sides run in alternating rounds; we report the median tokens/s
+   over timing windows after warm-up. The full mode adds pelab's RoPE run with
+   ``trainer.precision=bf16-mixed`` and with ``model.compile=true``.
 2. Every registered encoding's training step (forward, backward, AdamW) relative to ``none`` on
    the same model and batches, in interleaved rounds, with its parameter count.
 3. Data generation: samples/s that every registered task (and declared variant) generates at
@@ -83,6 +85,39 @@ class MinimalDecoder(nn.Module):
 def minimal_loop(batches, shape, rope: bool, steps: int, window: int) -> list[float]:
     torch.manual_seed(0)
     model = MinimalDecoder(shape["vocab"], shape["d"], shape["heads"], shape["layers"], rope)
+    return plain_loop(model, batches, steps, window)
+
+
+def xtransformers_loop(batches, shape, steps: int, window: int) -> list[float] | None:
+    """The same RoPE decoder built with x-transformers (``pip install -e .[bench]``): pre-norm,
+    head dim ``d / heads``, RoPE on every head dim, no absolute embedding, fused attention."""
+    try:
+        from x_transformers import Decoder, TransformerWrapper
+    except ImportError:
+        return None
+    torch.manual_seed(0)
+    d, heads = shape["d"], shape["heads"]
+    layers = Decoder(
+        dim=d,
+        depth=shape["layers"],
+        heads=heads,
+        attn_dim_head=d // heads,
+        rotary_pos_emb=True,
+        rotary_emb_dim=d // heads,
+        attn_flash=True,
+    )
+    model = TransformerWrapper(
+        num_tokens=shape["vocab"],
+        max_seq_len=2 * shape["length"] + 2,
+        attn_layers=layers,
+        use_abs_pos_emb=False,
+    )
+    return plain_loop(model, batches, steps, window)
+
+
+def plain_loop(model: nn.Module, batches, steps: int, window: int) -> list[float]:
+    """A hand-written training loop: AdamW, clipping, warmup + cosine; timestamps every
+    ``window`` steps."""
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.98), weight_decay=0.01)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, warmup_cosine(100, steps, 0.1))
     stamps = []
@@ -110,7 +145,16 @@ class Stamps(L.Callback):
             self.stamps.append(time.perf_counter())
 
 
-def pelab_loop(task, shape, pe: str, steps: int, window: int, tmp: Path) -> list[float]:
+def pelab_loop(
+    task,
+    shape,
+    pe: str,
+    steps: int,
+    window: int,
+    tmp: Path,
+    precision: str = "32-true",
+    compile: bool = False,
+) -> list[float]:
     L.seed_everything(0, verbose=False)
     net = Transformer(
         task.vocab_size,
@@ -122,12 +166,13 @@ def pelab_loop(task, shape, pe: str, steps: int, window: int, tmp: Path) -> list
         n_layers=shape["layers"],
     )
     optimizer = partial(torch.optim.AdamW, lr=1e-3, betas=(0.9, 0.98), weight_decay=0.01)
-    module = SequenceModel(net, DecoderLayout, task, optimizer)
+    module = SequenceModel(net, DecoderLayout, task, optimizer, compile=compile)
     data = TaskDataModule(task, shape["batch"], steps, seed=0)
     stamps = Stamps(window)
     trainer = L.Trainer(
         max_steps=steps,
         accelerator="cpu",
+        precision=precision,
         logger=False,
         callbacks=[stamps],
         enable_checkpointing=False,
@@ -350,24 +395,55 @@ def main() -> None:
     print(f"shape: {shape}, {tokens} tokens/step, torch threads: {torch.get_num_threads()}")
     results = {}
     tmp = Path(".cache/benchmark")
-    for pe in ("none", "rope"):
-        speeds = {"pelab": [], "minimal": []}
-        for _ in range(rounds):
-            stamps = pelab_loop(task, shape, pe, steps, window, tmp)
-            speeds["pelab"] += tokens_per_second(stamps, window, tokens, warmup)
-            stamps = minimal_loop(batches, {**shape, "vocab": vocab}, pe == "rope", steps, window)
-            speeds["minimal"] += tokens_per_second(stamps, window, tokens, warmup)
-        med = {k: statistics.median(v) for k, v in speeds.items()}
+    sides = {"none": ("pelab", "minimal"), "rope": ("pelab", "minimal", "x-transformers")}
+    if not args.quick:  # pelab's options, on the same RoPE run
+        sides["rope"] += ("pelab bf16-mixed", "pelab compile")
+    for pe, names in sides.items():
+        speeds: dict[str, list[float]] = {name: [] for name in names}
+        for _ in range(rounds):  # the sides alternate, so drifts of the machine hit them alike
+            loops = {
+                "pelab": lambda pe=pe: pelab_loop(task, shape, pe, steps, window, tmp),
+                "minimal": lambda pe=pe: minimal_loop(
+                    batches, {**shape, "vocab": vocab}, pe == "rope", steps, window
+                ),
+                "x-transformers": lambda: xtransformers_loop(
+                    batches, {**shape, "vocab": vocab}, steps, window
+                ),
+                "pelab bf16-mixed": lambda pe=pe: pelab_loop(
+                    task, shape, pe, steps, window, tmp, precision="bf16-mixed"
+                ),
+                "pelab compile": lambda pe=pe: pelab_loop(
+                    task, shape, pe, steps, window, tmp, compile=True
+                ),
+            }
+            for name in names:
+                stamps = loops[name]()
+                if stamps is not None:
+                    speeds[name] += tokens_per_second(stamps, window, tokens, warmup)
+        med = {k: statistics.median(v) for k, v in speeds.items() if v}
         results[pe] = {
-            **{f"{k}_tokens_per_s": round(v) for k, v in med.items()},
+            **{f"{k.replace('-', '')}_tokens_per_s": round(v) for k, v in med.items()},
             "ratio": round(med["pelab"] / med["minimal"], 3),
             "windows": len(speeds["pelab"]),
         }
-    print(f"\n{'encoding':<10}{'pelab tok/s':>14}{'minimal tok/s':>16}{'ratio':>8}")
+        if "x-transformers" in med:
+            results[pe]["ratio_vs_xtransformers"] = round(med["pelab"] / med["x-transformers"], 3)
+        for option in ("bf16-mixed", "compile"):
+            if f"pelab {option}" in med:
+                results[pe][f"{option}_vs_fp32"] = round(med[f"pelab {option}"] / med["pelab"], 3)
+    print(
+        f"\n{'encoding':<10}{'pelab tok/s':>14}{'minimal tok/s':>16}{'ratio':>8}{'x-tr tok/s':>13}"
+    )
     for pe, r in results.items():
+        xt = r.get("xtransformers_tokens_per_s")
         print(
-            f"{pe:<10}{r['pelab_tokens_per_s']:>14,}{r['minimal_tokens_per_s']:>16,}{r['ratio']:>8.3f}"
+            f"{pe:<10}{r['pelab_tokens_per_s']:>14,}{r['minimal_tokens_per_s']:>16,}"
+            f"{r['ratio']:>8.3f}{xt if xt else '-':>13}"
+            + (f"  pelab/x-transformers {r['ratio_vs_xtransformers']:.3f}" if xt else "")
         )
+        for option in ("bf16-mixed", "compile"):
+            if f"{option}_vs_fp32" in r:
+                print(f"{'':<10}pelab {option}: {r[f'{option}_vs_fp32']:.3f}x the fp32 throughput")
     steps_per_round, enc_rounds = (2, 1) if args.quick else (5, 3)
     encodings = encoding_step_times(
         batches, {**shape, "vocab": vocab}, steps_per_round, enc_rounds

@@ -22,6 +22,7 @@ def test_quick_benchmark_reports_every_measure(tmp_path, repo_root):
     report = json.loads(out.read_text())
     assert set(report["results"]) == {"none", "rope"}
     assert all(r["ratio"] > 0 and r["windows"] > 0 for r in report["results"].values())
+    assert report["results"]["rope"]["ratio_vs_xtransformers"] > 0  # the [bench] extra
     one_d = {name for name, cls in PE_REGISTRY.items() if cls.position_dims != 2}
     assert set(report["encodings"]) == one_d
     assert report["encodings"]["none"]["vs_none"] == 1.0
