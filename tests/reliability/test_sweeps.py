@@ -69,3 +69,59 @@ def test_rerunning_a_sweep_skips_completed_jobs_resumes_killed_ones_and_records_
     diverged = results(sweep / "2_rope_copy_s0")
     assert diverged["status"] == "failed" and "training diverged" in diverged["error"]
     assert "2_rope_copy_s0" in proc.stderr and "training diverged" in proc.stderr  # the summary
+
+
+def test_a_job_killed_in_a_live_parallel_sweep_loses_nothing_after_a_rerun(tmp_path, repo_root):
+    """SIGKILL (an out-of-memory kill) of one joblib worker ends that launch: Hydra's joblib
+    launcher cannot go on without the worker. What finished keeps its results.json, and the same
+    command with ``skip_completed=true`` skips it, resumes or reruns the rest: every job ends."""
+    sweep = tmp_path / "sweep"
+    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
+
+    def launch(*extra: str) -> subprocess.CompletedProcess:
+        cmd = [
+            sys.executable,
+            "scripts/train.py",
+            "-m",
+            "hydra/launcher=parallel",
+            "hydra.launcher.n_jobs=2",
+            *RESUMABLE,
+            *fault("sigkill", 0),  # swept below: one value per job
+            f"hydra.sweep.dir={sweep}",
+            f"paths.cache_dir={tmp_path / 'cache'}",
+            *extra,
+        ]
+        return subprocess.run(
+            cmd,
+            cwd=repo_root,
+            env=env,
+            capture_output=True,
+            text=True,
+            stdin=subprocess.DEVNULL,
+            timeout=600,
+        )
+
+    # job 0 kills itself at step 2; job 1 runs beside it; job 2 waits for a worker
+    first = launch("callbacks.fault.at_step=2,99998,99999")
+    assert first.returncode != 0 and "TerminatedWorkerError" in first.stderr
+    statuses = {
+        d.name: results(d)["status"] for d in sweep.iterdir() if (d / "results.json").exists()
+    }
+    assert statuses.get("0_rope_copy_s0") == "running"  # killed outright: never looks finished
+    before = {
+        name: (sweep / name / "results.json").read_bytes()
+        for name, status in statuses.items()
+        if status == "completed"
+    }
+    # callbacks are not part of a job's identity: the same jobs, none of them killed this time
+    second = launch("callbacks.fault.at_step=99997,99998,99999", "skip_completed=true")
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert sorted(d.name for d in sweep.iterdir() if d.name[0].isdigit()) == [
+        "0_rope_copy_s0",
+        "1_rope_copy_s0",
+        "2_rope_copy_s0",
+    ]
+    assert all(results(sweep / f"{i}_rope_copy_s0")["status"] == "completed" for i in range(3))
+    assert all(
+        (sweep / name / "results.json").read_bytes() == data for name, data in before.items()
+    )
