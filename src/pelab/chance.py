@@ -64,3 +64,14 @@ def eval_chance(
         str(length): chance_levels(load_eval_set(task, split, length, n, cache_dir)[:]["answer"])
         for length in task.eval_lengths
     }
+
+
+def chance_means(per_length: dict[str, dict[str, float]], task: Task) -> dict[str, dict]:
+    """``eval_chance``'s levels averaged like the metrics: ``chance_id`` over the lengths inside
+    the training range, ``chance_ood`` over the others (a split without lengths is left out)."""
+    means = {}
+    for split, inside in (("chance_id", True), ("chance_ood", False)):
+        levels = [v for n, v in per_length.items() if task.in_distribution(int(n)) == inside]
+        if levels:
+            means[split] = {m: sum(v[m] for v in levels) / len(levels) for m in levels[0]}
+    return means

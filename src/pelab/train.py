@@ -15,7 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from pelab import pe as _pe  # noqa: F401  (registers the encodings)
 from pelab import tasks as _tasks  # noqa: F401  (registers the tasks)
-from pelab.chance import eval_chance
+from pelab.chance import chance_means, eval_chance
 from pelab.layouts import get_layout
 from pelab.lit_module import SequenceModel
 from pelab.models.encoder_decoder import EncoderDecoder
@@ -183,6 +183,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
             )
             if "chance" in out:
                 record["metrics"]["chance"] = out["chance"]
+                record["metrics"].update(chance_means(out["chance"], out["task"]))
             print_results(record, out["task"])
         return record
     finally:
@@ -198,7 +199,17 @@ def _finish_wandb(record: dict[str, Any]) -> None:
     if wandb.run is None:
         return
     overrides = list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
+    chance = {
+        f"{split}/{metric}": value
+        for split in ("chance_id", "chance_ood")
+        for metric, value in record.get("metrics", {}).get(split, {}).items()
+    }
     wandb.run.summary.update(
-        {"status": record["status"], "error": record.get("error", ""), "overrides": overrides}
+        {
+            "status": record["status"],
+            "error": record.get("error", ""),
+            "overrides": overrides,
+            **chance,  # beside test/id/* and test/ood/*
+        }
     )
     wandb.finish(exit_code=0 if record["status"] == "completed" else 1)

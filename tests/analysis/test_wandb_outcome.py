@@ -18,13 +18,17 @@ def finished(monkeypatch):
         seen.append(
             {"exit_code": exit_code, "status": summary["status"], "error": summary["error"]}
         )
+        chance.append({k: summary[k] for k in summary.keys() if k.startswith("chance")})
         real_finish(exit_code=exit_code, **kwargs)
 
+    chance: list[dict[str, float]] = []  # the chance levels in each finished run's summary
     monkeypatch.setattr(wandb, "finish", finish)
-    return seen
+    return seen, chance
 
 
 def test_a_run_that_fails_after_wandb_started_is_marked_failed(tiny_cfg, monkeypatch, finished):
+    finished, _ = finished
+
     def broken_fit(*args, **kwargs):
         raise RuntimeError("boom in training")
 
@@ -36,6 +40,14 @@ def test_a_run_that_fails_after_wandb_started_is_marked_failed(tiny_cfg, monkeyp
     ]
 
 
-def test_a_completed_run_ends_with_exit_code_0(tiny_cfg, finished):
-    run(tiny_cfg("logger=wandb", "trainer.max_steps=1", "trainer.val_check_interval=1"))
+def test_a_completed_run_ends_with_exit_code_0_and_its_chance_levels(tiny_cfg, finished):
+    finished, chance = finished
+    record = run(tiny_cfg("logger=wandb", "trainer.max_steps=1", "trainer.val_check_interval=1"))
     assert finished == [{"exit_code": 0, "status": "completed", "error": ""}]
+    # the chance levels of the ID and OOD means, beside the metrics in W&B and results.json
+    levels = {
+        f"{split}/{metric}": value
+        for split in ("chance_id", "chance_ood")
+        for metric, value in record["metrics"][split].items()
+    }
+    assert chance == [levels] and len(levels) == 4

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from pelab.chance import chance_levels, constant_answers, eval_chance
+from pelab.chance import chance_levels, chance_means, constant_answers, eval_chance
 from pelab.data.eval_sets import load_eval_set
 from pelab.tasks import TASK_REGISTRY
 
@@ -67,3 +67,16 @@ def test_eval_chance_scores_the_cached_test_sets(tmp_path):
     assert chance["1"]["exact_match"] == pytest.approx(1 / 5, abs=0.06)  # 5 symbols
     # sorted answers: the first slot is mostly the smallest symbol, the last the largest
     assert chance["16"]["token_acc"] > 0.5 > chance["16"]["exact_match"]
+
+
+def test_chance_means_average_the_lengths_inside_and_outside_the_training_range():
+    task = TASK_REGISTRY["copy"](train_lengths=[1, 8], eval_lengths=[4, 8, 16])
+    per_length = {
+        "4": {"exact_match": 0.2, "token_acc": 0.4},
+        "8": {"exact_match": 0.0, "token_acc": 0.2},
+        "16": {"exact_match": 0.1, "token_acc": 0.3},
+    }
+    means = chance_means(per_length, task)
+    assert means["chance_id"] == pytest.approx({"exact_match": 0.1, "token_acc": 0.3})
+    assert means["chance_ood"] == per_length["16"]
+    assert "chance_ood" not in chance_means({"4": per_length["4"]}, task)
