@@ -14,4 +14,5 @@ def test_a_1d_encoding_on_2d_positions_names_the_encodings_that_fit():
 
 @pytest.mark.parametrize("name", ["none", "cope"])
 def test_encodings_that_read_no_positions_accept_any_task(name):
-    PE_REGISTRY[name](dims(2))  # no error
+    pe = PE_REGISTRY[name](dims(2))  # no error
+    assert pe.position_dims is None and pe.dims.position_dims == 2

@@ -77,3 +77,26 @@ def same_weights(a: Path, b: Path) -> bool:
     """Bitwise equality of two checkpoints' model weights."""
     sa, sb = checkpoint(a)["state_dict"], checkpoint(b)["state_dict"]
     return sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
+
+
+def sweep_cli(repo_root: Path, tmp_path: Path, sweep_dir: Path, *overrides: str):
+    """``scripts/train.py -m`` with ``RESUMABLE`` into ``sweep_dir``; closed stdin, W&B offline."""
+    cmd = [
+        sys.executable,
+        "scripts/train.py",
+        "-m",
+        *RESUMABLE,
+        *overrides,
+        f"hydra.sweep.dir={sweep_dir}",
+        f"paths.cache_dir={tmp_path / 'cache'}",
+    ]
+    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
+    return subprocess.run(
+        cmd,
+        cwd=repo_root,
+        env=env,
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=600,
+    )

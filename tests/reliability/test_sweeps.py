@@ -4,15 +4,13 @@ skips finished jobs, resumes interrupted ones and runs the rest."""
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 
 import pytest
 
 from pelab.reliability.callbacks import TrainingDiverged
 from pelab.train import run
-from tests.reliability.runs import RESUMABLE, checkpoint, config, fault, results
+from tests.reliability.runs import checkpoint, config, fault, results, sweep_cli
 
 DIVERGING = ["model.optimizer.lr=1e30", "model.schedule.warmup_steps=1"]
 
@@ -39,26 +37,13 @@ def test_rerunning_a_sweep_skips_completed_jobs_resumes_killed_ones_and_records_
     with pytest.raises(RuntimeError, match="injected"):
         run(config(tmp_path, killed, f"model.optimizer.lr={lrs[1]}", warmup, *fault("raise", 6)))
 
-    cmd = [
-        sys.executable,
-        "scripts/train.py",
-        "-m",
-        *RESUMABLE,
+    proc = sweep_cli(
+        repo_root,
+        tmp_path,
+        sweep,
         f"model.optimizer.lr={','.join(lrs)}",
         warmup,
         "skip_completed=true",
-        f"hydra.sweep.dir={sweep}",
-        f"paths.cache_dir={tmp_path / 'cache'}",
-    ]
-    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
-    proc = subprocess.run(
-        cmd,
-        cwd=repo_root,
-        env=env,
-        capture_output=True,
-        text=True,
-        stdin=subprocess.DEVNULL,
-        timeout=600,
     )
     assert proc.returncode == 1, proc.stderr[-3000:]  # one job did not complete
     assert (done / "results.json").read_bytes() == finished  # skipped: not run again
@@ -76,30 +61,11 @@ def test_a_job_killed_in_a_live_parallel_sweep_loses_nothing_after_a_rerun(tmp_p
     launcher cannot go on without the worker. What finished keeps its results.json, and the same
     command with ``skip_completed=true`` skips it, resumes or reruns the rest: every job ends."""
     sweep = tmp_path / "sweep"
-    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
 
     def launch(*extra: str) -> subprocess.CompletedProcess:
-        cmd = [
-            sys.executable,
-            "scripts/train.py",
-            "-m",
-            "hydra/launcher=parallel",
-            "hydra.launcher.n_jobs=2",
-            *RESUMABLE,
-            *fault("sigkill", 0),  # swept below: one value per job
-            f"hydra.sweep.dir={sweep}",
-            f"paths.cache_dir={tmp_path / 'cache'}",
-            *extra,
-        ]
-        return subprocess.run(
-            cmd,
-            cwd=repo_root,
-            env=env,
-            capture_output=True,
-            text=True,
-            stdin=subprocess.DEVNULL,
-            timeout=600,
-        )
+        parallel = ["hydra/launcher=parallel", "hydra.launcher.n_jobs=2"]
+        # the fault is swept by the caller: one at_step per job
+        return sweep_cli(repo_root, tmp_path, sweep, *parallel, *fault("sigkill", 0), *extra)
 
     # job 0 kills itself at step 2; job 1 runs beside it; job 2 waits for a worker
     first = launch("callbacks.fault.at_step=2,99998,99999")
