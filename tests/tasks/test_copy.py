@@ -13,7 +13,11 @@ PROMPT = [5, 3, 4, 3]
 
 @pytest.mark.parametrize(
     ("variant", "answer"),
-    [("random", [5, 3, 4, 3]), ("repeated", [5, 3, 4, 3]), ("double", [5, 3, 4, 3, 5, 3, 4, 3])],
+    [
+        ("random", [5, 3, 4, 3]),
+        ("repeated", [5, 3, 4, 3, 3 + 32]),  # the end marker: the token after the 32 symbols
+        ("double", [5, 3, 4, 3, 5, 3, 4, 3]),
+    ],
 )
 def test_hand_written_answers(variant, answer):
     task = CopyTask(variant=variant)
@@ -25,8 +29,18 @@ def test_hand_written_answers(variant, answer):
 def test_repeated_prompts_hold_one_symbol_and_all_symbols_occur():
     task = CopyTask(variant="repeated", num_symbols=6)
     prompt, answer = task.sample(300, 9, torch.Generator().manual_seed(0))
-    assert (prompt == prompt[:, :1]).all() and torch.equal(answer, prompt)
+    assert (prompt == prompt[:, :1]).all() and torch.equal(answer[:, :9], prompt)
     assert sorted(prompt[:, 0].unique().tolist()) == list(range(3, 9))
+
+
+def test_repeated_answers_end_with_a_marker_no_prompt_holds():
+    """Counting: the answer is the symbol ``length`` times, then END (token 3 + num_symbols,
+    inside the vocabulary and never in a prompt), so stopping early or late is wrong."""
+    task = CopyTask(variant="repeated", num_symbols=6)
+    prompt, answer = task.sample(300, 5, torch.Generator().manual_seed(0))
+    assert answer.shape == (300, 6) and (answer[:, 5] == 9).all()
+    assert task.vocab_size == 3 + 6 + 1 and int(prompt.max()) < 9
+    assert CopyTask(num_symbols=6).vocab_size == 3 + 6  # random and double: no marker
 
 
 def test_random_prompts_are_uniform_over_symbols():

@@ -31,7 +31,8 @@ from pelab.tasks.base import Task
 
 log = logging.getLogger(__name__)
 
-FORMAT_VERSION = 3  # 2: sets carry a manifest with a checksum; 3: built by Task.sample_eval
+FORMAT_VERSION = 4  # 2: sets carry a manifest with a checksum; 3: built by Task.sample_eval;
+# 4: copy's repeated answers end with an end marker
 MANIFEST = "pelab.json"
 datasets.disable_progress_bars()  # sets are small; their progress bars would drown the log
 

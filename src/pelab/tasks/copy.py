@@ -20,10 +20,11 @@ class CopyTask(Task):
     - ``random``: ``length`` symbols drawn uniformly; ``BOS c a b SEP`` -> ``c a b``. Each answer
       token must find the prompt token exactly ``length + 1`` positions back: positional
       addressing.
-    - ``repeated``: one symbol repeated; ``BOS a a a SEP`` -> ``a a a``. In the NoPE study the
-      hard part is counting (when to stop); here the layout fixes the answer length, so what
-      remains is whether every answer slot still retrieves the one symbol at unseen positions:
-      a failure can only come from positions.
+    - ``repeated``: one symbol repeated, then an end marker; ``BOS a a a SEP`` -> ``a a a END``
+      (answer ``length + 1`` tokens). The symbol is trivial to retrieve, so what is tested is
+      counting: every answer slot must tell whether ``length`` symbols are out already (the
+      NoPE study's "when to stop"). ``END`` is a token of its own, after the ``num_symbols``
+      prompt symbols.
     - ``double``: the prompt twice, ``BOS a b SEP`` -> ``a b a b`` (answer ``2 * length``
       tokens); as ``duplicate`` but with the copy alphabet.
     """
@@ -38,20 +39,33 @@ class CopyTask(Task):
         self.variant = variant
         super().__init__(**kwargs)
 
+    @property
+    def end(self) -> int:
+        """The end marker of ``repeated`` answers: the token after the prompt symbols."""
+        return N_SPECIAL + self.num_symbols
+
+    @property
+    def vocab_size(self) -> int:
+        return super().vocab_size + (self.variant == "repeated")
+
     def answer_length(self, length: int) -> int:
-        return 2 * length if self.variant == "double" else length
+        return {"random": length, "repeated": length + 1, "double": 2 * length}[self.variant]
 
     def sample(self, batch: int, length: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
         if self.variant != "repeated":
             return super().sample(batch, length, generator)
-        symbol = torch.randint(N_SPECIAL, self.vocab_size, (batch, 1), generator=generator)
+        symbol = torch.randint(N_SPECIAL, self.end, (batch, 1), generator=generator)
         prompt = symbol.expand(batch, length).contiguous()  # [b, n], one symbol per row
         return prompt, self.solve(prompt)
 
     def solve(self, prompt: Tensor) -> Tensor:
+        if self.variant == "repeated":
+            return torch.cat((prompt, prompt.new_full((prompt.shape[0], 1), self.end)), dim=1)
         return prompt.repeat(1, 2) if self.variant == "double" else prompt.clone()
 
     def reference(self, prompt: list[int]) -> list[int]:
+        if self.variant == "repeated":
+            return [*prompt, self.end]
         return list(prompt) * (2 if self.variant == "double" else 1)
 
     def spec(self) -> dict[str, Any]:
