@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import tempfile
 import time
 from functools import partial
 from pathlib import Path
@@ -39,6 +40,7 @@ from pelab.lit_module import SequenceModel, warmup_cosine
 from pelab.models.transformer import Transformer
 from pelab.pe import PE_REGISTRY
 from pelab.tasks import TASK_REGISTRY
+from pelab.tasks.from_dataset import write_example
 from pelab.train import build_model, build_task
 
 
@@ -255,14 +257,31 @@ def seconds_per_call(fn, min_seconds: float, min_calls: int) -> float:
             return elapsed / calls
 
 
-def generation_vs_training(name: str, variant: dict, length: int, quick: bool) -> dict:
+def settings_at(name: str, length: int, scratch: Path) -> dict:
+    """The settings ``name`` needs to be built at ``length``, beyond its defaults:
+    associative_recall a key per pair, counting a digit per decimal place of the count, and
+    from_dataset a dataset of inputs of that length (256 rows, written under ``scratch``)."""
+    if name == "associative_recall":
+        return {"num_keys": length}
+    if name == "counting":
+        return {"count_digits": len(str(length))}
+    if name == "from_dataset":
+        path = scratch / f"from_dataset_{length}"
+        return {"path": write_example(path, size=256, input_lengths=(length, length))}
+    return {}
+
+
+def generation_vs_training(
+    name: str, variant: dict, length: int, quick: bool, scratch: Path
+) -> dict:
     """Samples/s that ``task.sample`` generates and that a training step of the default model
     (configs/train.yaml: decoder, RoPE, batch ``data.batch_size``) consumes, at ``length``."""
+    settings = {**settings_at(name, length, scratch), **variant}
     overrides = [
         f"task={name}",
         f"task.train_lengths=[{length},{length}]",
         f"task.eval_lengths=[{length}]",
-        *(f"task.{k}={json.dumps(v)}" for k, v in variant.items()),
+        *(f"task.{k}={json.dumps(v)}" for k, v in settings.items()),
     ]
     try:
         cfg = compose("train", overrides=overrides)
@@ -302,12 +321,15 @@ def data_generation(quick: bool) -> dict[str, dict]:
     ``--quick``): generated vs consumed samples/s; the target is a ratio >= 10."""
     config_dir = str(Path(__file__).resolve().parents[1] / "configs")
     rows = {}
-    with initialize_config_dir(config_dir=config_dir, version_base="1.3"):
+    with (
+        initialize_config_dir(config_dir=config_dir, version_base="1.3"),
+        tempfile.TemporaryDirectory() as scratch,
+    ):
         for name in sorted(TASK_REGISTRY):
             for variant in ({}, *TASK_REGISTRY[name].variants):
                 label = " ".join([name, *(f"{k}={v}" for k, v in variant.items())])
                 for length in QUICK_DATA_LENGTHS if quick else DATA_LENGTHS:
-                    row = generation_vs_training(name, variant, length, quick)
+                    row = generation_vs_training(name, variant, length, quick, Path(scratch))
                     rows[f"{label} @ {length}"] = row
                     print(
                         f"{label:<34}{length:>7}{row.get('generated_per_s', 0):>14,}"

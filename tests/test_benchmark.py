@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 from pelab.pe import PE_REGISTRY
+from pelab.tasks import TASK_REGISTRY
 
 
 def test_quick_benchmark_reports_every_measure(tmp_path, repo_root):
@@ -28,3 +29,11 @@ def test_quick_benchmark_reports_every_measure(tmp_path, repo_root):
     assert report["encodings"]["none"]["vs_none"] == 1.0
     assert report["encodings"]["learned"]["pe_params"] > 0
     assert report["encodings"]["shaw"]["attention"] == "eager"
+    labels = {
+        " ".join([name, *(f"{k}={v}" for k, v in variant.items())])
+        for name, cls in TASK_REGISTRY.items()
+        for variant in ({}, *cls.variants)
+    }
+    assert {row.rsplit(" @ ", 1)[0] for row in report["data"]} == labels
+    for label, row in report["data"].items():  # every task builds, from_dataset included
+        assert row["generated_per_s"] > 0 and "skipped" not in row.get("note", ""), label

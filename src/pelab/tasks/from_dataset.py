@@ -285,12 +285,16 @@ def _ranges(lengths: list[int]) -> str:
     return ", ".join(f"{a}-{b}" if a != b else f"{a}" for a, b in spans) or "none"
 
 
-def write_example(directory: Path, size: int = 600, seed: int = 0) -> str:
-    """Write a tiny dataset to ``directory`` and return its path: inputs are random strings of
-    1-12 letters over ``abcd``, targets the same strings without their ``a`` (so targets are
-    ragged). ``size`` examples, one ``Dataset`` (no splits)."""
+def write_example(
+    directory: Path, size: int = 600, seed: int = 0, input_lengths: tuple[int, int] = (1, 12)
+) -> str:
+    """Write a tiny dataset to ``directory`` and return its path: inputs are random strings over
+    ``abcd`` with lengths uniform in ``input_lengths`` (inclusive), targets the same strings
+    without their ``a`` (so targets are ragged). ``size`` examples, one ``Dataset`` (no
+    splits)."""
     generator = torch.Generator().manual_seed(seed)
-    lengths = torch.randint(1, 13, (size,), generator=generator).tolist()
+    lo, hi = input_lengths
+    lengths = torch.randint(lo, hi + 1, (size,), generator=generator).tolist()
     inputs = [
         "".join("abcd"[c] for c in torch.randint(0, 4, (n,), generator=generator).tolist())
         for n in lengths
