@@ -75,12 +75,13 @@ def test_trains_and_tests_in_both_layouts(tiny_cfg, model):
 
 @pytest.mark.slow
 def test_a_small_model_learns_reversed_addition_in_distribution(tmp_path):
-    """Up to 2 digits per operand: measured 100% exact match in 2000 steps. At 3 digits the
-    model stays far off within minutes: 11% (2 layers, 4000 steps), 8% (4 layers, 2000 steps)."""
+    """Up to 2 digits per operand: measured 100% exact match (seeds 0 and 1) in 3000 steps; in
+    2000 steps seed 1 reached only 55%. At 3 digits the model stays far off within minutes: 11%
+    (2 layers, 4000 steps), 8% (4 layers, 2000 steps)."""
     record = learn(
         tmp_path,
         "addition",
-        2000,
+        3000,
         "task.reverse_answer=true",
         "task.train_lengths=[1,2]",
         "task.eval_lengths=[2]",

@@ -11,6 +11,7 @@ from pelab.pe import ConfigError
 from pelab.tasks import BOS, N_SPECIAL, SEP, TASK_REGISTRY
 from pelab.tasks.grid import GridTask
 from pelab.train import build_model, build_task, run
+from tests.tasks.run_check import learn
 
 MODES = ["transpose", "copy"]
 
@@ -150,3 +151,12 @@ def test_randomized_positions_refuse_the_grid(tiny_cfg):
     cfg = tiny_cfg("task=grid", "pe=rope_2d", "positions=randomized")
     with pytest.raises(ConfigError, match=r"positions=randomized samples 1-D positions"):
         build_model(cfg, build_task(cfg))
+
+
+@pytest.mark.slow
+def test_a_small_model_learns_to_transpose_in_distribution(tmp_path):
+    """RoPE-2D, sides 2-4: measured 100% exact match (seeds 0 and 1) in 2000 steps
+    (sinusoidal_2d: 98%)."""
+    lengths = ("task.train_lengths=[2,4]", "task.eval_lengths=[4]")
+    record = learn(tmp_path, "grid", 2000, *lengths, pe="rope_2d")
+    assert record["metrics"]["test_id"]["exact_match"] >= 0.9
