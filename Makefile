@@ -26,7 +26,7 @@ train: install ## train the default run: pe=rope task=copy
 test: install ## the test suite without the slow learning runs (what CI runs; ~4 min on 2 cores)
 	$(PY) -m pytest -m "not slow"
 
-test-slow: install ## the slow tests: a small model learns each task in distribution (~9 min)
+test-slow: install ## the slow tests: a small model learns each task in distribution (~16 min)
 	$(PY) -m pytest -m slow
 
 test-full: install ## every test, slow ones included

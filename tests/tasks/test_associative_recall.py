@@ -58,12 +58,12 @@ def test_trains_and_tests_in_both_layouts(tiny_cfg, model):
 
 @pytest.mark.slow
 def test_a_small_model_learns_associative_recall_in_distribution(tmp_path):
-    """An encoder, up to 4 pairs over 8 keys and 8 values: measured 98.8% and 99.2% exact match
-    (seeds 0 and 1) in 3000 steps (2000 steps: 92-96%). In the encoder a key can read its value
-    (the next token), so the answer slot matches the query against the keys themselves. A
-    causal decoder must match it against each value's previous token (an induction head), which
-    formed in neither 2 nor 4 layers here: 38-40% at the same size, also after 6000 steps."""
+    """An encoder, up to 4 pairs over 8 keys and 8 values: measured 100% exact match (seeds 0
+    and 1) in 4000 steps (3000 and 2000 steps: 92%). In the encoder a key can read its value (the
+    next token), so the answer slot matches the query against the keys themselves. A causal
+    decoder must match it against each value's previous token (an induction head), which formed
+    in neither 2 nor 4 layers here: 38-40% at the same size, also after 6000 steps."""
     lengths = ("task.train_lengths=[1,4]", "task.eval_lengths=[4]")
     keys = ("task.num_keys=8", "task.num_values=8")
-    record = learn(tmp_path, "associative_recall", 3000, "model=encoder", *keys, *lengths)
+    record = learn(tmp_path, "associative_recall", 4000, "model=encoder", *keys, *lengths)
     assert record["metrics"]["test_id"]["exact_match"] >= 0.9
