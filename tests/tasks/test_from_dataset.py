@@ -181,7 +181,7 @@ def test_trains_on_a_tiny_dataset_end_to_end(tiny_cfg, tmp_path, model):
 @pytest.mark.slow
 def test_a_small_model_learns_the_example_dataset_in_distribution(tmp_path):
     """Scored on held-out inputs, so the rule must be learnt, not the rows: with 5000 rows the
-    model measured 97.7% and 95.5% exact match (seeds 0 and 1) in
+    model measured 95.5% and 97.7% exact match (seeds 0 and 1) in
     2000 steps; the 600-row example gave 17% (1000 steps)."""
     path = write_example(tmp_path / "drop_a", size=5000)
     lengths = ("task.train_lengths=[1,8]", "task.eval_lengths=[8]")
