@@ -40,7 +40,6 @@ from pelab.lit_module import SequenceModel, warmup_cosine
 from pelab.models.transformer import Transformer
 from pelab.pe import PE_REGISTRY
 from pelab.tasks import TASK_REGISTRY
-from pelab.tasks.from_dataset import write_example
 from pelab.train import build_model, build_task
 
 
@@ -257,26 +256,12 @@ def seconds_per_call(fn, min_seconds: float, min_calls: int) -> float:
             return elapsed / calls
 
 
-def settings_at(name: str, length: int, scratch: Path) -> dict:
-    """The settings ``name`` needs to be built at ``length``, beyond its defaults:
-    associative_recall a key per pair, counting a digit per decimal place of the count, and
-    from_dataset a dataset of inputs of that length (256 rows, written under ``scratch``)."""
-    if name == "associative_recall":
-        return {"num_keys": length}
-    if name == "counting":
-        return {"count_digits": len(str(length))}
-    if name == "from_dataset":
-        path = scratch / f"from_dataset_{length}"
-        return {"path": write_example(path, size=256, input_lengths=(length, length))}
-    return {}
-
-
 def generation_vs_training(
     name: str, variant: dict, length: int, quick: bool, scratch: Path
 ) -> dict:
     """Samples/s that ``task.sample`` generates and that a training step of the default model
     (configs/train.yaml: decoder, RoPE, batch ``data.batch_size``) consumes, at ``length``."""
-    settings = {**settings_at(name, length, scratch), **variant}
+    settings = {**TASK_REGISTRY[name].settings_at(length, scratch), **variant}
     overrides = [
         f"task={name}",
         f"task.train_lengths=[{length},{length}]",

@@ -58,6 +58,20 @@ def test_shapes_follow_the_length_axis_and_tokens_are_symbols(task):
         )
 
 
+@pytest.mark.parametrize("length", [64, 512])
+@pytest.mark.parametrize("name", TASKS)
+def test_settings_at_build_every_task_at_the_benchmark_lengths(name, length, tmp_path):
+    """With ``settings_at`` (what the benchmark passes), every task builds at 64 and 512 and
+    its answers there still equal the reference solver's."""
+    cls = TASK_REGISTRY[name]
+    task = cls(
+        train_lengths=[length, length], eval_lengths=[length], **cls.settings_at(length, tmp_path)
+    )
+    prompt, answer = task.sample(2, length, torch.Generator().manual_seed(0))
+    assert prompt.shape == (2, task.prompt_length(length))
+    assert [task.reference(p) for p in prompt.tolist()] == answer.tolist()
+
+
 def test_every_symbol_of_the_vocabulary_occurs(task):
     """The vocabulary is no larger than the data needs: a large batch uses every symbol."""
     prompt, answer = task.sample(512, task.train_lengths[1], torch.Generator().manual_seed(0))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -43,6 +44,10 @@ class AssociativeRecallTask(Task):
         self.num_keys, self.num_values = int(num_keys), int(num_values)
         self.fixed_num_symbols = self.num_keys + self.num_values
         super().__init__(**common)
+
+    @classmethod
+    def settings_at(cls, length: int, directory: Path) -> dict[str, Any]:
+        return {"num_keys": length}  # a distinct key per pair
 
     def check_length(self, length: int) -> None:
         super().check_length(length)

@@ -137,6 +137,13 @@ class Task(ABC):
         example into ``directory``."""
         return cls()
 
+    @classmethod
+    def settings_at(cls, length: int, directory: Path) -> dict[str, Any]:
+        """Settings beyond the defaults that the task needs to be built at ``length`` (the
+        benchmark builds every task at lengths 64 and 512); a task that reads data writes it
+        into ``directory``. Default: none."""
+        return {}
+
     @property
     def vocab_size(self) -> int:
         return N_SPECIAL + self.num_symbols

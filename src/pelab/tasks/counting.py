@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -48,6 +49,10 @@ class CountingTask(Task):
         self.num_letters, self.count_digits = int(num_letters), int(count_digits)
         self.fixed_num_symbols = 10 + self.num_letters
         super().__init__(**common)
+
+    @classmethod
+    def settings_at(cls, length: int, directory: Path) -> dict[str, Any]:
+        return {"count_digits": len(str(length))}  # a digit per decimal place of the count
 
     def check_length(self, length: int) -> None:
         super().check_length(length)

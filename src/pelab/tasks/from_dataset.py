@@ -80,6 +80,14 @@ class FromDatasetTask(Task):
         path = write_example(Path(directory) / "drop_a")
         return cls(path, train_lengths=[1, 8], eval_lengths=[4, 8, 12])
 
+    @classmethod
+    def settings_at(cls, length: int, directory: Path) -> dict[str, Any]:
+        """A dataset of ``write_example``'s rule with 256 inputs of ``length`` letters."""
+        path = write_example(
+            Path(directory) / f"drop_a_{length}", 256, input_lengths=(length,) * 2
+        )
+        return {"path": path}
+
     # -- loading --------------------------------------------------------------------------------
 
     def _encode(
