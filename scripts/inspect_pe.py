@@ -48,8 +48,9 @@ from hydra import compose, initialize_config_dir  # noqa: E402
 from torch import Tensor  # noqa: E402
 
 from pelab.pe.absolute import SinusoidalPE  # noqa: E402
-from pelab.pe.base import PositionalEncoding, Positions  # noqa: E402
+from pelab.pe.base import PositionalEncoding  # noqa: E402
 from pelab.pe.scaled_sinusoidal import ScaledSinusoidalPE  # noqa: E402
+from pelab.positions import Positions
 from pelab.train import build_model, build_task  # noqa: E402
 from pelab.utils.wandb_mode import wandb_mode  # noqa: E402
 

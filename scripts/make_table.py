@@ -25,7 +25,7 @@ import pandas as pd
 from pelab.analysis.collect import METRICS, WANDB_PREFIX, lengths_frame, load_records, runs_frame
 from pelab.analysis.plots import heatmap, length_curves, save
 from pelab.analysis.table import Ablation, ablation, write_tables
-from pelab.pe.base import ConfigError
+from pelab.errors import ConfigError
 from pelab.utils.wandb_mode import wandb_mode
 
 

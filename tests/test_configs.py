@@ -6,8 +6,9 @@ import pytest
 from hydra.errors import MissingConfigException
 from hydra.utils import get_class, instantiate
 
+from pelab.errors import ConfigError
 from pelab.layouts import LAYOUTS
-from pelab.pe import PE_REGISTRY, ConfigError
+from pelab.pe import PE_REGISTRY
 from pelab.tasks import TASK_REGISTRY
 from pelab.tasks.from_dataset import write_example
 from pelab.train import build_model

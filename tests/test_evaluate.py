@@ -7,8 +7,8 @@ import pytest
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig
 
+from pelab.errors import ConfigError
 from pelab.evaluate import evaluate
-from pelab.pe import ConfigError
 from pelab.train import run
 from tests.conftest import TINY, compose_config
 

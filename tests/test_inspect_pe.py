@@ -40,7 +40,8 @@ def test_draws_the_figures_of_each_family_as_png_files(tmp_path, pe, expected):
 
 def test_additive_encodings_are_drawn_from_zero_token_vectors():
     from pelab.pe.absolute import SinusoidalPE
-    from pelab.pe.base import ModelDims, Positions
+    from pelab.pe.base import ModelDims
+    from pelab.positions import Positions
 
     pe = SinusoidalPE(ModelDims(16, 2, 1, True, 64))
     table, fed = load_script().position_vectors(pe, 10)
@@ -62,8 +63,9 @@ def test_complex_order_is_drawn_from_a_random_token_vector_turning_with_position
 
 
 def test_floater_is_drawn_as_the_position_vectors_it_adds_to_each_block():
-    from pelab.pe.base import ModelDims, Positions
+    from pelab.pe.base import ModelDims
     from pelab.pe.floater import FloaterPE
+    from pelab.positions import Positions
 
     torch.manual_seed(0)
     pe = FloaterPE(ModelDims(16, 2, 3, True, 64))

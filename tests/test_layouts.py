@@ -1,10 +1,10 @@
 import pytest
 import torch
 
+from pelab.errors import ConfigError
 from pelab.layouts import DecoderLayout, EncoderDecoderLayout, EncoderLayout, get_layout
 from pelab.models.transformer import Memory
-from pelab.pe.base import ConfigError
-from pelab.tasks import BLANK, BOS, SEP
+from pelab.tokens import BLANK, BOS, SEP
 
 PROMPT = torch.tensor([[5, 6, 7]])
 ANSWER = torch.tensor([[7, 6, 5]])

@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from pelab.pe import ConfigError
+from pelab.errors import ConfigError
 from pelab.positions import ContiguousPositions, RandomizedPositions
 from pelab.train import build_model, build_task, run
 

@@ -23,7 +23,7 @@ from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from pelab.data.datamodule import TaskDataModule
-from pelab.pe.base import ConfigError
+from pelab.errors import ConfigError
 from pelab.train import build_model, build_task
 from pelab.utils.report import print_results
 from pelab.utils.results import recorded, summarize

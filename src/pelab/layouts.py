@@ -35,8 +35,8 @@ from typing import ClassVar
 import torch
 from torch import Tensor, nn
 
-from pelab.pe.base import ConfigError
-from pelab.tasks.base import BLANK, BOS, SEP
+from pelab.errors import ConfigError
+from pelab.tokens import BLANK, BOS, SEP
 
 log = logging.getLogger(__name__)
 

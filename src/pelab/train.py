@@ -16,11 +16,11 @@ from omegaconf import DictConfig, OmegaConf
 from pelab import pe as _pe  # noqa: F401  (registers the encodings)
 from pelab import tasks as _tasks  # noqa: F401  (registers the tasks)
 from pelab.chance import chance_means, eval_chance
+from pelab.errors import ConfigError
 from pelab.layouts import get_layout
 from pelab.lit_module import SequenceModel
 from pelab.models.encoder_decoder import EncoderDecoder
 from pelab.models.transformer import Transformer
-from pelab.pe.base import ConfigError
 from pelab.reliability.callbacks import ResumeState, exit_status_on_sigterm
 from pelab.reliability.checkpoints import (
     AtomicCheckpointIO,

@@ -16,7 +16,7 @@ from pelab.analysis.collect import (
     sweep_jobs,
     wandb_record,
 )
-from pelab.pe import ConfigError
+from pelab.errors import ConfigError
 from tests.analysis.records import CHOICES, record, write_job, write_multirun
 
 

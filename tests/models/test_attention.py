@@ -2,7 +2,8 @@ import pytest
 import torch
 
 from pelab.models.attention import Attention, causal_mask
-from pelab.pe.base import ModelDims, NoPE, PositionalEncoding, Positions
+from pelab.pe.base import ModelDims, NoPE, PositionalEncoding
+from pelab.positions import Positions
 
 DIMS = ModelDims(d_model=8, n_heads=2, n_layers=1, causal=True, max_len=16)
 

@@ -7,10 +7,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from pelab.errors import ConfigError
 from pelab.layouts import EncoderDecoderLayout, greedy
 from pelab.models.encoder_decoder import EncoderDecoder
 from pelab.models.transformer import Memory
-from pelab.pe import PE_REGISTRY, ConfigError
+from pelab.pe import PE_REGISTRY
 from pelab.train import run
 
 VOCAB = 12

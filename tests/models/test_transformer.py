@@ -3,8 +3,9 @@ from functools import partial
 import pytest
 import torch
 
+from pelab.errors import ConfigError
 from pelab.models.transformer import Transformer
-from pelab.pe import PE_REGISTRY, ConfigError
+from pelab.pe import PE_REGISTRY
 
 
 def build(name: str = "rope", **kwargs) -> Transformer:

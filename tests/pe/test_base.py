@@ -1,6 +1,7 @@
 import pytest
 
-from pelab.pe import PE_REGISTRY, ConfigError, ModelDims
+from pelab.errors import ConfigError
+from pelab.pe import PE_REGISTRY, ModelDims
 
 
 def dims(position_dims: int) -> ModelDims:

@@ -3,8 +3,9 @@ import math
 import pytest
 import torch
 
-from pelab.pe.base import ModelDims, Positions
+from pelab.pe.base import ModelDims
 from pelab.pe.bias import AlibiPE, T5BiasPE, alibi_slopes, t5_bucket
+from pelab.positions import Positions
 
 
 def test_alibi_slopes_for_eight_heads_are_the_papers_sequence():

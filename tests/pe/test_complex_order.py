@@ -4,9 +4,11 @@ from functools import partial
 import pytest
 import torch
 
+from pelab.errors import ConfigError
 from pelab.models.transformer import Transformer
-from pelab.pe.base import ConfigError, ModelDims, Positions
+from pelab.pe.base import ModelDims
 from pelab.pe.complex_order import ComplexOrderPE
+from pelab.positions import Positions
 
 
 def dims(d_model: int = 4, vocab: int = 3) -> ModelDims:

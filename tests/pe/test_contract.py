@@ -5,8 +5,9 @@ from functools import partial
 import pytest
 import torch
 
+from pelab.errors import ConfigError
 from pelab.models.transformer import Transformer
-from pelab.pe import PE_REGISTRY, ConfigError
+from pelab.pe import PE_REGISTRY
 from tests.pe.nets import sharp_net
 
 ALL = sorted(n for n, c in PE_REGISTRY.items() if c.position_dims != 2)  # 2-D: test_contract_2d

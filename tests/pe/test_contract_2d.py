@@ -6,8 +6,9 @@ from functools import partial
 import pytest
 import torch
 
+from pelab.errors import ConfigError
 from pelab.models.transformer import Transformer
-from pelab.pe import PE_REGISTRY, ConfigError
+from pelab.pe import PE_REGISTRY
 from pelab.tasks.grid import GridTask
 
 TWO_D = sorted(name for name, cls in PE_REGISTRY.items() if cls.position_dims == 2)

@@ -3,9 +3,11 @@ from functools import partial
 import pytest
 import torch
 
+from pelab.errors import ConfigError
 from pelab.models.transformer import Transformer
-from pelab.pe.base import ConfigError, ModelDims, Positions
+from pelab.pe.base import ModelDims
 from pelab.pe.cope import CoPE
+from pelab.positions import Positions
 from tests.pe.nets import sharp_net
 
 ON, OFF = 100.0, -100.0  # q . k of a key that counts (gate sigmoid(100) = 1) or not (~ 0)

@@ -5,9 +5,11 @@ import pytest
 import torch
 
 import pelab.pe.floater as floater
+from pelab.errors import ConfigError
 from pelab.models.transformer import Transformer
-from pelab.pe.base import ConfigError, ModelDims, Positions
+from pelab.pe.base import ModelDims
 from pelab.pe.floater import FloaterPE
+from pelab.positions import Positions
 from tests.pe.nets import sharp_net
 
 DIMS = ModelDims(d_model=8, n_heads=2, n_layers=3, causal=True, max_len=16)

@@ -1,8 +1,10 @@
 import pytest
 import torch
 
-from pelab.pe.base import ConfigError, ModelDims, Positions
+from pelab.errors import ConfigError
+from pelab.pe.base import ModelDims
 from pelab.pe.hierarchical import HierarchicalPE
+from pelab.positions import Positions
 
 
 def dims(max_len: int, d_model: int = 2) -> ModelDims:

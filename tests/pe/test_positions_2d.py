@@ -3,7 +3,8 @@
 import pytest
 import torch
 
-from pelab.pe.base import ConfigError, Positions
+from pelab.errors import ConfigError
+from pelab.positions import Positions
 
 
 def test_offsets_of_grid_positions_are_per_axis():

@@ -3,9 +3,11 @@ import math
 import pytest
 import torch
 
-from pelab.pe.base import ConfigError, ModelDims, Positions
+from pelab.errors import ConfigError
+from pelab.pe.base import ModelDims
 from pelab.pe.rope_2d import AxialRotaryPE
 from pelab.pe.rotary import RotaryPE
+from pelab.positions import Positions
 
 
 def dims(head_dim: int, heads: int = 1, position_dims: int = 2) -> ModelDims:

@@ -5,8 +5,10 @@ import math
 import pytest
 import torch
 
-from pelab.pe.base import ConfigError, ModelDims, Positions
+from pelab.errors import ConfigError
+from pelab.pe.base import ModelDims
 from pelab.pe.rotary import SCALINGS, RotaryPE
+from pelab.positions import Positions
 
 
 def dims(head_dim: int, heads: int = 1) -> ModelDims:

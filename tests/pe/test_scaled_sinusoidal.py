@@ -3,9 +3,11 @@ import math
 import pytest
 import torch
 
+from pelab.errors import ConfigError
 from pelab.pe.absolute import SinusoidalPE, sinusoid_table
-from pelab.pe.base import ConfigError, ModelDims, Positions
+from pelab.pe.base import ModelDims
 from pelab.pe.scaled_sinusoidal import ScaledSinusoidalPE
+from pelab.positions import Positions
 
 DIMS = ModelDims(d_model=4, n_heads=1, n_layers=1, causal=True, max_len=16)
 

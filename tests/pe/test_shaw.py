@@ -4,9 +4,11 @@ from functools import partial
 import pytest
 import torch
 
+from pelab.errors import ConfigError
 from pelab.models.transformer import Transformer
-from pelab.pe.base import ConfigError, ModelDims, Positions
+from pelab.pe.base import ModelDims
 from pelab.pe.shaw import ShawPE, clipped_offset_index
+from pelab.positions import Positions
 from tests.pe.nets import sharp_net
 
 

@@ -3,9 +3,11 @@ import math
 import pytest
 import torch
 
+from pelab.errors import ConfigError
 from pelab.pe.absolute import sinusoid_table
-from pelab.pe.base import ConfigError, ModelDims, Positions
+from pelab.pe.base import ModelDims
 from pelab.pe.sinusoidal_2d import Sinusoidal2dPE
+from pelab.positions import Positions
 
 
 def dims(d_model: int) -> ModelDims:

@@ -1,8 +1,10 @@
 import pytest
 import torch
 
-from pelab.pe.base import ConfigError, ModelDims, Positions
+from pelab.errors import ConfigError
+from pelab.pe.base import ModelDims
 from pelab.pe.t5_bias_2d import T5Bias2dPE
+from pelab.positions import Positions
 from tests.pe.test_bias import reference_bucket
 
 

@@ -4,10 +4,12 @@ from functools import partial
 import pytest
 import torch
 
+from pelab.errors import ConfigError
 from pelab.models.transformer import Transformer
 from pelab.pe.absolute import sinusoid_table
-from pelab.pe.base import ConfigError, ModelDims, Positions
+from pelab.pe.base import ModelDims
 from pelab.pe.transformer_xl import TransformerXLPE, rel_shift
+from pelab.positions import Positions
 from tests.pe.nets import sharp_net
 
 

@@ -3,10 +3,12 @@ from functools import partial
 import pytest
 import torch
 
+from pelab.errors import ConfigError
 from pelab.models.transformer import Transformer
-from pelab.pe.base import ConfigError, ModelDims, NoPE, Positions
+from pelab.pe.base import ModelDims, NoPE
 from pelab.pe.bias import T5BiasPE, t5_bucket
 from pelab.pe.urpe import UniversalRelativePE
+from pelab.positions import Positions
 from tests.pe.nets import sharp_net
 
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 from hydra.errors import MissingConfigException
 
-from pelab.pe import ConfigError
+from pelab.errors import ConfigError
 from pelab.reliability.validate import check_types
 from pelab.train import run
 from tests.conftest import TINY, compose_config

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from pelab.pe.base import ConfigError
+from pelab.errors import ConfigError
 from pelab.tasks.binary_addition import END, ONE, PLUS, ZERO, BinaryAdditionTask
 from tests.tasks.run_check import KINDS, assert_runs, learn
 

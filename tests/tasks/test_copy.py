@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from pelab.data.eval_sets import cache_key
-from pelab.pe.base import ConfigError
+from pelab.errors import ConfigError
 from pelab.tasks.copy import CopyTask
 from tests.tasks.run_check import KINDS, assert_runs, learn
 

@@ -6,7 +6,7 @@ import torch
 
 from pelab.data.datamodule import TrainBatches
 from pelab.data.eval_sets import build_eval_set, cache_key
-from pelab.pe.base import ConfigError
+from pelab.errors import ConfigError
 from pelab.tasks.flip_flop import IGNORE, ONE, READ, WRITE, ZERO, FlipFlopTask
 from tests.tasks.run_check import KINDS, assert_runs, learn
 

@@ -9,9 +9,9 @@ import torch
 
 from pelab.data import eval_sets
 from pelab.data.eval_sets import build_eval_set
-from pelab.pe.base import ConfigError
-from pelab.tasks.base import N_SPECIAL
+from pelab.errors import ConfigError
 from pelab.tasks.from_dataset import PAD, FromDatasetTask, write_example
+from pelab.tokens import N_SPECIAL
 from tests.tasks.run_check import KINDS, assert_runs, learn
 
 

@@ -7,9 +7,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from pelab.pe import ConfigError
-from pelab.tasks import BOS, N_SPECIAL, SEP, TASK_REGISTRY
+from pelab.errors import ConfigError
+from pelab.tasks import TASK_REGISTRY
 from pelab.tasks.grid import GridTask
+from pelab.tokens import BOS, N_SPECIAL, SEP
 from pelab.train import build_model, build_task, run
 from tests.tasks.run_check import learn
 

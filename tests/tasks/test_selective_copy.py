@@ -6,7 +6,7 @@ import torch
 
 from pelab.data.datamodule import TrainBatches
 from pelab.data.eval_sets import build_eval_set
-from pelab.pe.base import ConfigError
+from pelab.errors import ConfigError
 from pelab.tasks.selective_copy import NOISE, SelectiveCopyTask
 from tests.tasks.run_check import KINDS, assert_runs, learn
 

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from pelab.pe.base import ConfigError
+from pelab.errors import ConfigError
 from pelab.tasks.sort import SortTask
 from tests.tasks.run_check import KINDS, assert_runs, learn
 

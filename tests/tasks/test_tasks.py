@@ -14,8 +14,9 @@ import torch
 from hydra.utils import get_class
 from omegaconf import OmegaConf
 
-from pelab.pe.base import ConfigError
-from pelab.tasks import N_SPECIAL, TASK_REGISTRY, Task
+from pelab.errors import ConfigError
+from pelab.tasks import TASK_REGISTRY, Task
+from pelab.tokens import N_SPECIAL
 from tests.conftest import CONFIG_DIR
 
 TASKS = sorted(TASK_REGISTRY)

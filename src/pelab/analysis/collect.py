@@ -28,7 +28,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 
-from pelab.pe.base import ConfigError
+from pelab.errors import ConfigError
 from pelab.utils.results import summarize
 
 log = logging.getLogger(__name__)

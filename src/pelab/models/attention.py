@@ -19,7 +19,8 @@ from einops import rearrange
 from torch import Tensor, nn
 
 from pelab.models.cache import LayerCache
-from pelab.pe.base import PositionalEncoding, Positions
+from pelab.pe.base import PositionalEncoding
+from pelab.positions import Positions
 
 ATTENTION_IMPLS = ("auto", "eager", "fused")
 

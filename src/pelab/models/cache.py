@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from pelab.pe.base import Positions
+from pelab.positions import Positions
 
 
 class LayerCache:

@@ -30,9 +30,11 @@ from collections.abc import Callable
 
 from torch import Tensor, nn
 
+from pelab.errors import ConfigError
 from pelab.models.cache import KVCache
 from pelab.models.transformer import Block, Memory, check_sizes, init_weights, run_blocks
-from pelab.pe.base import ConfigError, ModelDims, PositionalEncoding, Positions
+from pelab.pe.base import ModelDims, PositionalEncoding
+from pelab.positions import Positions
 
 
 class Stack(nn.Module):

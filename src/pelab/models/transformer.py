@@ -7,9 +7,11 @@ from dataclasses import dataclass
 
 from torch import Tensor, nn
 
+from pelab.errors import ConfigError
 from pelab.models.attention import Attention
 from pelab.models.cache import KVCache
-from pelab.pe.base import ConfigError, ModelDims, NoPE, PositionalEncoding, Positions
+from pelab.pe.base import ModelDims, NoPE, PositionalEncoding
+from pelab.positions import Positions
 
 
 class MLP(nn.Module):

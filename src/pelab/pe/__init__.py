@@ -6,11 +6,9 @@ import pkgutil
 
 from pelab.pe.base import (
     PE_REGISTRY,
-    ConfigError,
     ModelDims,
     NoPE,
     PositionalEncoding,
-    Positions,
     get_pe,
     register_pe,
 )
@@ -20,11 +18,9 @@ for _module in pkgutil.iter_modules(__path__):
 
 __all__ = [
     "PE_REGISTRY",
-    "ConfigError",
     "ModelDims",
     "NoPE",
     "PositionalEncoding",
-    "Positions",
     "get_pe",
     "register_pe",
 ]

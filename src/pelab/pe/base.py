@@ -22,15 +22,12 @@ Shapes: ``b`` batch, ``h`` heads, ``i``/``j`` query/key index, ``d`` head dim, `
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
-import torch
 from torch import Tensor, nn
 
-
-class ConfigError(ValueError):
-    """A configuration that cannot work, reported before any training starts."""
+from pelab.errors import ConfigError
+from pelab.positions import Positions
 
 
 @dataclass(frozen=True)
@@ -48,58 +45,6 @@ class ModelDims:
     @property
     def head_dim(self) -> int:
         return self.d_model // self.n_heads
-
-
-@dataclass(eq=False)
-class Positions:
-    """Explicit positions of queries ``q: [b|1, i]`` and keys ``k: [b|1, j]``, or k-D positions
-    ``q: [b|1, i, k]``, ``k: [b|1, j, k]`` (e.g. a grid's (row, col), ``k = 2``).
-
-    A leading dimension of 1 broadcasts over the batch. A fresh object is made for every forward
-    pass, so ``memo`` lets layers share work (a bias matrix, a cos/sin table) within one forward.
-    """
-
-    q: Tensor
-    k: Tensor
-    _memo: dict[Any, Any] = field(default_factory=dict, repr=False)
-
-    @classmethod
-    def contiguous(cls, n: int, device: torch.device | None = None, offset: int = 0) -> Positions:
-        pos = torch.arange(offset, offset + n, device=device)[None]
-        return cls(pos, pos)
-
-    @classmethod
-    def from_tensor(cls, pos: Tensor) -> Positions:
-        """``[n]`` (one unbatched sequence), ``[b|1, n]`` or ``[b|1, n, k]``: a 2-D tensor is
-        always batched 1-D positions, never ``[n, k]``."""
-        if pos.dim() == 1:
-            pos = pos[None]
-        return cls(pos, pos)
-
-    @property
-    def position_dims(self) -> int:
-        """Coordinates per position: 1 for ``[b|1, n]``, ``k`` for ``[b|1, n, k]``."""
-        return 1 if self.q.dim() == 2 else self.q.shape[-1]
-
-    def require(self, position_dims: int, reader: str) -> None:
-        """A ``ConfigError`` unless these positions have ``position_dims`` coordinates."""
-        if self.position_dims != position_dims:
-            raise ConfigError(
-                f"{reader} reads {position_dims}-D positions [b, n, {position_dims}] but got "
-                f"positions of shape {list(self.q.shape)}; give the model a task with "
-                f"{position_dims}-D coordinates"
-            )
-
-    def delta(self) -> Tensor:
-        """Relative offsets ``q_i - k_j``: ``[b|1, i, j]``, or ``[b|1, i, j, k]`` for k-D."""
-        if self.q.dim() == 2:
-            return self.q[..., :, None] - self.k[..., None, :]
-        return self.q[:, :, None] - self.k[:, None, :]
-
-    def memo(self, key: Any, compute: Callable[[], Any]) -> Any:
-        if key not in self._memo:
-            self._memo[key] = compute()
-        return self._memo[key]
 
 
 class PositionalEncoding(nn.Module):

@@ -9,7 +9,9 @@ import torch
 from einops import rearrange
 from torch import Tensor, nn
 
-from pelab.pe.base import ConfigError, ModelDims, PositionalEncoding, Positions, register_pe
+from pelab.errors import ConfigError
+from pelab.pe.base import ModelDims, PositionalEncoding, register_pe
+from pelab.positions import Positions
 
 INIT_STD = 0.02  # the authors' code: embeddings and projections ~ N(0, initializer_range=0.02)
 

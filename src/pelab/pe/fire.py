@@ -6,7 +6,9 @@ import torch
 from einops import rearrange
 from torch import Tensor, nn
 
-from pelab.pe.base import ConfigError, ModelDims, PositionalEncoding, Positions, register_pe
+from pelab.errors import ConfigError
+from pelab.pe.base import ModelDims, PositionalEncoding, register_pe
+from pelab.positions import Positions
 
 
 @register_pe("fire")

@@ -6,7 +6,9 @@ import torch
 from torch import Tensor, nn
 from torchdiffeq import odeint
 
-from pelab.pe.base import ConfigError, ModelDims, PositionalEncoding, Positions, register_pe
+from pelab.errors import ConfigError
+from pelab.pe.base import ModelDims, PositionalEncoding, register_pe
+from pelab.positions import Positions
 
 FIXED_STEP_METHODS = ("euler", "midpoint", "rk4")
 

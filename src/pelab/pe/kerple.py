@@ -8,7 +8,9 @@ from typing import NamedTuple
 import torch
 from torch import Tensor, nn
 
-from pelab.pe.base import ConfigError, ModelDims, PositionalEncoding, Positions, register_pe
+from pelab.errors import ConfigError
+from pelab.pe.base import ModelDims, PositionalEncoding, register_pe
+from pelab.positions import Positions
 
 
 class Kernel(NamedTuple):

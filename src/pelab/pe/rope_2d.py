@@ -6,8 +6,10 @@ import torch
 from einops import rearrange
 from torch import Tensor
 
-from pelab.pe.base import ConfigError, ModelDims, Positions, register_pe
+from pelab.errors import ConfigError
+from pelab.pe.base import ModelDims, register_pe
 from pelab.pe.rotary import RotaryPE
+from pelab.positions import Positions
 
 
 @register_pe("rope_2d")

@@ -14,7 +14,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from pelab.pe.base import ConfigError, ModelDims, PositionalEncoding, Positions, register_pe
+from pelab.errors import ConfigError
+from pelab.pe.base import ModelDims, PositionalEncoding, register_pe
+from pelab.positions import Positions
 
 
 def interleaved_rotation(angles: Tensor, magnitude: Tensor | None = None) -> Tensor:

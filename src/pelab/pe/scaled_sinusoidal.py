@@ -6,7 +6,8 @@ import torch
 from torch import Tensor, nn
 
 from pelab.pe.absolute import SinusoidalPE
-from pelab.pe.base import ModelDims, Positions, register_pe
+from pelab.pe.base import ModelDims, register_pe
+from pelab.positions import Positions
 
 
 @register_pe("scaled_sinusoidal")

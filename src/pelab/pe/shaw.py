@@ -7,7 +7,9 @@ import math
 import torch
 from torch import Tensor, nn
 
-from pelab.pe.base import ConfigError, ModelDims, PositionalEncoding, Positions, register_pe
+from pelab.errors import ConfigError
+from pelab.pe.base import ModelDims, PositionalEncoding, register_pe
+from pelab.positions import Positions
 
 
 def clipped_offset_index(pos: Positions, behind: int, ahead: int) -> Tensor:

@@ -6,8 +6,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from pelab.errors import ConfigError
 from pelab.pe.absolute import SINUSOID_LAYOUTS, sinusoid_table
-from pelab.pe.base import ConfigError, ModelDims, PositionalEncoding, Positions, register_pe
+from pelab.pe.base import ModelDims, PositionalEncoding, register_pe
+from pelab.positions import Positions
 
 
 @register_pe("sinusoidal_2d")

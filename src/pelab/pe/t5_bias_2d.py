@@ -5,8 +5,10 @@ from __future__ import annotations
 from einops import rearrange
 from torch import Tensor, nn
 
-from pelab.pe.base import ConfigError, ModelDims, PositionalEncoding, Positions, register_pe
+from pelab.errors import ConfigError
+from pelab.pe.base import ModelDims, PositionalEncoding, register_pe
 from pelab.pe.bias import t5_bucket
+from pelab.positions import Positions
 
 
 @register_pe("t5_bias_2d")

@@ -10,8 +10,10 @@ import torch.nn.functional as F
 from einops import rearrange
 from torch import Tensor, nn
 
+from pelab.errors import ConfigError
 from pelab.pe.absolute import sinusoid_table
-from pelab.pe.base import ConfigError, ModelDims, PositionalEncoding, Positions, register_pe
+from pelab.pe.base import ModelDims, PositionalEncoding, register_pe
+from pelab.positions import Positions
 
 INIT_STD = 0.02  # the authors' code: every weight and both biases ~ N(0, 0.02)
 

@@ -6,9 +6,11 @@ import torch
 from einops import rearrange
 from torch import Tensor, nn
 
-from pelab.pe.base import ConfigError, ModelDims, PositionalEncoding, Positions, register_pe
+from pelab.errors import ConfigError
+from pelab.pe.base import ModelDims, PositionalEncoding, register_pe
 from pelab.pe.bias import T5BiasPE
 from pelab.pe.shaw import clipped_offset_index
+from pelab.positions import Positions
 
 URPE_BIASES = ("none", "t5")
 

@@ -17,7 +17,7 @@ from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
-from pelab.pe.base import ConfigError
+from pelab.errors import ConfigError
 
 log = logging.getLogger(__name__)
 

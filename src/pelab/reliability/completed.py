@@ -13,7 +13,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from pelab.pe.base import ConfigError
+from pelab.errors import ConfigError
 from pelab.reliability.checkpoints import TRAJECTORY_KEYS, differences
 
 log = logging.getLogger(__name__)

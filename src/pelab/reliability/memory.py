@@ -23,7 +23,7 @@ from omegaconf import DictConfig
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from pelab.pe.base import ConfigError
+from pelab.errors import ConfigError
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from typing import Any
 from hydra.utils import get_object
 from omegaconf import DictConfig, OmegaConf
 
-from pelab.pe.base import ConfigError
+from pelab.errors import ConfigError
 
 SKIPPED_SECTIONS = ("hydra",)
 # Settings read by pelab itself rather than passed to a ``_target_``: key -> (type, minimum).

@@ -4,9 +4,9 @@
 import importlib
 import pkgutil
 
-from pelab.tasks.base import BLANK, BOS, N_SPECIAL, SEP, TASK_REGISTRY, Task, register_task
+from pelab.tasks.base import TASK_REGISTRY, Task, register_task
 
 for _module in pkgutil.iter_modules(__path__):
     importlib.import_module(f"{__name__}.{_module.name}")
 
-__all__ = ["BLANK", "BOS", "N_SPECIAL", "SEP", "TASK_REGISTRY", "Task", "register_task"]
+__all__ = ["TASK_REGISTRY", "Task", "register_task"]

@@ -8,7 +8,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from pelab.tasks.base import N_SPECIAL, Task, register_task
+from pelab.tasks.base import Task, register_task
+from pelab.tokens import N_SPECIAL
 
 PLUS = N_SPECIAL + 10  # digits d are token ids N_SPECIAL + d
 

@@ -1,4 +1,4 @@
-"""The task interface, the task registry, and the special tokens shared by all tasks.
+"""The task interface and the task registry (the special tokens live in ``pelab.tokens``).
 
 A task maps a prompt to an answer, both sized by one point ``length`` of the task's length axis
 (``length_axis``: tokens, digits per operand, number of terms, ...). It knows nothing about model
@@ -27,10 +27,8 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
-from pelab.pe.base import ConfigError
-
-BOS, SEP, BLANK = 0, 1, 2  # begin-of-sequence, prompt/answer separator, encoder answer slot
-N_SPECIAL = 3
+from pelab.errors import ConfigError
+from pelab.tokens import N_SPECIAL
 
 
 class Task(ABC):

@@ -5,9 +5,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from pelab.pe.base import ConfigError
+from pelab.errors import ConfigError
 from pelab.tasks.addition import add_little_endian
-from pelab.tasks.base import N_SPECIAL, Task, register_task
+from pelab.tasks.base import Task, register_task
+from pelab.tokens import N_SPECIAL
 
 ZERO, ONE, PLUS, END = N_SPECIAL, N_SPECIAL + 1, N_SPECIAL + 2, N_SPECIAL + 3
 

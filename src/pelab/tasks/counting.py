@@ -8,8 +8,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from pelab.pe.base import ConfigError
-from pelab.tasks.base import N_SPECIAL, Task, register_task
+from pelab.errors import ConfigError
+from pelab.tasks.base import Task, register_task
+from pelab.tokens import N_SPECIAL
 
 DIGIT_0 = N_SPECIAL  # token of digit d: DIGIT_0 + d; letters are the tokens after the 10 digits
 LETTER_0 = N_SPECIAL + 10

@@ -5,7 +5,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from pelab.tasks.base import N_SPECIAL, Task, register_task
+from pelab.tasks.base import Task, register_task
+from pelab.tokens import N_SPECIAL
 
 SYMBOLS = ("a", "b", "even", "odd")
 A, B, EVEN, ODD = (N_SPECIAL + i for i in range(len(SYMBOLS)))

@@ -10,8 +10,9 @@ import datasets
 import torch
 from torch import Tensor
 
-from pelab.pe.base import ConfigError
-from pelab.tasks.base import N_SPECIAL, Task, register_task
+from pelab.errors import ConfigError
+from pelab.tasks.base import Task, register_task
+from pelab.tokens import N_SPECIAL
 
 PAD = "<pad>"  # the vocabulary's last item when some targets are shorter than others
 

@@ -10,7 +10,7 @@ import torch
 from einops import rearrange
 from torch import Tensor
 
-from pelab.pe.base import ConfigError
+from pelab.errors import ConfigError
 from pelab.tasks.base import Task, register_task
 
 # mode -> the answer grid from the prompt grid, vectorised over ``[b, side, side]``

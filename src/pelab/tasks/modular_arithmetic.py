@@ -7,7 +7,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from pelab.tasks.base import N_SPECIAL, Task, register_task
+from pelab.tasks.base import Task, register_task
+from pelab.tokens import N_SPECIAL
 
 MODULUS = 5
 SYMBOLS = (*(str(d) for d in range(MODULUS)), "+", "-", "*", "(", ")")

@@ -7,8 +7,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from pelab.pe.base import ConfigError
-from pelab.tasks.base import N_SPECIAL, Task, register_task
+from pelab.errors import ConfigError
+from pelab.tasks.base import Task, register_task
+from pelab.tokens import N_SPECIAL
 
 MAX_DIGITS = 18  # numbers are compared as int64
 

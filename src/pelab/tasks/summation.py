@@ -3,7 +3,8 @@
 import torch
 from torch import Tensor
 
-from pelab.tasks.base import N_SPECIAL, Task, register_task
+from pelab.tasks.base import Task, register_task
+from pelab.tokens import N_SPECIAL
 
 
 @register_task("summation")
