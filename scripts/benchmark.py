@@ -39,6 +39,7 @@ from pelab.layouts import DecoderLayout
 from pelab.lit_module import SequenceModel, warmup_cosine
 from pelab.models.transformer import Transformer
 from pelab.pe import PE_REGISTRY
+from pelab.positions import contiguous
 from pelab.tasks import TASK_REGISTRY
 from pelab.train import build_model, build_task
 
@@ -344,12 +345,15 @@ def greedy_eval_times(quick: bool) -> dict[str, dict]:
     seconds: dict[int, dict[str, float]] = {}  # unrounded, for the growth
     with torch.inference_mode():
         for use_cache in (True, False):  # warm-up
-            DecoderLayout.predict(net, torch.randint(3, 35, (batch, 8)), 8, use_cache=use_cache)
+            DecoderLayout.predict(
+                net, torch.randint(3, 35, (batch, 8)), 8, contiguous(18), use_cache=use_cache
+            )
         for n in lengths:
             prompt = torch.randint(3, 35, (batch, n))  # copy: the answer is the prompt
 
             def evaluate(use_cache: bool, n: int = n, prompt: torch.Tensor = prompt) -> float:
-                answer = DecoderLayout.predict(net, prompt, n, use_cache=use_cache)
+                positions = contiguous(2 * n + 2)
+                answer = DecoderLayout.predict(net, prompt, n, positions, use_cache=use_cache)
                 return (answer == prompt).all(dim=-1).float().mean().item()
 
             cached = seconds_per_call(lambda: evaluate(True), 0.0, 1)

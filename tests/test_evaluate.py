@@ -9,7 +9,7 @@ from omegaconf import DictConfig
 
 from pelab.errors import ConfigError
 from pelab.evaluate import evaluate
-from pelab.train import run
+from pelab.train import build_model, build_task, run
 from tests.conftest import TINY, compose_config
 
 
@@ -43,7 +43,7 @@ def test_a_checkpoint_is_re_evaluated_longer_with_linear_scaling(rope_ckpt):
     ]
     record = evaluate(compose_eval(overrides, run_dir.parent))
 
-    written = list((run_dir / "eval").glob("*_linear/results.json"))
+    written = list((run_dir / "eval").glob("*_scaling=linear,scaling_factor=2/results.json"))
     assert len(written) == 1
     res = json.loads(written[0].read_text())
     assert res["status"] == "completed" and res == json.loads(json.dumps(record, default=str))
@@ -61,7 +61,10 @@ def test_a_checkpoint_is_re_evaluated_longer_with_linear_scaling(rope_ckpt):
     )
     pe = res["config"]["pe"]
     assert (pe["scaling"], pe["scaling_factor"]) == ("linear", 2.0)
-    assert pe["original_max_len"] == 16 + 16 + 2  # longest training sequence: BOS, 16, SEP, 16
+    assert pe["original_max_len"] is None  # the encoding reads the training length from:
+    assert res["model_dims"]["train_max_len"] == 16 + 16 + 2  # BOS, 16, SEP, 16
+    assert res["schema_version"] == 2 and res["kind"] == "eval"
+    assert res["metrics"]["chance"].keys() == res["metrics"]["test"].keys()  # chance levels too
     assert res["config"]["model"]["net"]["d_model"] == 16  # the model of the training run
     assert res["choices"]["pe"] == "rope" and res["params"]["total"] > 0
     assert (written[0].parent / "csv").is_dir()  # the logger writes beside the results
@@ -71,7 +74,7 @@ def test_a_checkpoint_is_re_evaluated_longer_with_linear_scaling(rope_ckpt):
 def test_without_overrides_the_training_numbers_are_reproduced(rope_ckpt):
     run_dir = rope_ckpt.parent.parent
     evaluate(compose_eval([f"ckpt_path='{rope_ckpt}'"], run_dir.parent))
-    res = json.loads(next((run_dir / "eval").glob("*_none/results.json")).read_text())
+    res = json.loads(next((run_dir / "eval").glob("*_as_trained/results.json")).read_text())
     trained = json.loads((run_dir / "results.json").read_text())
     assert res["metrics"]["test"] == trained["metrics"]["test"]
 
@@ -115,7 +118,7 @@ def test_scaling_an_encoding_without_that_option_is_refused(tmp_path):
 def test_a_learned_table_cannot_be_evaluated_beyond_its_size(tmp_path):
     ckpt = train_tiny(tmp_path, "pe=learned")
     overrides = [f"ckpt_path='{ckpt}'", "task.eval_lengths=[16,40]"]
-    with pytest.raises(ConfigError, match=r"pe=learned has a table of 66 positions.*extrapolate"):
+    with pytest.raises(ConfigError, match=r"pe=learned has 66 positions.*cannot extrapolate"):
         evaluate(compose_eval(overrides, tmp_path))
     failed = json.loads(next((tmp_path / "run" / "eval").glob("*/results.json")).read_text())
     assert failed["status"] == "failed" and "ConfigError" in failed["error"]
@@ -127,18 +130,31 @@ def test_a_urpe_table_keeps_its_training_size_at_longer_lengths(tmp_path):
     ckpt = train_tiny(tmp_path, "pe=urpe", "pe.bias=none")
     record = evaluate(compose_eval([f"ckpt_path='{ckpt}'", "task.eval_lengths=[16,40]"], tmp_path))
     assert record["status"] == "completed" and list(record["metrics"]["test"]) == ["16", "40"]
-    assert record["config"]["pe"]["max_len"] == 66
-    # a run recorded before urpe had the option: its table is pinned all the same
+    assert record["model_dims"]["max_len"] == 66
+    # a run recorded before records kept model_dims: its table is pinned all the same
     results = ckpt.parent.parent / "results.json"
     train_record = json.loads(results.read_text())
-    del train_record["config"]["pe"]["max_len"]
+    del train_record["model_dims"]
     results.write_text(json.dumps(train_record))
     record = evaluate(compose_eval([f"ckpt_path='{ckpt}'", "task.eval_lengths=[16,40]"], tmp_path))
-    assert record["status"] == "completed" and record["config"]["pe"]["max_len"] == 66
+    assert record["status"] == "completed" and record["model_dims"]["max_len"] == 66
 
 
 def test_a_learned_table_keeps_its_size_under_randomized_positions(tmp_path):
     # with randomized positions the table has positions.max_position rows, not 66
     ckpt = train_tiny(tmp_path, "pe=learned", "positions=randomized", "positions.max_position=96")
     record = evaluate(compose_eval([f"ckpt_path='{ckpt}'", "task.eval_lengths=[16,40]"], tmp_path))
-    assert record["status"] == "completed" and record["config"]["pe"]["max_len"] == 96
+    assert record["status"] == "completed" and record["model_dims"]["max_len"] == 96
+
+
+def test_the_training_context_length_counts_the_prompt_at_the_longest_training_length(tiny_cfg):
+    # addition's prompt at n digits is "a + b" (2n + 1 tokens), its answer n + 1 digits: the
+    # longest training sequence is not 2n + 2 tokens, as a prompt of n tokens would give
+    cfg = tiny_cfg("task=addition", "pe=rope", "pe.scaling=yarn", "pe.scaling_factor=2")
+    task = build_task(cfg)
+    model = build_model(cfg, task)
+    hi = task.train_lengths[1]
+    assert task.prompt_length(hi) != hi
+    expected = task.prompt_length(hi) + task.answer_length(hi) + 2
+    assert model.net.dims.train_max_len == task.max_train_sequence_length() == expected
+    assert model.net.pe.original_max_len == expected  # what the scaling stretches from

@@ -4,6 +4,7 @@ import torch
 from pelab.errors import ConfigError
 from pelab.layouts import DecoderLayout, EncoderDecoderLayout, EncoderLayout, get_layout
 from pelab.models.transformer import Memory
+from pelab.positions import contiguous
 from pelab.tokens import BLANK, BOS, SEP
 
 PROMPT = torch.tensor([[5, 6, 7]])
@@ -45,7 +46,7 @@ class CopyOracle(torch.nn.Module):
 def test_greedy_decoding_feeds_back_its_own_predictions():
     # copy of length 3: answer token t sits at position 4 + t, its source at 1 + t
     oracle = CopyOracle(offset=3)
-    out = DecoderLayout.predict(oracle, PROMPT, 3)
+    out = DecoderLayout.predict(oracle, PROMPT, 3, contiguous(8))
     assert out.tolist() == [[5, 6, 7]]
     assert oracle.calls == 3  # one forward per generated token
 
@@ -63,7 +64,7 @@ def test_greedy_decoding_passes_the_prefix_of_the_given_positions():
 
 def test_encoder_prediction_is_one_forward_over_the_slots():
     oracle = CopyOracle(offset=0)
-    out = EncoderLayout.predict(oracle, PROMPT, 2)
+    out = EncoderLayout.predict(oracle, PROMPT, 2, contiguous(7))
     assert out.tolist() == [[BLANK, BLANK]] and oracle.calls == 1
 
 

@@ -7,6 +7,7 @@ from pelab.layouts import DecoderLayout
 from pelab.lit_module import SequenceModel, warmup_cosine
 from pelab.models.transformer import Transformer
 from pelab.pe import PE_REGISTRY
+from pelab.positions import contiguous
 from pelab.tasks import TASK_REGISTRY
 
 
@@ -74,9 +75,10 @@ def test_model_compile_trains_the_same_function_and_keeps_checkpoint_keys(tiny_c
     model = build_model(cfg, build_task(cfg))
     assert model.train_logits != DecoderLayout.answer_logits
     prompt = torch.tensor([[3, 4, 5], [5, 4, 3]])
-    compiled = model.train_logits(model.net, prompt, prompt)
+    positions = contiguous(3 + 3 + 2)
+    compiled = model.train_logits(model.net, prompt, prompt, positions)
     assert torch.allclose(
-        compiled, DecoderLayout.answer_logits(model.net, prompt, prompt), atol=1e-5
+        compiled, DecoderLayout.answer_logits(model.net, prompt, prompt, positions), atol=1e-5
     )
     plain = build_model(tiny_cfg("task.train_lengths=[3,3]", "task.eval_lengths=[3]"), model.task)
     assert plain.train_logits == DecoderLayout.answer_logits

@@ -5,13 +5,20 @@ import pytest
 import torch
 
 from pelab.errors import ConfigError
-from pelab.positions import ContiguousPositions, RandomizedPositions
+from pelab.positions import (
+    ContiguousPositions,
+    Positions,
+    RandomizedPositions,
+    TaskCoordinates,
+    build_sampler,
+)
+from pelab.tasks import TASK_REGISTRY
 from pelab.train import build_model, build_task, run
 
 
 def test_randomized_positions_are_sorted_distinct_and_in_range():
     sampler = RandomizedPositions(max_position=50)
-    pos = sampler(64, 20, torch.Generator().manual_seed(0))
+    pos = sampler(64, 9, 9, torch.Generator().manual_seed(0))  # BOS, 9, SEP, 9: 20 tokens
     assert pos.shape == (64, 20)
     assert (pos[:, 1:] > pos[:, :-1]).all()  # strictly increasing: sorted and distinct
     assert pos.min() >= 0 and pos.max() < 50
@@ -21,13 +28,34 @@ def test_randomized_positions_are_sorted_distinct_and_in_range():
 
 def test_randomized_positions_follow_the_generator():
     sampler = RandomizedPositions(max_position=100)
-    a = sampler(4, 10, torch.Generator().manual_seed(3))
-    assert torch.equal(a, sampler(4, 10, torch.Generator().manual_seed(3)))
-    assert not torch.equal(a, sampler(4, 10, torch.Generator().manual_seed(4)))
+    a = sampler(4, 4, 4, torch.Generator().manual_seed(3))
+    assert torch.equal(a, sampler(4, 4, 4, torch.Generator().manual_seed(3)))
+    assert not torch.equal(a, sampler(4, 4, 4, torch.Generator().manual_seed(4)))
 
 
-def test_contiguous_positions_leave_the_model_default():
-    assert ContiguousPositions()(4, 10) is None
+def test_contiguous_positions_count_the_canonical_sequence_from_zero():
+    assert ContiguousPositions()(4, 3, 5).tolist() == [list(range(10))]  # BOS 3 SEP 5
+
+
+def test_a_task_with_coordinates_gets_them_as_its_sampler():
+    task = TASK_REGISTRY["grid"]()
+    sampler = build_sampler(ContiguousPositions(), task)
+    assert isinstance(sampler, TaskCoordinates)
+    n = task.prompt_length(4)
+    assert torch.equal(sampler(3, n, n), task.coordinates(n, n)[None])
+    one_d = TASK_REGISTRY["copy"]()
+    assert isinstance(build_sampler(ContiguousPositions(), one_d), ContiguousPositions)
+    with pytest.raises(ConfigError, match="2-D coordinates; use positions=contiguous"):
+        build_sampler(RandomizedPositions(64), task)
+
+
+def test_every_conversion_to_positions_goes_through_one_place():
+    assert Positions.of(None, 3, offset=2).q.tolist() == [[2, 3, 4]]
+    assert Positions.of(torch.tensor([5, 7]), 2).q.tolist() == [[5, 7]]
+    grid = torch.zeros(1, 4, 2)
+    assert Positions.of(grid, 4).position_dims == 2
+    assert torch.equal(Positions.from_tensor(torch.tensor([1, 2])).k, torch.tensor([[1, 2]]))
+    assert torch.equal(Positions.contiguous(2).q, torch.tensor([[0, 1]]))
 
 
 def test_max_position_must_cover_the_longest_sequence(tiny_cfg):
@@ -54,7 +82,7 @@ def test_training_and_evaluation_see_randomized_positions(tiny_cfg):
     prompt = torch.randint(3, 10, (2, 4))
     model.training_step((prompt, prompt), 0)
     model._evaluate({"prompt": prompt, "answer": prompt}, 0, 0)
-    assert all(p is not None and p.shape[0] == 2 for p in seen)
+    assert all(p.shape[0] == 2 for p in seen)
     assert seen[0].max() >= 10  # not 0..n-1
     first_eval = seen[1]
     model._evaluate({"prompt": prompt, "answer": prompt}, 0, 0)

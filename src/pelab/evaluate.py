@@ -2,15 +2,18 @@
 ``python scripts/eval.py ckpt_path=<run dir>/checkpoints/best.ckpt pe.scaling=yarn
 pe.scaling_factor=4 task.eval_lengths=[16,64,128]``.
 
-The model is rebuilt from the training run's resolved config (``<run dir>/results.json``, key
-``config``) with only the overrides in ``OVERRIDABLE`` applied; results go to a new
-``<run dir>/eval/<timestamp>_<scaling>/results.json`` with training's schema plus ``checkpoint``.
+The model is rebuilt from the training run's record (``<run dir>/results.json``): its resolved
+``config`` and the ``model_dims`` it was built with (so tables sized by the run keep their
+size). Any option of the checkpoint's encoding (``pe.<option>``, checked against the encoding
+like every setting), ``task.eval_lengths`` and ``seed`` may be changed; evaluation knows no
+encoding. It runs through the same executor as training (``pelab.runner``): the record goes to
+``<run dir>/eval/<timestamp>_<pe overrides>/results.json`` with training's schema,
+``kind: eval`` and the ``checkpoint``.
 """
 
 from __future__ import annotations
 
 import inspect
-import json
 import logging
 import pickle
 from datetime import datetime
@@ -19,24 +22,38 @@ from typing import Any
 
 import lightning as L
 import torch
+from hydra.core.config_store import ConfigStore
 from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from pelab.data.datamodule import TaskDataModule
 from pelab.errors import ConfigError
-from pelab.train import build_model, build_task
-from pelab.utils.report import print_results
-from pelab.utils.results import recorded, summarize
+from pelab.pe import PE_REGISTRY
+from pelab.record import RESULTS, read_record
+from pelab.reliability.validate import check_types
+from pelab.runner import execute, make_trainer, outcome
+from pelab.train import build_model, build_task, data_module
 
 log = logging.getLogger(__name__)
 
-# The settings an evaluation may change (null in configs/eval.yaml: keep the training value).
-OVERRIDABLE = (
-    "pe.scaling",
-    "pe.scaling_factor",
-    "pe.original_max_len",
-    "task.eval_lengths",
-    "seed",
+OTHER_OVERRIDABLE = ("task.eval_lengths", "seed")  # beside every option of the encoding
+
+
+def encoding_options() -> list[str]:
+    """Every option any registered encoding takes (its constructor's parameters but ``dims``)."""
+    return sorted(
+        {
+            name
+            for cls in PE_REGISTRY.values()
+            for name in list(inspect.signature(cls).parameters)[1:]
+        }
+    )
+
+
+# ``configs/eval.yaml`` composes this node: ``pe.<option>=<value>`` parses for every option of
+# every encoding (null: keep the training value); which ones the checkpoint's encoding takes is
+# checked against it when the model is rebuilt.
+ConfigStore.instance().store(
+    name="eval_pe_options", node={"pe": dict.fromkeys(encoding_options())}
 )
 
 
@@ -48,10 +65,10 @@ def training_record(ckpt_path: str | Path | None) -> tuple[Path, dict[str, Any]]
     if not ckpt.is_file():
         raise ConfigError(f"ckpt_path={ckpt} does not exist or is not a file")
     run_dir = ckpt.resolve().parent.parent
-    results = run_dir / "results.json"
+    results = run_dir / RESULTS
     try:
-        record = json.loads(results.read_text())
-    except (OSError, json.JSONDecodeError) as error:
+        record = read_record(results)
+    except (OSError, ValueError) as error:
         record, problem = {}, f"{type(error).__name__}: {error}"
     else:
         problem = "" if "config" in record else "it has no 'config' key"
@@ -63,42 +80,52 @@ def training_record(ckpt_path: str | Path | None) -> tuple[Path, dict[str, Any]]
     return run_dir, record
 
 
+def pe_overrides(cfg: DictConfig) -> dict[str, Any]:
+    """The encoding options this evaluation sets (every non-null ``pe.<option>``)."""
+    return {k: v for k, v in (cfg.get("pe") or {}).items() if v is not None}
+
+
 def eval_config(cfg: DictConfig, train_cfg: DictConfig, output_dir: Path) -> DictConfig:
-    """The training config with the user's ``OVERRIDABLE`` settings and this evaluation's
-    trainer, logger and paths."""
+    """The training config with this evaluation's encoding options, ``OTHER_OVERRIDABLE``
+    settings, trainer, logger, callbacks (none by default) and paths; a ``ConfigError`` for an
+    option the checkpoint's encoding does not take."""
     merged = train_cfg.copy()
+    accepted = list(inspect.signature(get_class(train_cfg.pe._target_)).parameters)[1:]
     with open_dict(merged):
-        for key in OVERRIDABLE:
-            value = OmegaConf.select(cfg, key)
-            if value is None:
-                continue
-            group, _, option = key.rpartition(".")
-            if group == "pe" and option not in train_cfg.pe:
+        for option, value in pe_overrides(cfg).items():
+            if option not in accepted:
                 raise ConfigError(
-                    f"{key}={value} is not an option of the checkpoint's encoding "
-                    f"({train_cfg.pe._target_}); its options: "
-                    f"{[k for k in train_cfg.pe if not k.startswith('_')]}"
+                    f"pe.{option}={value} is not an option of the checkpoint's encoding "
+                    f"({train_cfg.pe._target_}); its options: {', '.join(accepted) or 'none'}"
                 )
-            OmegaConf.update(merged, key, value)
-        for key in ("trainer", "logger", "paths"):
+            merged.pe[option] = value
+        for key in OTHER_OVERRIDABLE:
+            value = OmegaConf.select(cfg, key)
+            if value is not None:
+                OmegaConf.update(merged, key, value)
+        for key in ("trainer", "logger", "callbacks", "paths"):
             merged[key] = cfg.get(key)
         merged.paths.output_dir = str(output_dir)
         merged.ckpt_path = cfg.ckpt_path
-    trained = build_task(train_cfg)
-    with open_dict(merged):
-        pe = merged.pe
-        # tables sized by the run (learned, urpe) keep the training size, as build_model set it:
-        # urpe then runs at any length, and learned gives its own "cannot extrapolate" error
-        # rather than a shape mismatch. Read from the signature: older records lack the key.
-        takes_max_len = "max_len" in inspect.signature(get_class(pe._target_)).parameters
-        if takes_max_len and pe.get("max_len") is None:
-            positions = instantiate(train_cfg.positions)
-            pe.max_len = max(trained.max_sequence_length(), positions.max_position)
-        # the training context length, which an encoding cannot know by itself
-        if pe.get("scaling", "none") != "none" and pe.get("original_max_len") is None:
-            hi = trained.train_lengths[1]
-            pe.original_max_len = hi + trained.answer_length(hi) + 2
+        merged.test = True
+    try:
+        check_types(merged)
+    except ConfigError as error:
+        raise ConfigError(f"re-evaluating {train_cfg.pe._target_}: {error}") from None
     return merged
+
+
+def trained_sizes(record: dict[str, Any], train_cfg: DictConfig) -> dict[str, int]:
+    """The ``max_len`` and ``train_max_len`` the checkpoint's model was built with: its
+    ``model_dims``, or, for records written before they were kept, what training computed."""
+    if dims := record.get("model_dims"):
+        return {"max_len": dims["max_len"], "train_max_len": dims["train_max_len"]}
+    trained = build_task(train_cfg)
+    positions = instantiate(train_cfg.positions)
+    return {
+        "max_len": max(trained.max_sequence_length(), positions.max_position),
+        "train_max_len": trained.max_train_sequence_length(),
+    }
 
 
 def load_weights(model: torch.nn.Module, ckpt: Path) -> None:
@@ -120,40 +147,31 @@ def load_weights(model: torch.nn.Module, ckpt: Path) -> None:
 
 def evaluate(cfg: DictConfig) -> dict[str, Any]:
     """Test ``cfg.ckpt_path`` on ``task.eval_lengths``; returns the record written to
-    ``<run dir>/eval/<timestamp>_<scaling>/results.json``."""
+    ``<run dir>/eval/<timestamp>_<pe overrides>/results.json``."""
     run_dir, train_record = training_record(cfg.get("ckpt_path"))
     train_cfg = OmegaConf.create(train_record["config"])
-    scaling = OmegaConf.select(cfg, "pe.scaling") or train_cfg.pe.get("scaling", "none")
+    changed = ",".join(f"{k}={v}" for k, v in pe_overrides(cfg).items()) or "as_trained"
     stamp = datetime.now().strftime("%Y-%m-%d_%H-%M-%S-%f")
-    output_dir = run_dir / "eval" / f"{stamp}_{scaling}"
+    output_dir = run_dir / "eval" / f"{stamp}_{changed}"
     merged = eval_config(cfg, train_cfg, output_dir)
-    record: dict[str, Any] = {
-        "status": "running",
-        "choices": {**train_record.get("choices", {}), "seed": merged.seed},
-        "config": OmegaConf.to_container(merged, resolve=True),
-        "checkpoint": str(Path(cfg.ckpt_path).resolve()),
-    }
-    with recorded(output_dir / "results.json", record):
+    sizes = trained_sizes(train_record, train_cfg)
+    ckpt = Path(cfg.ckpt_path)
+
+    def work():
         L.seed_everything(merged.seed, workers=True)
         task = build_task(merged)
-        model = build_model(merged, task)
-        load_weights(model, Path(cfg.ckpt_path))
-        datamodule = TaskDataModule(
-            task,
-            batch_size=merged.data.batch_size,
-            num_batches=1,
-            seed=merged.seed,
-            eval_batch_size=merged.data.eval_batch_size,
-            cache_dir=merged.paths.cache_dir,
-        )
-        loggers = [instantiate(c) for c in (merged.get("logger") or {}).values() if c]
-        trainer: L.Trainer = instantiate(merged.trainer, logger=loggers or False)
-        trainer.test(model, datamodule=datamodule, verbose=False)
-        record.update(
-            status="completed",
-            metrics=summarize(dict(model.final_metrics)),
-            train_lengths=list(task.train_lengths),
-            params=model.net.num_params(),
-        )
-        print_results(record, task)
-    return record
+        model = build_model(merged, task, sizes)
+        load_weights(model, ckpt)
+        notes: list[str] = []
+        trainer = make_trainer(merged, model.net.num_params(), notes)
+        trainer.test(model, datamodule=data_module(merged, task), verbose=False)
+        return outcome(merged, model, warnings=notes)
+
+    return execute(
+        "eval",
+        output_dir,
+        {**train_record.get("choices", {}), "seed": merged.seed},
+        OmegaConf.to_container(merged, resolve=True),
+        work,
+        checkpoint=str(ckpt.resolve()),
+    )

@@ -14,9 +14,9 @@ Encoder–decoder (Vaswani et al. 2017):
 Every layout has the same three methods, so the LightningModule never asks which kind runs:
 ``teacher_forcing`` (the training inputs), ``answer_logits`` (the answer's logits, ``[b, m, V]``)
 and ``predict`` (the greedy answer, ``[b, m]``); ``net_options`` are the arguments of the kind
-for the network's constructor. Positions, when given, cover the canonical sequence
-``BOS p_1 .. p_n SEP a_1 .. a_m`` (``n + m + 2`` tokens, ``[b|1, n + m + 2(, k)]``); each layout
-slices what it feeds the model.
+for the network's constructor. Positions cover the canonical sequence
+``BOS p_1 .. p_n SEP a_1 .. a_m`` (``n + m + 2`` tokens, ``[b|1, n + m + 2(, k)]``, from the run's
+sampler in ``pelab.positions``); each layout slices what it feeds the model.
 
 Greedy decoding uses the network's key/value cache when it offers one (``supports_kv_cache``):
 the prompt is fed once, then one token per step, so ``m`` steps cost ``O(m)`` one-token forwards.
@@ -50,10 +50,10 @@ def _prefix(prompt: Tensor) -> Tensor:
 
 
 def greedy(
-    step: Callable[[Tensor, Tensor | None], Tensor],
+    step: Callable[[Tensor, Tensor], Tensor],
     start: Tensor,
     answer_length: int,
-    positions: Tensor | None,
+    positions: Tensor,
     cached: bool,
 ) -> Tensor:
     """Greedy decoding of ``answer_length`` tokens after ``start: [b, s]`` -> ``[b, m]``.
@@ -67,8 +67,7 @@ def greedy(
     seq = torch.cat((start, start.new_empty(start.shape[0], answer_length)), dim=1)
     for t in range(s, s + answer_length):  # seq[:, :t] is known; predict seq[:, t]
         first = (0 if t == s else t - 1) if cached else 0
-        pos = None if positions is None else positions[:, first:t]
-        seq[:, t] = step(seq[:, first:t], pos)[:, -1].argmax(dim=-1)
+        seq[:, t] = step(seq[:, first:t], positions[:, first:t])[:, -1].argmax(dim=-1)
     return seq[:, s:]
 
 
@@ -101,11 +100,10 @@ class DecoderLayout:
 
     @classmethod
     def answer_logits(
-        cls, net: nn.Module, prompt: Tensor, answer: Tensor, positions: Tensor | None = None
+        cls, net: nn.Module, prompt: Tensor, answer: Tensor, positions: Tensor
     ) -> Tensor:
         inputs, answer_slice = cls.teacher_forcing(prompt, answer)
-        pos = None if positions is None else positions[:, :-1]
-        return net(inputs, pos)[:, answer_slice]
+        return net(inputs, positions[:, :-1])[:, answer_slice]
 
     @staticmethod
     @torch.no_grad()
@@ -113,7 +111,7 @@ class DecoderLayout:
         net: nn.Module,
         prompt: Tensor,
         answer_length: int,
-        positions: Tensor | None = None,
+        positions: Tensor,
         use_cache: bool = True,
     ) -> Tensor:
         """Greedy decoding of ``answer_length`` tokens from ``BOS prompt SEP`` -> ``[b, m]``;
@@ -138,7 +136,7 @@ class EncoderLayout:
 
     @classmethod
     def answer_logits(
-        cls, net: nn.Module, prompt: Tensor, answer: Tensor, positions: Tensor | None = None
+        cls, net: nn.Module, prompt: Tensor, answer: Tensor, positions: Tensor
     ) -> Tensor:
         inputs, answer_slice = cls.teacher_forcing(prompt, answer)
         return net(inputs, positions)[:, answer_slice]
@@ -149,7 +147,7 @@ class EncoderLayout:
         net: nn.Module,
         prompt: Tensor,
         answer_length: int,
-        positions: Tensor | None = None,
+        positions: Tensor,
         use_cache: bool = True,
     ) -> Tensor:
         """One forward over ``BOS prompt SEP BLANK..BLANK`` (``use_cache`` has nothing to do)."""
@@ -170,8 +168,7 @@ class EncoderDecoderLayout:
     position, so both stacks stay inside ``[0, max_position)`` and see the same distribution of
     offsets. (Continuing the canonical positions into the decoder instead would make every
     answer position depend on the prompt length, which the encoder–decoder separates.) k-D
-    positions are shifted per coordinate. No positions (``None``) gives both stacks their
-    default ``0..``, the same as contiguous.
+    positions are shifted per coordinate.
     """
 
     net_options: ClassVar[dict[str, bool]] = {}  # bidirectional encoder, causal decoder
@@ -186,12 +183,10 @@ class EncoderDecoderLayout:
 
     @staticmethod
     def split_positions(
-        positions: Tensor | None, prompt_length: int, answer_length: int
-    ) -> tuple[Tensor | None, Tensor | None]:
+        positions: Tensor, prompt_length: int, answer_length: int
+    ) -> tuple[Tensor, Tensor]:
         """Canonical positions ``[b|1, n + m + 2(, k)]`` -> the encoder's ``[b|1, n + 2(, k)]``
         and the decoder's ``[b|1, m(, k)]`` (see the class docstring)."""
-        if positions is None:
-            return None, None
         n, m = prompt_length, answer_length
         source = positions[:, : n + 2]
         shift = positions[:, n + 1 : n + 2] - positions[:, :1]  # SEP's position - BOS's
@@ -199,7 +194,7 @@ class EncoderDecoderLayout:
 
     @classmethod
     def answer_logits(
-        cls, net: nn.Module, prompt: Tensor, answer: Tensor, positions: Tensor | None = None
+        cls, net: nn.Module, prompt: Tensor, answer: Tensor, positions: Tensor
     ) -> Tensor:
         source, target = cls.teacher_forcing(prompt, answer)
         source_pos, target_pos = cls.split_positions(positions, prompt.shape[1], answer.shape[1])
@@ -212,7 +207,7 @@ class EncoderDecoderLayout:
         net: nn.Module,
         prompt: Tensor,
         answer_length: int,
-        positions: Tensor | None = None,
+        positions: Tensor,
         use_cache: bool = True,
     ) -> Tensor:
         """Encode ``BOS prompt SEP`` once, then decode greedily from ``SEP`` -> ``[b, m]``."""

@@ -12,10 +12,9 @@ from torch import Tensor, nn
 from torchmetrics import MeanMetric
 
 from pelab.layouts import Layout
-from pelab.positions import ContiguousPositions, RandomizedPositions
+from pelab.metrics import METRICS, Scores, logged_values, mean_key
+from pelab.positions import ContiguousPositions, PositionSampler
 from pelab.tasks.base import Task
-
-METRICS = ("exact_match", "token_acc")
 
 
 def warmup_cosine(warmup_steps: int, total_steps: int, min_ratio: float) -> Callable[[int], float]:
@@ -33,10 +32,11 @@ def warmup_cosine(warmup_steps: int, total_steps: int, min_ratio: float) -> Call
 class SequenceModel(L.LightningModule):
     """Trains ``net`` on ``task`` in the ``layout`` of its model kind.
 
-    Metrics per evaluation length ``L``, for splits ``val`` and ``test``:
-    ``{split}/exact_match/len_{L}`` (the whole greedy answer right) and
-    ``{split}/token_acc/len_{L}`` (share of greedy answer tokens right), plus their means over
-    in-distribution (``{split}/id/...``) and out-of-distribution (``{split}/ood/...``) lengths.
+    Each validation and test epoch scores every ``pelab.metrics.METRICS`` per evaluation
+    length; ``scores[split]`` keeps the last epoch's ``{length: {metric: value}}`` of each split
+    (``val``, ``test``), and the loggers get them with their in- and out-of-distribution means
+    (``pelab.metrics.logged_values``). ``positions`` is the run's position sampler
+    (``pelab.positions.build_sampler``).
     """
 
     def __init__(
@@ -47,7 +47,7 @@ class SequenceModel(L.LightningModule):
         optimizer: Callable[..., torch.optim.Optimizer],
         warmup_steps: int = 100,
         min_lr_ratio: float = 0.1,
-        positions: ContiguousPositions | RandomizedPositions | None = None,
+        positions: PositionSampler | None = None,
         compile: bool = False,
     ) -> None:
         super().__init__()
@@ -63,15 +63,12 @@ class SequenceModel(L.LightningModule):
         self.warmup_steps, self.min_lr_ratio = warmup_steps, min_lr_ratio
         self.metrics = nn.ModuleDict(
             {
-                _key(metric, length): MeanMetric()
+                _state(metric, length): MeanMetric()
                 for metric in METRICS
                 for length in task.eval_lengths
             }
         )
-        self.final_metrics: dict[str, float] = {}
-
-    def forward(self, tokens: Tensor, positions: Tensor | None = None) -> Tensor:
-        return self.net(tokens, positions)
+        self.scores: dict[str, Scores] = {}
 
     def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
         prompt, answer = batch
@@ -84,15 +81,11 @@ class SequenceModel(L.LightningModule):
 
     def sequence_positions(
         self, prompt: Tensor, answer_length: int, generator: torch.Generator | None = None
-    ) -> Tensor | None:
-        """Positions of the canonical sequence ``BOS prompt SEP answer`` (``n + m + 2`` tokens):
-        the task's own coordinates when it has them (e.g. a grid's (row, col)), else the run's
-        position sampler (``None``: contiguous ``0 .. n+m+1``)."""
+    ) -> Tensor:
+        """Positions of the canonical sequence ``BOS prompt SEP answer``,
+        ``[b|1, n + m + 2(, k)]``, from the run's sampler."""
         b, n = prompt.shape
-        coordinates = self.task.coordinates(n, answer_length)  # [n + m + 2, k] or None
-        if coordinates is not None:
-            return coordinates[None].to(prompt.device)
-        return self.positions(b, n + answer_length + 2, generator, prompt.device)
+        return self.positions(b, n, answer_length, generator, prompt.device)
 
     def _evaluate(self, batch: dict[str, Tensor], batch_idx: int, dataloader_idx: int) -> None:
         prompt, answer = batch["prompt"], batch["answer"]
@@ -102,8 +95,8 @@ class SequenceModel(L.LightningModule):
         generator = torch.Generator().manual_seed(length * 100_003 + batch_idx)
         positions = self.sequence_positions(prompt, m, generator)
         correct = self.layout.predict(self.net, prompt, m, positions) == answer
-        self.metrics[_key("exact_match", length)].update(correct.all(dim=-1).float())
-        self.metrics[_key("token_acc", length)].update(correct.float().mean(dim=-1))
+        self.metrics[_state("exact_match", length)].update(correct.all(dim=-1).float())
+        self.metrics[_state("token_acc", length)].update(correct.float().mean(dim=-1))
 
     def validation_step(
         self, batch: dict[str, Tensor], batch_idx: int, dataloader_idx: int = 0
@@ -114,21 +107,16 @@ class SequenceModel(L.LightningModule):
         self._evaluate(batch, batch_idx, dataloader_idx)
 
     def _log_epoch(self, split: str) -> None:
-        values: dict[str, float] = {}
+        scores: Scores = {length: {} for length in self.task.eval_lengths}
         for metric in METRICS:
-            per_length = {}
             for length in self.task.eval_lengths:
-                state = self.metrics[_key(metric, length)]
-                per_length[length] = float(state.compute())
+                state = self.metrics[_state(metric, length)]
+                scores[length][metric] = float(state.compute())
                 state.reset()
-                values[f"{split}/{metric}/len_{length}"] = per_length[length]
-            for group, keep in (("id", True), ("ood", False)):
-                chosen = [v for n, v in per_length.items() if self.task.in_distribution(n) == keep]
-                if chosen:
-                    values[f"{split}/{group}/{metric}"] = sum(chosen) / len(chosen)
-        for key, value in values.items():
-            self.log(key, value, prog_bar=key == f"{split}/id/exact_match")
-        self.final_metrics.update(values)
+        self.scores[split] = scores
+        shown = mean_key(split, "id", "exact_match")
+        for key, value in logged_values(split, scores, self.task.in_distribution).items():
+            self.log(key, value, prog_bar=key == shown)
 
     def on_validation_epoch_end(self) -> None:
         self._log_epoch("val")
@@ -146,5 +134,6 @@ class SequenceModel(L.LightningModule):
         }
 
 
-def _key(metric: str, length: int) -> str:
+def _state(metric: str, length: int) -> str:
+    """The name of a metric's running state (a ``ModuleDict`` key: no dots or slashes)."""
     return f"{metric}_len{length}"

@@ -1,6 +1,13 @@
-"""Positions, in one module: the ``Positions`` that every encoding hook reads, and the position
-samplers that decide which positions a sequence of ``n`` tokens gets (an axis of every run,
-independent of the encoding: ``positions=contiguous|randomized``)."""
+"""Positions, in one module.
+
+- ``Positions``: the query and key positions every encoding hook reads (``pelab.pe.base``);
+  ``Positions.of`` is the one conversion from a tensor (or nothing: contiguous) to it.
+- Position samplers: which positions the canonical sequence ``BOS prompt SEP answer`` of a
+  batch gets, ``[b|1, n + m + 2(, k)]``. One is chosen per run at build time
+  (``build_sampler``): the task's own coordinates when it has k-D ones (a grid), else
+  ``positions=contiguous`` (``0 .. n+m+1``) or ``positions=randomized`` (Ruoss et al. 2023).
+  Every sampler returns a tensor, so nothing downstream has a "no positions" case.
+"""
 
 from __future__ import annotations
 
@@ -29,14 +36,28 @@ class Positions:
 
     @classmethod
     def contiguous(cls, n: int, device: torch.device | None = None, offset: int = 0) -> Positions:
-        pos = torch.arange(offset, offset + n, device=device)[None]
-        return cls(pos, pos)
+        return cls.of(None, n, device, offset)
 
     @classmethod
     def from_tensor(cls, pos: Tensor) -> Positions:
         """``[n]`` (one unbatched sequence), ``[b|1, n]`` or ``[b|1, n, k]``: a 2-D tensor is
         always batched 1-D positions, never ``[n, k]``."""
-        if pos.dim() == 1:
+        return cls.of(pos, pos.shape[0] if pos.dim() == 1 else pos.shape[1])
+
+    @classmethod
+    def of(
+        cls,
+        pos: Tensor | None,
+        n: int,
+        device: torch.device | None = None,
+        offset: int = 0,
+    ) -> Positions:
+        """The positions of ``n`` tokens fed to a network: ``pos`` as given (``[n]``,
+        ``[b|1, n]`` or ``[b|1, n, k]``), or, when a caller gives none, ``offset .. offset+n-1``
+        (a network called directly, without a sampler)."""
+        if pos is None:
+            pos = contiguous(n, device, offset)
+        elif pos.dim() == 1:
             pos = pos[None]
         return cls(pos, pos)
 
@@ -66,8 +87,13 @@ class Positions:
         return self._memo[key]
 
 
+def contiguous(n: int, device: torch.device | None = None, offset: int = 0) -> Tensor:
+    """``[1, n]``: positions ``offset .. offset + n - 1``."""
+    return torch.arange(offset, offset + n, device=device)[None]
+
+
 class ContiguousPositions:
-    """Positions ``0 .. n-1``: the model's default (returns None)."""
+    """Positions ``0 .. n+m+1`` of ``BOS prompt SEP answer``: the default."""
 
     max_position = 0  # imposes no size on the model
 
@@ -75,9 +101,15 @@ class ContiguousPositions:
         """Any length works; a task with its own k-D coordinates (a grid) uses those."""
 
     def __call__(
-        self, batch: int, n: int, generator: torch.Generator | None = None, device=None
-    ) -> None:
-        return None
+        self,
+        batch: int,
+        prompt_length: int,
+        answer_length: int,
+        generator: torch.Generator | None = None,
+        device: torch.device | None = None,
+    ) -> Tensor:
+        """``[1, n + m + 2]`` (the same for every sequence of the batch)."""
+        return contiguous(prompt_length + answer_length + 2, device)
 
 
 class RandomizedPositions:
@@ -111,8 +143,50 @@ class RandomizedPositions:
             )
 
     def __call__(
-        self, batch: int, n: int, generator: torch.Generator | None = None, device=None
+        self,
+        batch: int,
+        prompt_length: int,
+        answer_length: int,
+        generator: torch.Generator | None = None,
+        device: torch.device | None = None,
     ) -> Tensor:
-        """``[batch, n]`` sorted positions, distinct within each row (drawn on the CPU)."""
+        """``[batch, n + m + 2]`` sorted positions, distinct within each row (drawn on the
+        CPU)."""
+        n = prompt_length + answer_length + 2
         scores = torch.rand(batch, self.max_position, generator=generator)
         return scores.topk(n, dim=-1).indices.sort(dim=-1).values.to(device)
+
+
+class TaskCoordinates:
+    """The task's own k-D coordinates of ``BOS prompt SEP answer`` (e.g. a grid's (row, col)),
+    ``[1, n + m + 2, k]``: the sampler of every task with ``position_dims > 1``."""
+
+    max_position = 0
+
+    def __init__(self, task: Any) -> None:
+        self.task = task
+
+    def check(self, longest: int, position_dims: int = 1) -> None:
+        """The task's coordinates fit the task at every length."""
+
+    def __call__(
+        self,
+        batch: int,
+        prompt_length: int,
+        answer_length: int,
+        generator: torch.Generator | None = None,
+        device: torch.device | None = None,
+    ) -> Tensor:
+        return self.task.coordinates(prompt_length, answer_length)[None].to(device)
+
+
+PositionSampler = ContiguousPositions | RandomizedPositions | TaskCoordinates
+
+
+def build_sampler(
+    configured: ContiguousPositions | RandomizedPositions, task: Any
+) -> PositionSampler:
+    """The run's sampler: ``configured`` (``positions=``), checked against the task's longest
+    sequence and coordinates, or the task's own coordinates when it has k-D ones."""
+    configured.check(task.max_sequence_length(), task.position_dims)
+    return TaskCoordinates(task) if task.position_dims > 1 else configured

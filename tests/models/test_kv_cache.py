@@ -12,6 +12,7 @@ from pelab.models.encoder_decoder import EncoderDecoder
 from pelab.models.transformer import Transformer
 from pelab.pe import PE_REGISTRY
 from pelab.pe.rotary import SCALINGS
+from pelab.positions import contiguous
 
 ALL = sorted(PE_REGISTRY)
 CACHED = [n for n in ALL if PE_REGISTRY[n].supports_kv_cache]
@@ -48,14 +49,14 @@ def encoder_decoder(name: str) -> EncoderDecoder:
     return sharpened(net)
 
 
-def positions(name: str, batch: int, n: int, randomized: bool) -> torch.Tensor | None:
-    """Positions for ``n`` tokens that the encoding reads: 1-D contiguous (None) or a sorted
+def positions(name: str, batch: int, n: int, randomized: bool) -> torch.Tensor:
+    """Positions for ``n`` tokens that the encoding reads: 1-D contiguous or a sorted
     random subset of ``[0, MAX_LEN)`` per row; 2-D (row, col) cells of a 4-wide grid or random
     cells of an 8 x 8 grid."""
     g = torch.Generator().manual_seed(n)
     if position_dims(name) == 1:
         if not randomized:
-            return None
+            return contiguous(n)
         return torch.rand(batch, MAX_LEN, generator=g).topk(n).indices.sort().values
     if not randomized:
         t = torch.arange(n)
@@ -63,8 +64,8 @@ def positions(name: str, batch: int, n: int, randomized: bool) -> torch.Tensor |
     return torch.randint(0, 8, (batch, n, 2), generator=g)
 
 
-def cut(pos: torch.Tensor | None, start: int, stop: int) -> torch.Tensor | None:
-    return None if pos is None else pos[:, start:stop]
+def cut(pos: torch.Tensor, start: int, stop: int) -> torch.Tensor:
+    return pos[:, start:stop]
 
 
 RANDOMIZED = pytest.mark.parametrize("randomized", [False, True], ids=["contiguous", "randomized"])
@@ -123,17 +124,17 @@ def test_cached_decoding_feeds_the_prompt_once_then_one_token_per_step():
     net = decoder("rope")
     calls = []
     net.register_forward_pre_hook(lambda module, args: calls.append(args[0].shape[1]))
-    DecoderLayout.predict(net, torch.randint(3, VOCAB, (2, 5)), 4)
+    DecoderLayout.predict(net, torch.randint(3, VOCAB, (2, 5)), 4, contiguous(11))
     assert calls == [7, 1, 1, 1]  # BOS + 5 prompt tokens + SEP, then each prediction but the last
     calls.clear()
-    DecoderLayout.predict(net, torch.randint(3, VOCAB, (2, 5)), 4, use_cache=False)
+    DecoderLayout.predict(net, torch.randint(3, VOCAB, (2, 5)), 4, contiguous(11), use_cache=False)
     assert calls == [7, 8, 9, 10]
 
 
 def test_encoder_decoder_encodes_once_and_decodes_one_token_per_step():
     net = encoder_decoder("t5_bias")
     encoded, decoded = fed_lengths(net, "encode"), fed_lengths(net, "decode")
-    EncoderDecoderLayout.predict(net, torch.randint(3, VOCAB, (2, 5)), 4)
+    EncoderDecoderLayout.predict(net, torch.randint(3, VOCAB, (2, 5)), 4, contiguous(11))
     assert encoded == [7] and decoded == [1, 1, 1, 1]
 
 
@@ -166,7 +167,7 @@ def test_an_encoding_without_cache_support_falls_back_to_full_forwards(caplog):
     net.register_forward_pre_hook(lambda module, args: calls.append(args[0].shape[1]))
     _note_full_forwards.cache_clear()  # the note is logged once per process
     with caplog.at_level("INFO", logger="pelab.layouts"):
-        DecoderLayout.predict(net, torch.randint(3, VOCAB, (2, 5)), 3)
+        DecoderLayout.predict(net, torch.randint(3, VOCAB, (2, 5)), 3, contiguous(10))
     assert calls == [7, 8, 9]
     assert "re-runs the whole prefix" in caplog.text
     with pytest.raises(ValueError, match="cannot decode with a key/value cache"):

@@ -7,12 +7,19 @@ import torch
 
 from pelab.errors import ConfigError
 from pelab.pe.base import ModelDims
-from pelab.pe.rotary import SCALINGS, RotaryPE
+from pelab.pe.rotary import SCALINGS, RotaryPE, RotaryScaling, ScalingInput
 from pelab.positions import Positions
 
 
-def dims(head_dim: int, heads: int = 1) -> ModelDims:
-    return ModelDims(d_model=head_dim * heads, n_heads=heads, n_layers=1, causal=True, max_len=64)
+def dims(head_dim: int, heads: int = 1, train_max_len: int = 0) -> ModelDims:
+    return ModelDims(
+        d_model=head_dim * heads,
+        n_heads=heads,
+        n_layers=1,
+        causal=True,
+        max_len=64,
+        train_max_len=train_max_len,
+    )
 
 
 def freqs(pe: RotaryPE, n: int = 4) -> tuple[torch.Tensor, float]:
@@ -26,6 +33,25 @@ def scores(pe: RotaryPE, q: torch.Tensor, k: torch.Tensor, positions: torch.Tens
 
 def test_the_registry_lists_every_strategy():
     assert list(SCALINGS) == ["none", "linear", "ntk", "dynamic_ntk", "yarn"]
+    assert all(name == record.name for name, record in SCALINGS.items())
+    assert [n for n, s in SCALINGS.items() if s.needs_original_max_len] == ["dynamic_ntk", "yarn"]
+    assert [n for n, s in SCALINGS.items() if s.length_dependent] == ["dynamic_ntk"]
+    assert [n for n, s in SCALINGS.items() if s.min_rot_dim > 2] == ["ntk", "dynamic_ntk"]
+
+
+def test_a_new_strategy_is_one_record(monkeypatch):
+    # halve every frequency and scale q and k by 3: no other change to RotaryPE
+    def halve(x: ScalingInput) -> torch.Tensor:
+        return x.inv_freq / 2
+
+    record = RotaryScaling("halve", halve, lambda factor: 3.0, length_dependent=True)
+    monkeypatch.setitem(SCALINGS, "halve", record)
+    pe = RotaryPE(dims(4), base=100.0, scaling="halve")
+    inv_freq, scale = freqs(pe)
+    assert torch.allclose(inv_freq, torch.tensor([0.5, 0.05])) and scale == 3.0
+    assert not pe.supports_kv_cache
+    with pytest.raises(ConfigError, match=r"valid choices: .*'yarn', 'halve'"):
+        RotaryPE(dims(4), scaling="halve_again")
 
 
 @pytest.mark.parametrize("layout", ["interleaved", "half"])
@@ -129,11 +155,38 @@ def test_static_strategies_keep_scores_shift_invariant(scaling):
     assert torch.allclose(scores(pe, q, k, base), scores(pe, q, k, base + 50), atol=1e-4)
 
 
+@pytest.mark.parametrize("scaling", ["dynamic_ntk", "yarn"])
+def test_the_original_length_defaults_to_the_models_training_length(scaling):
+    torch.manual_seed(0)
+    options = dict(base=100.0, scaling=scaling, scaling_factor=4)
+    given = RotaryPE(dims(8), original_max_len=20, **options)
+    from_dims = RotaryPE(dims(8, train_max_len=20), **options)
+    assert from_dims.original_max_len == 20
+    q, k = torch.randn(1, 1, 40, 8), torch.randn(1, 1, 40, 8)
+    positions = torch.arange(40)  # beyond 20: dynamic NTK grows its factor
+    assert torch.equal(scores(from_dims, q, k, positions), scores(given, q, k, positions))
+    # and the length matters: another one changes the scores
+    other = RotaryPE(dims(8, train_max_len=20), original_max_len=5, **options)
+    assert not torch.allclose(scores(other, q, k, positions), scores(given, q, k, positions))
+
+
+def test_an_explicit_original_length_overrides_the_models_training_length():
+    pe = RotaryPE(
+        dims(4, train_max_len=1000), scaling="yarn", scaling_factor=4, original_max_len=256
+    )
+    assert pe.original_max_len == 256
+    assert torch.allclose(freqs(pe)[0], torch.tensor([1.0, 0.01 / 4]))  # as with L = 256 alone
+
+
 @pytest.mark.parametrize(
     ("options", "message"),
     [
         ({"scaling": "rescale"}, r"unknown pe.scaling 'rescale'; valid choices: .*'yarn'"),
-        ({"scaling": "yarn", "scaling_factor": 4}, r"pe.scaling=yarn needs pe.original_max_len"),
+        (
+            {"scaling": "yarn", "scaling_factor": 4},
+            r"pe.scaling=yarn needs pe.original_max_len or the model's train_max_len .*neither",
+        ),
+        ({"scaling": "yarn", "original_max_len": 0}, r"pe.scaling=yarn needs .*got 0"),
         ({"scaling": "dynamic_ntk"}, r"pe.scaling=dynamic_ntk needs pe.original_max_len"),
         ({"scaling_factor": 4}, r"pe.scaling_factor=4 has no effect with pe.scaling=none"),
         ({"scaling": "linear", "scaling_factor": 0.5}, r"scaling_factor must be >= 1 .*got 0.5"),

@@ -114,3 +114,16 @@ def test_scaling_strategies_apply_to_xpos_too():
     pe = XPosPE(dims(4), base=100.0, scaling="linear", scaling_factor=2)
     inv_freq, _ = pe.frequencies(Positions.contiguous(3))
     assert torch.allclose(inv_freq, torch.tensor([0.5, 0.05]))
+
+
+def test_xpos_scaling_reads_the_training_length_from_the_model_dims():
+    torch.manual_seed(0)
+    trained = ModelDims(8, 1, 1, True, max_len=64, train_max_len=16)
+    options = dict(scaling="yarn", scaling_factor=4, scale_base=16.0)
+    from_dims = XPosPE(trained, **options)
+    given = XPosPE(dims(8), original_max_len=16, **options)
+    q, k = torch.randn(1, 1, 30, 8), torch.randn(1, 1, 30, 8)
+    positions = torch.arange(30)
+    assert torch.equal(scores(from_dims, q, k, positions), scores(given, q, k, positions))
+    with pytest.raises(ConfigError, match=r"pe.scaling=yarn needs pe.original_max_len"):
+        XPosPE(dims(8), **options)

@@ -65,10 +65,9 @@ def test_fused_and_eager_attention_score_the_same_trained_model_alike(tmp_path, 
     data = TaskDataModule(task, 8, 1, cfg.seed, 8, cfg.paths.cache_dir)
     trainer = L.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False)
     trainer.test(model, datamodule=data, verbose=False)
-    fused = {k: v for k, v in model.final_metrics.items() if k.startswith("test/")}
+    fused = model.scores["test"]
     eager = record["metrics"]["test"]
-    assert {k.split("/len_")[1] for k in fused if "/len_" in k} == set(eager)
-    for key, value in fused.items():
-        if "/len_" in key:
-            metric, length = key.removeprefix("test/").split("/len_")
-            assert value == pytest.approx(eager[length][metric], abs=1e-6), key
+    assert {str(length) for length in fused} == set(eager)
+    for length, scores in fused.items():
+        for metric, value in scores.items():
+            assert value == pytest.approx(eager[str(length)][metric], abs=1e-6), (length, metric)

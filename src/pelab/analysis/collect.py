@@ -8,13 +8,12 @@ Every job a sweep launched is a row, whatever became of it (``status``):
   process was killed (out of memory, a time limit) or is still running;
 - ``missing``: the sweep's grid (its ``multirun.yaml``) has the job, but no job directory exists.
 
-Re-evaluations (``scripts/eval.py`` writes ``results.json`` with a ``checkpoint`` key) are not
-training runs and are skipped.
+Re-evaluations (records of ``kind: eval``, ``pelab.record``) are not training runs and are
+skipped.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import re
@@ -23,19 +22,23 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from hydra._internal.config_loader_impl import ConfigLoaderImpl
+from hydra._internal.config_search_path_impl import ConfigSearchPathImpl
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import ValueType
+from hydra.core.plugins import Plugins
 from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 
 from pelab.errors import ConfigError
-from pelab.utils.results import summarize
+from pelab.metrics import GROUPS as SPLITS
+from pelab.metrics import METRICS
+from pelab.record import CHOICE_GROUPS as CHOICES
+from pelab.record import RESULTS, read_record
 
 log = logging.getLogger(__name__)
 
-CHOICES = ("pe", "task", "model", "positions", "trainer", "experiment")
-METRICS = ("exact_match", "token_acc")
-SPLITS = ("id", "ood")
 NOT_SET = "-"  # a choice or an override that a run did not set
 # overrides that say how a job ran, not what it trains: a re-run with them is the same job
 BOOKKEEPING = ("skip_completed", "resume", "ckpt_path")
@@ -81,13 +84,13 @@ def directory_records(root: Path) -> list[dict[str, Any]]:
     """Every training run under ``root``: finished ones from their ``results.json``, crashed
     ones from their ``.hydra/`` directory, missing ones from their sweep's ``multirun.yaml``."""
     records = []
-    for path in sorted(root.rglob("results.json"), key=_natural):
-        record = json.loads(path.read_text())
-        if "checkpoint" not in record:
+    for path in sorted(root.rglob(RESULTS), key=_natural):
+        record = read_record(path)
+        if record["kind"] == "train":
             records.append({**record, "source": str(path.parent), "overrides": _overrides(path)})
     for hydra_dir in sorted(root.rglob(".hydra"), key=_natural):
         job = hydra_dir.parent
-        if not (job / "results.json").exists() and (record := _crashed(job)) is not None:
+        if not (job / RESULTS).exists() and (record := _crashed(job)) is not None:
             records.append(record)
     for multirun in sorted(root.rglob("multirun.yaml")):
         records += _missing(multirun.parent, records)
@@ -126,10 +129,26 @@ def _choices(hydra_cfg: DictConfig, config: DictConfig) -> dict[str, Any]:
 
 def sweep_jobs(multirun: DictConfig) -> list[list[str]]:
     """The override lists of every job of a sweep, expanded by Hydra's own basic sweeper from
-    ``hydra.sweeper.params`` and the command-line overrides saved in ``multirun.yaml``."""
+    ``hydra.sweeper.params`` and the command-line overrides saved in ``multirun.yaml``; a
+    ``glob(...)`` over a config group lists the group in the config tree the sweep was composed
+    from (``hydra.runtime.config_sources``), as Hydra did when it launched the sweep."""
     params = multirun.hydra.sweeper.get("params") or {}
     arguments = [f"{k}={v}" for k, v in params.items()] + list(multirun.hydra.overrides.task)
-    overrides = OverridesParser.create().parse_overrides(arguments)
+    Plugins.instance()  # registers the config source schemes (file://, pkg://, ...)
+    search_path = ConfigSearchPathImpl()
+    for source in OmegaConf.select(multirun, "hydra.runtime.config_sources", default=[]):
+        search_path.append(source.provider, f"{source.schema}://{source.path}")
+    parser = OverridesParser.create(config_loader=ConfigLoaderImpl(search_path))
+    overrides = parser.parse_overrides(arguments)
+    for override in overrides:
+        if override.value_type == ValueType.GLOB_CHOICE_SWEEP and not list(
+            override.sweep_string_iterator()
+        ):
+            roots = [element.path for element in search_path.get_path()]
+            raise HydraException(
+                f"{override.input_line} matches no config in the sweep's config tree {roots} "
+                "(moved or deleted?)"
+            )
     return [job for batch in BasicSweeper.split_arguments(overrides, None) for job in batch]
 
 
@@ -137,7 +156,7 @@ def _missing(sweep_dir: Path, found: list[dict[str, Any]]) -> list[dict[str, Any
     multirun = OmegaConf.load(sweep_dir / "multirun.yaml")
     try:
         jobs = sweep_jobs(multirun)
-    except HydraException as error:  # e.g. glob(*) needs the config tree to expand
+    except HydraException as error:  # e.g. a glob(*) whose config tree is gone
         log.warning(
             "cannot expand the grid of %s (%s): missing jobs not detected", sweep_dir, error
         )
@@ -193,17 +212,17 @@ def wandb_records(path: str, filters: dict[str, str] | None = None) -> list[dict
 
 
 def wandb_record(run: Any) -> dict[str, Any]:
-    """A W&B run (``wandb.Api`` object) as the record its ``results.json`` would hold."""
+    """A W&B run (``wandb.Api`` object) as the record its ``results.json`` would hold: the
+    ``metrics`` section comes as data from the run's summary (``pelab.runner.finish_wandb``)."""
     summary = {k: v for k, v in dict(run.summary).items() if not k.startswith("_")}
     config = dict(run.config)
     status = summary.get("status") or WANDB_STATES.get(run.state, run.state)
-    numbers = {k: v for k, v in summary.items() if isinstance(v, int | float)}
     return {
         "status": status,
         "error": summary.get("error")
         or (f"W&B state: {run.state}" if status != "completed" else ""),
         "choices": config.get("choices") or {},
-        "metrics": summarize(numbers) if status == "completed" else {},
+        "metrics": dict(summary.get("metrics") or {}) if status == "completed" else {},
         "train_lengths": (config.get("task") or {}).get("train_lengths"),
         "config": config,
         "overrides": summary.get("overrides") or [],

@@ -78,11 +78,7 @@ class KVCache:
     def advance(self, n: int, positions: Tensor | None, device: torch.device) -> Positions:
         """Positions of a step that feeds ``n`` new tokens: queries at the new tokens' positions
         (given, or continuing ``0, 1, ..`` when None), keys at those of every token so far."""
-        new = (
-            Positions.contiguous(n, device, offset=self.length).q
-            if positions is None
-            else Positions.from_tensor(positions).q
-        )
+        new = Positions.of(positions, n, device, offset=self.length).q
         keys = new if self.positions is None else _concat_tokens(self.positions, new)
         self.positions, self.length = keys, self.length + n
         return Positions(new, keys)

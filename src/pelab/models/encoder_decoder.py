@@ -86,6 +86,7 @@ class EncoderDecoder(nn.Module):
         dropout: float = 0.0,
         attn_impl: str = "auto",
         position_dims: int = 1,
+        train_max_len: int = 0,
     ) -> None:
         super().__init__()
         check_sizes(d_model, n_heads, n_layers)
@@ -93,9 +94,17 @@ class EncoderDecoder(nn.Module):
 
         def dims(causal: bool) -> ModelDims:
             return ModelDims(
-                d_model, n_heads, n_layers, causal, max_len, vocab_size, position_dims
+                d_model,
+                n_heads,
+                n_layers,
+                causal,
+                max_len,
+                vocab_size,
+                position_dims,
+                train_max_len,
             )
 
+        self.dims = dims(True)  # the decoder's; the encoder's differ only in ``causal``
         self.tok_emb = nn.Embedding(vocab_size, d_model)
         try:
             self.encoder = Stack(dims(False), pe, d_ff, dropout, attn_impl, cross_attention=False)
@@ -107,11 +116,7 @@ class EncoderDecoder(nn.Module):
 
     def encode(self, tokens: Tensor, positions: Tensor | None = None) -> Memory:
         """``tokens: [b, n]`` and their positions (default ``0..n-1``) -> the encoder's output."""
-        pos = (
-            Positions.contiguous(tokens.shape[1], tokens.device)
-            if positions is None
-            else Positions.from_tensor(positions)
-        )
+        pos = Positions.of(positions, tokens.shape[1], tokens.device)
         return Memory(self.encoder(self.tok_emb(tokens), tokens, pos), pos.q)
 
     def decode(
@@ -126,10 +131,8 @@ class EncoderDecoder(nn.Module):
         already fed, as in ``Transformer.forward``."""
         if cache is not None:
             pos = cache.advance(tokens.shape[1], positions, tokens.device)
-        elif positions is None:
-            pos = Positions.contiguous(tokens.shape[1], tokens.device)
         else:
-            pos = Positions.from_tensor(positions)
+            pos = Positions.of(positions, tokens.shape[1], tokens.device)
         x = self.decoder(self.tok_emb(tokens), tokens, pos, cache, memory)
         return self.head(x)
 

@@ -151,11 +151,12 @@ class Transformer(nn.Module):
         dropout: float = 0.0,
         attn_impl: str = "auto",
         position_dims: int = 1,
+        train_max_len: int = 0,
     ) -> None:
         super().__init__()
         check_sizes(d_model, n_heads, n_layers)
         self.dims = ModelDims(
-            d_model, n_heads, n_layers, causal, max_len, vocab_size, position_dims
+            d_model, n_heads, n_layers, causal, max_len, vocab_size, position_dims, train_max_len
         )
         self.pe = pe(self.dims)
         self.tok_emb = nn.Embedding(vocab_size, d_model)
@@ -195,10 +196,8 @@ class Transformer(nn.Module):
         """
         if cache is not None:
             pos = cache.advance(tokens.shape[1], positions, tokens.device)
-        elif positions is None:
-            pos = Positions.contiguous(tokens.shape[1], tokens.device)
         else:
-            pos = Positions.from_tensor(positions)
+            pos = Positions.of(positions, tokens.shape[1], tokens.device)
         x = run_blocks(self.pe, self.blocks, self.tok_emb(tokens), tokens, pos, cache)
         return self.head(self.norm(x))
 

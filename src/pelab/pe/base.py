@@ -10,11 +10,15 @@ where it acts                 families                              hook
 token embeddings, once        sinusoidal, learned, ...              ``embed(x, tokens, pos)``
 each block's input            FLOATER                               ``layer_input(x, pos, l)``
 q and k before the product    RoPE, xPos                            ``transform_qk(q, k, pos)``
-logits, content-free          ALiBi, T5 buckets, Kerple, FIRE       ``logit_bias(pos)``
+logits, content-free          ALiBi, T5 buckets, Kerple, FIRE       ``logit_bias(pos, l)``
 logits, content-dependent     Shaw, Transformer-XL, DeBERTa, CoPE   ``modify_logits(...)``
 probabilities after softmax   URPE                                  ``modify_probs(...)``
 attention output (values)     Shaw values                           ``modify_output(...)``
 ============================  ====================================  ============================
+
+An encoding also declares its ``shift`` class (``SHIFT_CLASSES``), what shifting every position
+by the same offset does to it; the contract tests check each class's promise. Several encodings act
+as one through ``pelab.pe.composed.ComposedPE``.
 
 Shapes: ``b`` batch, ``h`` heads, ``i``/``j`` query/key index, ``d`` head dim, ``n`` length.
 """
@@ -23,11 +27,21 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, ClassVar
 
 from torch import Tensor, nn
 
 from pelab.errors import ConfigError
 from pelab.positions import Positions
+
+# What shifting all positions by the same offset (in every axis, for k-D positions) does to an
+# encoding's outputs, from most to least invariant:
+SHIFT_CLASSES = (
+    "relative",  # nothing: it reads only differences of positions, or no positions at all
+    "relative_below_threshold",  # nothing while every position stays below a (learned) threshold
+    "absolute",  # the model sees the shift
+)
+EAGER_HOOKS = ("modify_logits", "modify_probs", "modify_output")  # the fused kernel has no room
 
 
 @dataclass(frozen=True)
@@ -41,10 +55,23 @@ class ModelDims:
     max_len: int  # the longest sequence this run will feed the model (train and eval)
     vocab_size: int = 0  # token ids are 0 .. vocab_size - 1 (0: unknown to the encoding)
     position_dims: int = 1  # coordinates per position the task gives: 1 (sequence), 2 (grid)
+    # the longest sequence seen in training (BOS + prompt + SEP + answer at the longest training
+    # length); 0 when unknown. Context-length scalings (RoPE's pe.scaling) read it.
+    train_max_len: int = 0
 
     @property
     def head_dim(self) -> int:
         return self.d_model // self.n_heads
+
+
+class class_or_instance_method:
+    """A method bound to the instance when called on one, to the class when called on the class."""
+
+    def __init__(self, func: Callable[..., Any]) -> None:
+        self.func = func
+
+    def __get__(self, obj: object, owner: type) -> Callable[..., Any]:
+        return self.func.__get__(owner if obj is None else obj, owner)
 
 
 class PositionalEncoding(nn.Module):
@@ -58,6 +85,7 @@ class PositionalEncoding(nn.Module):
     causal_only = False  # True: defined for decoders only; an encoder gets a ConfigError
     position_dims: int | None = 1  # coordinates it reads per position; None: reads no positions
     supports_kv_cache = True  # False: greedy decoding re-runs full forwards (pelab.layouts)
+    shift: ClassVar[str]  # one of SHIFT_CLASSES, declared by every registered encoding
 
     def __init__(self, dims: ModelDims) -> None:
         super().__init__()
@@ -90,8 +118,10 @@ class PositionalEncoding(nn.Module):
         """Queries and keys ``[b, h, n, d]`` before the dot product."""
         return q, k
 
-    def logit_bias(self, pos: Positions) -> Tensor | None:
-        """A content-free additive bias ``[b|1, h|1, i, j]`` on the logits, or None."""
+    def logit_bias(self, pos: Positions, layer: int) -> Tensor | None:
+        """A content-free additive bias ``[b|1, h|1, i, j]`` on the logits of block ``layer``, or
+        None. An encoding that memoises it (``pos.memo``) keys the memo by ``layer`` when the bias
+        depends on it."""
         return None
 
     def modify_logits(
@@ -108,13 +138,14 @@ class PositionalEncoding(nn.Module):
         """Change of the attention output ``[b, h, i, d]`` (e.g. relative value vectors)."""
         return out
 
-    @classmethod
-    def needs_eager_attention(cls) -> bool:
-        """True when a hook that the fused attention kernel cannot express is overridden."""
-        base = PositionalEncoding
+    @class_or_instance_method
+    def needs_eager_attention(pe: PositionalEncoding | type[PositionalEncoding]) -> bool:
+        """True when a hook that the fused attention kernel cannot express (``EAGER_HOOKS``) is
+        overridden. Asked of a class (the registry) or an instance (attention; a composition
+        answers from its parts)."""
+        cls = pe if isinstance(pe, type) else type(pe)
         return any(
-            getattr(cls, name) is not getattr(base, name)
-            for name in ("modify_logits", "modify_probs", "modify_output")
+            getattr(cls, name) is not getattr(PositionalEncoding, name) for name in EAGER_HOOKS
         )
 
 
@@ -127,6 +158,11 @@ def register_pe(name: str) -> Callable[[type[PositionalEncoding]], type[Position
     def add(cls: type[PositionalEncoding]) -> type[PositionalEncoding]:
         if name in PE_REGISTRY:
             raise ValueError(f"positional encoding {name!r} is registered twice")
+        if getattr(cls, "shift", None) not in SHIFT_CLASSES:
+            raise ValueError(
+                f"positional encoding {name!r} declares shift={getattr(cls, 'shift', None)!r}; "
+                f"every encoding declares one of {SHIFT_CLASSES}"
+            )
         PE_REGISTRY[name] = cls
         cls.pe_name = name
         return cls
@@ -151,3 +187,14 @@ class NoPE(PositionalEncoding):
     an encoder without positions is permutation-equivariant."""
 
     position_dims = None
+    shift = "relative"
+
+
+def memo_derived(
+    pos: Positions, tag: Any, sources: tuple[Tensor | None, ...], compute: Callable[[], Tensor]
+) -> Tensor:
+    """``pos.memo`` for a tensor derived from ``sources`` (e.g. a bias with the causal mask): once
+    per forward for the same source tensors (a bias all layers share), afresh for new ones (a
+    per-layer bias). The memo keeps the sources alive, so no other tensor can take their ``id``
+    while ``pos`` lives."""
+    return pos.memo((tag, *map(id, sources)), lambda: (sources, compute()))[1]

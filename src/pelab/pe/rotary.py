@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -56,111 +57,112 @@ LAYOUTS = {
 }
 
 
-# ---- frequency strategies ----------------------------------------------------------------------
-# Each maps the base frequencies ``inv_freq: [r/2]`` (theta_i = base^(-2i/r)) to the frequencies
-# used, plus a scale applied to both q and k (so the logits are scaled by its square):
-#   (inv_freq, rot_dim, base, factor, original_max_len, current_len) -> (inv_freq, scale)
-# ``original_max_len`` is None when not configured; ``current_len`` is None unless the strategy is
-# in LENGTH_DEPENDENT (it is the longest position + 1 of the current forward pass).
-Strategy = Callable[[Tensor, int, float, float, int | None, int | None], tuple[Tensor, float]]
+# ---- context-length scaling: one record per strategy -------------------------------------------
 
 
-def no_scaling(
-    inv_freq: Tensor,
-    rot_dim: int,
-    base: float,
-    factor: float,
-    original_max_len: int | None,
-    current_len: int | None,
-) -> tuple[Tensor, float]:
-    return inv_freq, 1.0
+@dataclass(frozen=True)
+class ScalingInput:
+    """What a strategy reads in one forward pass."""
+
+    inv_freq: Tensor  # the unscaled theta_i = base^(-2i/r), [r/2]
+    rot_dim: int  # r
+    base: float
+    factor: float  # s >= 1
+    original_max_len: int | None  # L, the training length (None: unknown)
+    current_len: int | None  # the largest position + 1 of this pass (None unless length_dependent)
 
 
-def linear_scaling(
-    inv_freq: Tensor,
-    rot_dim: int,
-    base: float,
-    factor: float,
-    original_max_len: int | None,
-    current_len: int | None,
-) -> tuple[Tensor, float]:
+def unit_scale(factor: float) -> float:
+    return 1.0
+
+
+@dataclass(frozen=True)
+class RotaryScaling:
+    """A context-length scaling strategy (``pe.scaling``): the frequencies RoPE uses instead of
+    ``theta_i``, and a scale ``qk_scale(s)`` on both q and k (the logits get its square)."""
+
+    name: str
+    frequencies: Callable[[ScalingInput], Tensor]  # -> [r/2]
+    qk_scale: Callable[[float], float] = unit_scale
+    uses_factor: bool = True  # False: pe.scaling_factor must stay 1
+    needs_original_max_len: bool = False
+    length_dependent: bool = False  # follows the current length: cached keys go stale, no cache
+    min_rot_dim: int = 2  # fewest rotated dims r the formula is defined for
+
+
+def no_scaling(x: ScalingInput) -> Tensor:
+    return x.inv_freq
+
+
+def linear_scaling(x: ScalingInput) -> Tensor:
     """Position interpolation (Chen et al. 2023, "Extending Context Window of Large Language
     Models via Positional Interpolation"): ``m -> m / s``, i.e. every ``theta_i / s``."""
-    return inv_freq / factor, 1.0
+    return x.inv_freq / x.factor
 
 
 def ntk_frequencies(rot_dim: int, base: float, factor: float) -> Tensor:
     """NTK-aware scaling (bloc97 2023; Peng et al. 2023, section 3.1): keep the formula, raise the
     base, ``base' = base * s^(r / (r - 2))``: the highest frequency is unchanged and the lowest is
-    divided by exactly ``s``."""
+    divided by exactly ``s``. Needs ``r >= 4``."""
     new_base = base * factor ** (rot_dim / (rot_dim - 2))
     return new_base ** (-torch.arange(0, rot_dim, 2, dtype=torch.float32) / rot_dim)
 
 
-def ntk_scaling(
-    inv_freq: Tensor,
-    rot_dim: int,
-    base: float,
-    factor: float,
-    original_max_len: int | None,
-    current_len: int | None,
-) -> tuple[Tensor, float]:
-    return ntk_frequencies(rot_dim, base, factor).to(inv_freq.device), 1.0
+def ntk_scaling(x: ScalingInput) -> Tensor:
+    return ntk_frequencies(x.rot_dim, x.base, x.factor).to(x.inv_freq.device)
 
 
-def dynamic_ntk_scaling(
-    inv_freq: Tensor,
-    rot_dim: int,
-    base: float,
-    factor: float,
-    original_max_len: int | None,
-    current_len: int | None,
-) -> tuple[Tensor, float]:
+def dynamic_ntk_scaling(x: ScalingInput) -> Tensor:
     """Dynamic NTK (emozilla 2023; Peng et al. 2023, section 3.3): no change up to
     ``original_max_len = L``; beyond it, NTK-aware with ``s' = s * n / L - (s - 1)`` for the
     current length ``n``: continuous at ``n = L``, and ``s = 1`` gives Peng et al.'s
     ``s' = n / L``."""
-    if current_len <= original_max_len:
-        return inv_freq, 1.0
-    grown = factor * current_len / original_max_len - (factor - 1)
-    return ntk_frequencies(rot_dim, base, grown).to(inv_freq.device), 1.0
+    if x.current_len <= x.original_max_len:
+        return x.inv_freq
+    grown = x.factor * x.current_len / x.original_max_len - (x.factor - 1)
+    return ntk_frequencies(x.rot_dim, x.base, grown).to(x.inv_freq.device)
 
 
 YARN_ALPHA, YARN_BETA = 1.0, 32.0  # Peng et al. 2023, section 3.2 (their values for Llama)
 
 
-def yarn_scaling(
-    inv_freq: Tensor,
-    rot_dim: int,
-    base: float,
-    factor: float,
-    original_max_len: int | None,
-    current_len: int | None,
-) -> tuple[Tensor, float]:
+def yarn_scaling(x: ScalingInput) -> Tensor:
     """YaRN (Peng et al. 2023, "YaRN: Efficient Context Window Extension of Large Language
-    Models"), NTK-by-parts plus attention temperature.
+    Models"), NTK-by-parts (with ``yarn_temperature``).
 
     Dim ``i`` turns ``r_i = L / lambda_i`` times within ``L = original_max_len``, with wavelength
     ``lambda_i = 2 pi / theta_i``. Ramp ``gamma = clamp((r_i - alpha) / (beta - alpha), 0, 1)``,
     ``alpha = 1``, ``beta = 32``; ``theta_i' = (1 - gamma) theta_i / s + gamma theta_i``: dims
     that turn more than beta times keep their frequency, those turning less than once are
-    interpolated by ``s``. Temperature ``sqrt(1/t) = 0.1 ln(s) + 1`` multiplies q and k.
+    interpolated by ``s``.
     """
-    turns = original_max_len * inv_freq / (2 * math.pi)  # r_i = L / lambda_i
+    turns = x.original_max_len * x.inv_freq / (2 * math.pi)  # r_i = L / lambda_i
     gamma = ((turns - YARN_ALPHA) / (YARN_BETA - YARN_ALPHA)).clamp(0.0, 1.0)
-    return (1 - gamma) * inv_freq / factor + gamma * inv_freq, 0.1 * math.log(factor) + 1.0
+    return (1 - gamma) * x.inv_freq / x.factor + gamma * x.inv_freq
 
 
-SCALINGS: dict[str, Strategy] = {
-    "none": no_scaling,
-    "linear": linear_scaling,
-    "ntk": ntk_scaling,
-    "dynamic_ntk": dynamic_ntk_scaling,
-    "yarn": yarn_scaling,
+def yarn_temperature(factor: float) -> float:
+    """YaRN's attention temperature (Peng et al. 2023, section 3.4): ``sqrt(1/t) = 0.1 ln(s) + 1``
+    multiplies q and k."""
+    return 0.1 * math.log(factor) + 1.0
+
+
+SCALINGS: dict[str, RotaryScaling] = {
+    s.name: s
+    for s in (
+        RotaryScaling("none", no_scaling, uses_factor=False),
+        RotaryScaling("linear", linear_scaling),
+        RotaryScaling("ntk", ntk_scaling, min_rot_dim=4),  # base * s^(r / (r - 2))
+        RotaryScaling(
+            "dynamic_ntk",
+            dynamic_ntk_scaling,
+            needs_original_max_len=True,
+            length_dependent=True,
+            min_rot_dim=4,  # as ntk
+        ),
+        RotaryScaling("yarn", yarn_scaling, yarn_temperature, needs_original_max_len=True),
+    )
 }
-NEEDS_ORIGINAL_MAX_LEN = ("dynamic_ntk", "yarn")
-LENGTH_DEPENDENT = ("dynamic_ntk",)
-NEEDS_BASE = ("ntk", "dynamic_ntk")  # base * s^(r / (r - 2)): needs r > 2
 
 
 @register_pe("rope")
@@ -172,14 +174,16 @@ class RotaryPE(PositionalEncoding):
     only. Remaining dims pass through unrotated (GPT-NeoX's partial rotary). Rotation runs in
     float32 whatever the autocast dtype.
 
-    ``scaling`` picks a frequency strategy (see ``SCALINGS``) with factor ``s = scaling_factor``;
-    ``none`` is plain RoPE. ``original_max_len`` (the context length the model was trained on) is
-    required by ``dynamic_ntk`` and ``yarn``: an encoding cannot know the training length by
-    itself. YaRN's temperature multiplies all of q and k (rotated or not), so the logits are
+    ``scaling`` picks a strategy record (see ``SCALINGS``) with factor ``s = scaling_factor``;
+    ``none`` is plain RoPE. ``original_max_len`` (the context length the model was trained on,
+    needed by ``dynamic_ntk`` and ``yarn``) defaults to ``dims.train_max_len``; set it to
+    override. YaRN's temperature multiplies all of q and k (rotated or not), so the logits are
     scaled by exactly ``1/t = (0.1 ln s + 1)^2``. ``dynamic_ntk`` reads the current length as the
     largest position + 1, so unlike the others it is shift invariant only below
     ``original_max_len``.
     """
+
+    shift = "relative"
 
     def __init__(
         self,
@@ -204,46 +208,51 @@ class RotaryPE(PositionalEncoding):
                 f"model.net.n_heads={dims.n_heads}) and fraction={fraction} -> "
                 f"{dims.head_dim * fraction:g} dims"
             )
-        self._check_scaling(scaling, scaling_factor, original_max_len)
+        if original_max_len is None:
+            original_max_len = dims.train_max_len or None
+        self.scaling = self._check_scaling(scaling, scaling_factor, original_max_len)
         self.layout, self.base = layout, base
-        self.scaling, self.scaling_factor = scaling, float(scaling_factor)
-        self.original_max_len = original_max_len
-        self.supports_kv_cache = scaling not in LENGTH_DEPENDENT  # cached keys keep old θ
+        self.scaling_factor, self.original_max_len = float(scaling_factor), original_max_len
+        self.supports_kv_cache = not self.scaling.length_dependent  # cached keys keep old θ
         self.make_rotation, self.apply_rotation = LAYOUTS[layout]
         inv_freq = base ** (-torch.arange(0, self.rot_dim, 2, dtype=torch.float32) / self.rot_dim)
         self.register_buffer("inv_freq", inv_freq, persistent=False)  # unscaled theta_i, [r/2]
 
-    def _check_scaling(self, scaling: str, factor: float, original_max_len: int | None) -> None:
-        if scaling not in SCALINGS:
-            raise ConfigError(f"unknown pe.scaling {scaling!r}; valid choices: {list(SCALINGS)}")
-        if scaling == "none" and factor != 1.0:
+    def _check_scaling(
+        self, name: str, factor: float, original_max_len: int | None
+    ) -> RotaryScaling:
+        """The record of ``pe.scaling=name``, once the options fit it."""
+        if name not in SCALINGS:
+            raise ConfigError(f"unknown pe.scaling {name!r}; valid choices: {list(SCALINGS)}")
+        scaling = SCALINGS[name]
+        if not scaling.uses_factor and factor != 1.0:
             raise ConfigError(
-                f"pe.scaling_factor={factor} has no effect with pe.scaling=none; pick a strategy: "
-                f"{[s for s in SCALINGS if s != 'none']}"
+                f"pe.scaling_factor={factor} has no effect with pe.scaling={name}; pick a "
+                f"strategy: {[n for n, s in SCALINGS.items() if s.uses_factor]}"
             )
         if factor < 1.0:
             raise ConfigError(
                 f"pe.scaling_factor must be >= 1 (a context extension), got {factor}"
             )
-        if scaling in NEEDS_ORIGINAL_MAX_LEN and (
-            original_max_len is None or original_max_len < 1
-        ):
+        if scaling.needs_original_max_len and (original_max_len is None or original_max_len < 1):
+            got = "neither is set" if original_max_len is None else f"got {original_max_len}"
             raise ConfigError(
-                f"pe.scaling={scaling} needs pe.original_max_len (the sequence length the model "
-                f"was trained on, >= 1), got {original_max_len}"
+                f"pe.scaling={name} needs pe.original_max_len or the model's train_max_len (the "
+                f"longest sequence the model was trained on, >= 1); {got}"
             )
-        if scaling in NEEDS_BASE and self.rot_dim < 4:
+        if self.rot_dim < scaling.min_rot_dim:
             raise ConfigError(
-                f"pe.scaling={scaling} raises the base by s^(r/(r-2)), which needs r >= 4 rotated "
-                f"dims; got r={self.rot_dim}"
+                f"pe.scaling={name} needs r >= {scaling.min_rot_dim} rotated dims; got "
+                f"r={self.rot_dim} (pe.fraction * head_dim)"
             )
+        return scaling
 
     def frequencies(self, pos: Positions) -> tuple[Tensor, float]:
         """The scaled frequencies ``[r/2]`` and q/k scale for this forward pass."""
         current_len = None
-        if self.scaling in LENGTH_DEPENDENT:
+        if self.scaling.length_dependent:
             current_len = int(torch.maximum(pos.q.max(), pos.k.max())) + 1
-        return SCALINGS[self.scaling](
+        given = ScalingInput(
             self.inv_freq,
             self.rot_dim,
             self.base,
@@ -251,6 +260,7 @@ class RotaryPE(PositionalEncoding):
             self.original_max_len,
             current_len,
         )
+        return self.scaling.frequencies(given), self.scaling.qk_scale(self.scaling_factor)
 
     def magnitude(self, positions: Tensor, sign: int) -> Tensor | None:
         """Per-pair scale of the rotation at ``positions: [b|1, n]`` (None: pure rotation);

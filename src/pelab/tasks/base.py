@@ -121,13 +121,6 @@ class Task(ABC):
         if length < 1:
             raise ConfigError(f"{type(self).__name__}: lengths must be >= 1, got {length}")
 
-    def supports_length(self, length: int) -> bool:
-        try:
-            self.check_length(length)
-        except ConfigError:
-            return False
-        return True
-
     @classmethod
     def example(cls, directory: Path) -> Task:
         """A small instance with default settings, for generic tests, the benchmark and docs.
@@ -154,18 +147,29 @@ class Task(ABC):
         """Answer tokens at ``length`` on the task's length axis."""
         return length
 
-    def coordinates(self, prompt_length: int, answer_length: int) -> Tensor | None:
-        """The task's own positions for ``BOS prompt SEP answer``, ``[n + m + 2, position_dims]``,
-        or None to use the run's position sampler (1-D tasks)."""
-        return None
+    def coordinates(self, prompt_length: int, answer_length: int) -> Tensor:
+        """The task's own positions for ``BOS prompt SEP answer``, ``[n + m + 2, position_dims]``:
+        required of a task with ``position_dims > 1`` (the run then samples no positions,
+        ``pelab.positions.TaskCoordinates``); a 1-D task takes the run's position sampler."""
+        raise NotImplementedError(
+            f"{type(self).__name__} has position_dims={self.position_dims} but no coordinates()"
+        )
 
     def in_distribution(self, length: int) -> bool:
         return self.train_lengths[0] <= length <= self.train_lengths[1]
 
+    def sequence_length(self, length: int) -> int:
+        """Tokens of the canonical sequence ``BOS prompt SEP answer`` at ``length``."""
+        return self.prompt_length(length) + self.answer_length(length) + 2
+
     def max_sequence_length(self) -> int:
-        """Tokens of the longest sequence any layout feeds the model: BOS, prompt, SEP, answer."""
-        longest = max(self.train_lengths[1], *self.eval_lengths)
-        return self.prompt_length(longest) + self.answer_length(longest) + 2
+        """Tokens of the longest sequence any layout feeds the model, training or evaluation."""
+        return self.sequence_length(max(self.train_lengths[1], *self.eval_lengths))
+
+    def max_train_sequence_length(self) -> int:
+        """Tokens of the longest training sequence (the context length a model was trained on,
+        e.g. the ``original_max_len`` of RoPE scalings)."""
+        return self.sequence_length(self.train_lengths[1])
 
     def sample(self, batch: int, length: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
         """``batch`` prompts of uniformly random symbols, ``[b, prompt_length(length)]``, and

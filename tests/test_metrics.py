@@ -3,8 +3,15 @@
 import pytest
 import torch
 
-from pelab.chance import chance_levels, chance_means, constant_answers, eval_chance
 from pelab.data.eval_sets import load_eval_set
+from pelab.metrics import (
+    chance_levels,
+    constant_answers,
+    eval_chance,
+    group_means,
+    logged_values,
+    summary,
+)
 from pelab.tasks import TASK_REGISTRY
 
 
@@ -61,22 +68,50 @@ def test_binary_answers_have_one_half_chance():
 def test_eval_chance_scores_the_cached_test_sets(tmp_path):
     task = TASK_REGISTRY["bucket_sort"](eval_lengths=[1, 16])
     chance = eval_chance(task, "test", 512, tmp_path)
-    assert list(chance) == ["1", "16"]
+    assert list(chance) == [1, 16]
     answers = load_eval_set(task, "test", 16, 512, tmp_path)[:]["answer"]
-    assert chance["16"] == chance_levels(answers)
-    assert chance["1"]["exact_match"] == pytest.approx(1 / 5, abs=0.06)  # 5 symbols
+    assert chance[16] == chance_levels(answers)
+    assert chance[1]["exact_match"] == pytest.approx(1 / 5, abs=0.06)  # 5 symbols
     # sorted answers: the first slot is mostly the smallest symbol, the last the largest
-    assert chance["16"]["token_acc"] > 0.5 > chance["16"]["exact_match"]
+    assert chance[16]["token_acc"] > 0.5 > chance[16]["exact_match"]
 
 
 def test_chance_means_average_the_lengths_inside_and_outside_the_training_range():
     task = TASK_REGISTRY["copy"](train_lengths=[1, 8], eval_lengths=[4, 8, 16])
     per_length = {
-        "4": {"exact_match": 0.2, "token_acc": 0.4},
-        "8": {"exact_match": 0.0, "token_acc": 0.2},
-        "16": {"exact_match": 0.1, "token_acc": 0.3},
+        4: {"exact_match": 0.2, "token_acc": 0.4},
+        8: {"exact_match": 0.0, "token_acc": 0.2},
+        16: {"exact_match": 0.1, "token_acc": 0.3},
     }
-    means = chance_means(per_length, task)
-    assert means["chance_id"] == pytest.approx({"exact_match": 0.1, "token_acc": 0.3})
-    assert means["chance_ood"] == per_length["16"]
-    assert "chance_ood" not in chance_means({"4": per_length["4"]}, task)
+    means = group_means(per_length, task.in_distribution)
+    assert means["id"] == pytest.approx({"exact_match": 0.1, "token_acc": 0.3})
+    assert means["ood"] == per_length[16]
+    assert "ood" not in group_means({4: per_length[4]}, task.in_distribution)
+
+
+def test_logged_values_and_the_summary_come_from_the_same_scores():
+    task = TASK_REGISTRY["copy"](train_lengths=[1, 8], eval_lengths=[4, 16])
+    scores = {
+        16: {"exact_match": 0.0, "token_acc": 0.5},
+        4: {"exact_match": 1.0, "token_acc": 1.0},
+    }
+    assert logged_values("val", scores, task.in_distribution) == {
+        "val/exact_match/len_16": 0.0,
+        "val/token_acc/len_16": 0.5,
+        "val/exact_match/len_4": 1.0,
+        "val/token_acc/len_4": 1.0,
+        "val/id/exact_match": 1.0,
+        "val/id/token_acc": 1.0,
+        "val/ood/exact_match": 0.0,
+        "val/ood/token_acc": 0.5,
+    }
+    chance = {
+        4: {"exact_match": 0.1, "token_acc": 0.2},
+        16: {"exact_match": 0.0, "token_acc": 0.1},
+    }
+    section = summary({"test": scores}, task.in_distribution, chance)
+    assert list(section["test"]) == ["4", "16"]  # JSON keys, in increasing length
+    assert section["test"]["16"] == scores[16] and "val" not in section
+    assert section["test_id"] == scores[4] and section["test_ood"] == scores[16]
+    assert section["chance"]["4"] == chance[4]
+    assert section["chance_id"] == chance[4] and section["chance_ood"] == chance[16]

@@ -1,4 +1,20 @@
-"""``results.json``: one file per run, written atomically, that every later tool reads."""
+"""The run record, ``results.json``: one schema for training runs and re-evaluations, defined
+here and nowhere else, written atomically, read by every later tool.
+
+Keys (``SCHEMA_VERSION`` 2; a record without ``schema_version`` is version 1, read as is):
+
+- ``schema_version``; ``kind``: ``train`` or ``eval`` (a re-evaluation of a checkpoint);
+- ``status``: ``running`` (written on entry: a job killed outright keeps it), ``completed`` or
+  ``failed``, with ``error`` (one line) when failed;
+- ``choices``: the config-group choices (model, pe, task, ...) and the seed; ``config``: the
+  resolved config; ``checkpoint``: the checkpoint a re-evaluation tested (``eval`` only);
+- ``metrics``: ``pelab.metrics.summary`` (test per length, its in- and out-of-distribution
+  means, the last validation, the chance levels);
+- ``train_lengths``; ``params`` (``total``, ``pe``); ``model_dims``: the ``ModelDims`` the
+  model was built with (re-evaluation rebuilds the model with them); ``resumed_from`` and
+  ``warnings`` when there are any;
+- ``wall_time_s``, library ``versions``, ``python``, ``git_commit`` and ``git_dirty``.
+"""
 
 from __future__ import annotations
 
@@ -18,6 +34,33 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 PACKAGES = ("pelab", "torch", "lightning", "hydra-core", "wandb", "datasets")
+SCHEMA_VERSION = 2
+KINDS = ("train", "eval")
+RESULTS = "results.json"  # the record's file name in a run's output directory
+# the config groups whose choices a record keeps (``choices``, beside the seed)
+CHOICE_GROUPS = ("model", "pe", "task", "positions", "trainer", "experiment")
+
+
+def new_record(kind: str, choices: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
+    """The record of a run that starts now (``status: running``)."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown run kind {kind!r}; valid choices: {KINDS}")
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "kind": kind,
+        "status": "running",
+        "choices": choices,
+        "config": config,
+    }
+
+
+def read_record(path: str | Path) -> dict[str, Any]:
+    """A ``results.json``, with ``schema_version`` and ``kind`` filled in for version 1 records
+    (which marked a re-evaluation only by its ``checkpoint`` key)."""
+    record = json.loads(Path(path).read_text())
+    record.setdefault("schema_version", 1)
+    record.setdefault("kind", "eval" if "checkpoint" in record else "train")
+    return record
 
 
 def write_json_atomic(path: str | Path, data: dict[str, Any]) -> Path:
@@ -69,35 +112,6 @@ def _git(*args: str) -> str | None:
         ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return None
-
-
-def per_length(metrics: dict[str, float], split: str) -> dict[str, dict[str, float]]:
-    """``{"test/exact_match/len_16": x, ...}`` -> ``{"16": {"exact_match": x, ...}, ...}``."""
-    table: dict[str, dict[str, float]] = {}
-    prefix = f"{split}/"
-    for key, value in metrics.items():
-        if key.startswith(prefix) and "/len_" in key:
-            metric, length = key[len(prefix) :].split("/len_")
-            table.setdefault(length, {})[metric] = value
-    return dict(sorted(table.items(), key=lambda kv: int(kv[0])))
-
-
-def group_metrics(metrics: dict[str, float], prefix: str) -> dict[str, float]:
-    """``{"test/id/exact_match": x}`` with prefix ``test/id/`` -> ``{"exact_match": x}``."""
-    return {k[len(prefix) :]: v for k, v in metrics.items() if k.startswith(prefix)}
-
-
-def summarize(metrics: dict[str, float]) -> dict[str, Any]:
-    """The ``metrics`` section of ``results.json``: test per length, its in- and out-of-
-    distribution means, and the last validation per length (when there was one)."""
-    summary = {
-        "test": per_length(metrics, "test"),
-        "test_id": group_metrics(metrics, "test/id/"),
-        "test_ood": group_metrics(metrics, "test/ood/"),
-    }
-    if val := per_length(metrics, "val"):
-        summary["val"] = val
-    return summary
 
 
 def failure_reason(error: BaseException) -> str:

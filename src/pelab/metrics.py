@@ -1,0 +1,142 @@
+"""Metrics, in one home: their names, the key format of the loggers, per-length scores, the
+in- and out-of-distribution means, and chance levels.
+
+Scores travel as data, never through strings: a split's scores are ``Scores``,
+``{length: {metric: value}}``; ``summary`` turns the test (and validation) scores and the chance
+levels into the ``metrics`` section of ``results.json``; ``logged_values`` formats the flat keys
+that the loggers (W&B, CSV, the progress bar) show, and nothing parses them back.
+
+Metrics (``METRICS``), for every evaluation length ``L``:
+
+- ``exact_match``: the whole greedy answer is right;
+- ``token_acc``: the share of greedy answer tokens that are right, position by position.
+
+Chance levels: the score of the best *input-independent* predictor, one that gives the same
+answer to every prompt of a length (exact match: the most frequent whole answer; token accuracy:
+the most frequent token at each answer position). Fitted and scored on the same samples such a
+predictor is overrated (among ``n`` distinct answers the "most frequent" one is right ``1/n`` of
+the time although a constant answer is almost never right), so it is *cross-fitted*: fitted on
+one half of the set and scored on the other, both ways round. It is computed from the very set
+the model is scored on, so it needs no per-task formula and covers every task, a user's dataset
+included.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from pelab.data.eval_sets import load_eval_set
+from pelab.tasks.base import Task
+
+METRICS = ("exact_match", "token_acc")
+GROUPS = ("id", "ood")  # lengths inside / outside the training range
+Scores = dict[int, dict[str, float]]  # {length: {metric: value}}
+
+
+def length_key(split: str, metric: str, length: int) -> str:
+    """The logger key of one metric at one length: ``test/exact_match/len_16``."""
+    return f"{split}/{metric}/len_{length}"
+
+
+def mean_key(split: str, group: str, metric: str) -> str:
+    """The logger key of a mean over a group of lengths: ``test/id/exact_match``."""
+    return f"{split}/{group}/{metric}"
+
+
+def group_means(scores: Scores, in_distribution: Callable[[int], bool]) -> dict[str, dict]:
+    """``{"id": {metric: mean}, "ood": {...}}``: each metric averaged over the lengths inside
+    (``id``) and outside (``ood``) the training range; a group without lengths is left out."""
+    means = {}
+    for group in GROUPS:
+        chosen = [v for n, v in scores.items() if in_distribution(n) == (group == "id")]
+        if chosen:
+            means[group] = {m: sum(v[m] for v in chosen) / len(chosen) for m in chosen[0]}
+    return means
+
+
+def logged_values(
+    split: str, scores: Scores, in_distribution: Callable[[int], bool]
+) -> dict[str, float]:
+    """The flat values the loggers get: every metric per length and the group means."""
+    values = {
+        length_key(split, metric, length): value
+        for length, per_metric in scores.items()
+        for metric, value in per_metric.items()
+    }
+    for group, means in group_means(scores, in_distribution).items():
+        values |= {mean_key(split, group, metric): v for metric, v in means.items()}
+    return values
+
+
+def as_json(scores: Scores) -> dict[str, dict[str, float]]:
+    """Scores with string length keys, in increasing length (how ``results.json`` holds them)."""
+    return {str(length): dict(scores[length]) for length in sorted(scores)}
+
+
+def summary(
+    scores: dict[str, Scores],
+    in_distribution: Callable[[int], bool],
+    chance: Scores | None = None,
+) -> dict[str, Any]:
+    """The ``metrics`` section of ``results.json``: ``test`` per length with its means
+    ``test_id`` and ``test_ood``; ``val`` per length (the last validation, when there was one);
+    ``chance`` per length with ``chance_id`` and ``chance_ood`` (when given)."""
+    test = scores.get("test", {})
+    means = group_means(test, in_distribution)
+    section: dict[str, Any] = {
+        "test": as_json(test),
+        "test_id": means.get("id", {}),
+        "test_ood": means.get("ood", {}),
+    }
+    if scores.get("val"):
+        section["val"] = as_json(scores["val"])
+    if chance is not None:
+        section["chance"] = as_json(chance)
+        section |= {
+            f"chance_{group}": v for group, v in group_means(chance, in_distribution).items()
+        }
+    return section
+
+
+def constant_answers(answers: Tensor) -> tuple[Tensor, Tensor]:
+    """The most frequent whole answer ``[m]`` and the most frequent token per position ``[m]``
+    of ``answers: [n, m]`` (ties go to the smallest, so the result is deterministic)."""
+    rows, counts = answers.unique(dim=0, return_counts=True)  # rows sorted: ties -> smallest
+    whole = rows[counts.argmax()]
+    columns = answers.T  # [m, n]
+    counts = torch.zeros(columns.shape[0], int(answers.max()) + 1, dtype=torch.long)
+    counts.scatter_add_(1, columns, torch.ones_like(columns))  # [m, V]: count of each token
+    return whole, counts.argmax(dim=-1)
+
+
+def chance_levels(answers: Tensor) -> dict[str, float]:
+    """Cross-fitted chance levels of exact match and token accuracy on ``answers: [n, m]``."""
+    n = answers.shape[0]
+    folds = (
+        [(answers, answers)]
+        if n < 2
+        else [
+            (answers[: n // 2], answers[n // 2 :]),
+            (answers[n // 2 :], answers[: n // 2]),
+        ]
+    )
+    exact = tokens = 0.0
+    for fit, score in folds:
+        whole, per_position = constant_answers(fit)
+        exact += float((score == whole).all(dim=-1).sum())
+        tokens += float((score == per_position).float().mean(dim=-1).sum())
+    total = sum(score.shape[0] for _, score in folds)
+    return {"exact_match": exact / total, "token_acc": tokens / total}
+
+
+def eval_chance(task: Task, split: str, n: int, cache_dir: str | Path | None) -> Scores:
+    """The chance levels on the (cached) ``split`` sets of ``task``, per evaluation length."""
+    return {
+        length: chance_levels(load_eval_set(task, split, length, n, cache_dir)[:]["answer"])
+        for length in task.eval_lengths
+    }

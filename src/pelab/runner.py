@@ -1,0 +1,170 @@
+"""The one run executor: a training run (``pelab.train``) and a re-evaluation of a checkpoint
+(``pelab.evaluate``) both go through ``execute``, so both leave the same ``results.json``
+(``pelab.record``), print the same table, build their trainer and loggers the same way, score
+chance levels on the same test sets, and close their W&B run with their outcome."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+from hydra.core.hydra_config import HydraConfig
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+
+from pelab.lit_module import SequenceModel
+from pelab.metrics import Scores, eval_chance, summary
+from pelab.record import CHOICE_GROUPS, RESULTS, new_record, recorded
+from pelab.reliability.checkpoints import AtomicCheckpointIO
+from pelab.tasks.base import Task
+from pelab.utils.report import print_results
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Outcome:
+    """What a finished run hands to its record: the task, the scores of each split, the chance
+    levels of the test sets, the model's sizes, and notes."""
+
+    task: Task
+    scores: dict[str, Scores]
+    chance: Scores | None
+    params: dict[str, int]
+    model_dims: dict[str, Any]
+    resumed_from: str | None = None
+    warnings: list[str] = field(default_factory=list)
+
+
+def execute(
+    kind: str,
+    output_dir: str | Path,
+    choices: dict[str, Any],
+    config: dict[str, Any],
+    work: Callable[[], Outcome],
+    **extra: Any,
+) -> dict[str, Any]:
+    """Run ``work`` inside its record: ``results.json`` in ``output_dir`` is written on entry
+    (``running``), and on exit ``completed`` with the outcome or ``failed`` with the error (which
+    is re-raised); the per-length table is printed and the W&B run is closed either way."""
+    record = new_record(kind, choices, config) | extra
+    try:
+        with recorded(Path(output_dir) / RESULTS, record):
+            outcome = work()
+            task = outcome.task
+            record.update(
+                status="completed",
+                metrics=summary(outcome.scores, task.in_distribution, outcome.chance),
+                train_lengths=list(task.train_lengths),
+                params=outcome.params,
+                model_dims=outcome.model_dims,
+            )
+            if outcome.resumed_from is not None:
+                record["resumed_from"] = outcome.resumed_from
+            if outcome.warnings:
+                record["warnings"] = outcome.warnings
+            print_results(record, task)
+        return record
+    finally:
+        finish_wandb(record)
+
+
+def outcome(cfg: DictConfig, model: SequenceModel, **notes: Any) -> Outcome:
+    """The outcome of a model whose test (``cfg.test``) has run: its scores, and the chance level
+    of each metric on the very test sets it was scored on."""
+    task = model.task
+    chance = eval_chance(task, "test", task.n_test, cfg.paths.cache_dir) if cfg.test else None
+    return Outcome(
+        task=task,
+        scores=dict(model.scores),
+        chance=chance,
+        params=model.net.num_params(),
+        model_dims=asdict(model.net.dims),
+        **notes,
+    )
+
+
+def make_trainer(
+    cfg: DictConfig,
+    params: dict[str, int],
+    notes: list[str],
+    callbacks: Sequence[L.Callback] = (),
+) -> L.Trainer:
+    """``cfg.trainer`` with the configured callbacks (plus ``callbacks``), the loggers that could
+    start, and atomic checkpoint writes."""
+    loggers = working_loggers(instantiate_all(cfg.get("logger")), cfg, params, notes)
+    return instantiate(
+        cfg.trainer,
+        callbacks=[*instantiate_all(cfg.get("callbacks")), *callbacks],
+        logger=loggers or False,
+        plugins=[AtomicCheckpointIO()],
+    )
+
+
+def instantiate_all(section: DictConfig | None) -> list[Any]:
+    """Instantiate each entry with a ``_target_`` (callbacks, loggers); skip null entries."""
+    if not section:
+        return []
+    return [instantiate(c) for c in section.values() if c is not None and "_target_" in c]
+
+
+def working_loggers(
+    loggers: list[Any], cfg: DictConfig, params: dict[str, int], notes: list[str]
+) -> list[Any]:
+    """The loggers that could start (a W&B run starts here, at its first call): one that fails,
+    e.g. W&B without a network in online mode, is dropped with a note, and the run goes on with
+    its local ``results.json`` and checkpoints."""
+    hparams = {
+        **OmegaConf.to_container(cfg, resolve=True),
+        "params": params,
+        "choices": choices(cfg),
+    }
+    working = []
+    for logger in loggers:
+        try:
+            logger.log_hyperparams(hparams)
+        except Exception as error:  # a logger's failure must not cost the run
+            note = f"{type(logger).__name__} failed to start and was dropped: {error!r}"
+            log.warning(note)
+            notes.append(note)
+        else:
+            working.append(logger)
+    return working
+
+
+def choices(cfg: DictConfig) -> dict[str, Any]:
+    """The config-group choices of this run (model, pe, task, ...) and its seed."""
+    picked = dict(HydraConfig.get().runtime.choices) if HydraConfig.initialized() else {}
+    return {**{k: picked.get(k) for k in CHOICE_GROUPS}, "seed": cfg.seed}
+
+
+def finish_wandb(record: dict[str, Any]) -> None:
+    """Close this job's W&B run with its outcome, which ``make_table.py wandb:<project>`` reads:
+    ``status``, ``error``, the command-line ``overrides`` and the record's ``metrics`` section
+    (as data) in the summary, the chance levels of the means beside ``test/id/*`` and
+    ``test/ood/*``, and exit code 1 for a failure (W&B then shows the run as failed)."""
+    import wandb
+
+    if wandb.run is None:
+        return
+    overrides = list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
+    metrics = record.get("metrics", {})
+    chance = {
+        f"{split}/{metric}": value
+        for split in ("chance_id", "chance_ood")
+        for metric, value in metrics.get(split, {}).items()
+    }
+    wandb.run.summary.update(
+        {
+            "status": record["status"],
+            "error": record.get("error", ""),
+            "overrides": overrides,
+            "metrics": metrics,
+            **chance,
+        }
+    )
+    wandb.finish(exit_code=0 if record["status"] == "completed" else 1)
