@@ -1,0 +1,86 @@
+"""The import rules of the package: shared names live in leaf modules, tasks know no encoding or
+model, results analysis knows no model, and only the modules that build or describe an encoding
+import ``pelab.pe``. Read from the source (every ``import``, at any depth), not at run time."""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "src" / "pelab"
+
+# outside pelab.pe, the modules that build or describe an encoding, and why
+ENCODING_USERS = {
+    "pelab.models.attention": "calls the hooks of the encoding interface",
+    "pelab.models.transformer": "builds the encoding from the model's dimensions",
+    "pelab.models.encoder_decoder": "builds one encoding per stack",
+    "pelab.train": "registers the encodings and builds the run's model",
+    "pelab.evaluate": "describes the options every encoding takes (eval's pe.<option>)",
+    "pelab.analysis.inspect_pe": "builds encodings to draw what they compute",
+}
+LEAVES = ("pelab.errors", "pelab.tokens")
+MODEL_SIDE = ("pelab.pe", "pelab.models", "pelab.layouts", "pelab.lit_module", "pelab.train")
+MODEL_SIDE += ("pelab.runner", "pelab.evaluate")
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported(path: Path) -> set[str]:
+    """Every ``pelab`` module ``path`` imports, anywhere in the file."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+            names |= {f"{node.module}.{alias.name}" for alias in node.names}
+        elif isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+    return {n for n in names if n == "pelab" or n.startswith("pelab.")}
+
+
+MODULES = {module_name(p): imported(p) for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def within(name: str, prefixes: tuple[str, ...] | str) -> bool:
+    prefixes = (prefixes,) if isinstance(prefixes, str) else prefixes
+    return any(name == p or name.startswith(f"{p}.") for p in prefixes)
+
+
+def test_the_rules_see_the_package():
+    assert {"pelab.errors", "pelab.tasks.copy", "pelab.analysis.collect"} <= set(MODULES)
+    assert "pelab.pe.base" in MODULES["pelab.models.attention"]
+
+
+@pytest.mark.parametrize("leaf", LEAVES)
+def test_leaf_modules_import_no_pelab_module(leaf):
+    assert MODULES[leaf] == set()
+
+
+def test_only_the_modules_that_build_or_describe_an_encoding_import_pelab_pe():
+    users = {
+        name
+        for name, imports in MODULES.items()
+        if not within(name, "pelab.pe") and any(within(i, "pelab.pe") for i in imports)
+    }
+    assert users <= set(ENCODING_USERS), f"imports pelab.pe: {sorted(users - set(ENCODING_USERS))}"
+
+
+def test_tasks_know_no_encoding_model_or_layout():
+    allowed = ("pelab.errors", "pelab.tokens", "pelab.tasks")
+    for name, imports in MODULES.items():
+        if within(name, "pelab.tasks"):
+            assert all(within(i, allowed) for i in imports), (name, sorted(imports))
+
+
+def test_positions_and_metrics_know_no_model():
+    for name in ("pelab.positions", "pelab.metrics", "pelab.record"):
+        assert not any(within(i, MODEL_SIDE) for i in MODULES[name]), name
+
+
+def test_results_analysis_knows_no_model():
+    for name, imports in MODULES.items():
+        if within(name, "pelab.analysis") and name not in ENCODING_USERS:
+            wrong = sorted(i for i in imports if within(i, MODEL_SIDE))
+            assert not wrong, f"{name} imports {wrong}"
