@@ -1,5 +1,5 @@
 """The real command line, in subprocesses: sweeps through Hydra's launchers, a failing job, the
-table of a sweep. (Every task is run in-process by the task tests.)"""
+table of a sweep, each app's --help. (Every task is run in-process by the task tests.)"""
 
 import json
 import os
@@ -174,6 +174,34 @@ def test_a_single_failing_run_exits_1_with_its_error(tmp_path, repo_root):
     assert proc.returncode == 1
     assert "ConfigError" in proc.stderr and "head_dim=9" in proc.stderr
     assert json.loads((tmp_path / "run" / "results.json").read_text())["status"] == "failed"
+
+
+GROUPS = "task: addition, associative_recall"  # --help's list of the config groups
+
+
+@pytest.mark.parametrize(
+    ("command", "names"),
+    [
+        (
+            ["scripts/train.py", "--help", "pe=alibi"],
+            ["pelab train", "pe=alibi  task=copy", "experiment=", "seed=0", "rope", GROUPS],
+        ),
+        (
+            ["scripts/eval.py", "--help"],
+            ["pelab eval", "ckpt_path", "pe.<option>", "task.eval_lengths", "trainer=gpu"],
+        ),
+        (
+            ["scripts/inspect_pe.py", "--help", "length=8"],
+            ["pelab inspect_pe", "length=8", "out_dir=", "wandb=true|false", "pe=rope", GROUPS],
+        ),
+    ],
+)
+def test_help_names_pelabs_groups_and_keys_with_the_current_values(repo_root, command, names):
+    proc = cli(repo_root, *command, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for name in names:
+        assert name in proc.stdout, name
+    assert f"python {command[0]} -sc install=bash" in proc.stdout  # tab completion
 
 
 def test_a_bad_choice_fails_fast_with_the_valid_options(repo_root):

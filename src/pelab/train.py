@@ -5,10 +5,13 @@ success or failure. ``build_task`` and ``build_model`` are shared with re-evalua
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Any
 
 import lightning as L
 import torch
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
@@ -20,6 +23,7 @@ from pelab.lit_module import SequenceModel
 from pelab.models.encoder_decoder import EncoderDecoder
 from pelab.models.transformer import Transformer
 from pelab.positions import build_sampler
+from pelab.record import RESULTS
 from pelab.reliability.callbacks import ResumeState, exit_status_on_sigterm
 from pelab.reliability.checkpoints import check_compatible, identity, read_checkpoint, resume_path
 from pelab.reliability.completed import completed_record
@@ -127,3 +131,18 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         return done
     config = OmegaConf.to_container(cfg, resolve=True)
     return execute("train", cfg.paths.output_dir, choices(cfg), config, lambda: train(cfg))
+
+
+def job(cfg: DictConfig) -> None:
+    """One job of ``scripts/train.py``: ``run(cfg)``. A single run's failure propagates (exit
+    status 1); in a sweep (``-m``) a failed job is recorded (its ``results.json`` says ``failed``
+    and why, its log has the traceback) and the sweep goes on."""
+    try:
+        run(cfg)
+    except Exception:
+        if HydraConfig.get().mode != RunMode.MULTIRUN:
+            raise
+        log.exception(
+            "this job failed (recorded in %s); the sweep goes on",
+            Path(cfg.paths.output_dir) / RESULTS,
+        )

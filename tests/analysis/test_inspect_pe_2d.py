@@ -1,14 +1,15 @@
-"""scripts/inspect_pe.py on encodings of 2-D positions: heatmaps over (Δrow, Δcol)."""
+"""pelab.analysis.inspect_pe on encodings of 2-D positions: heatmaps over (Δrow, Δcol)."""
 
 import pytest
 import torch
 
+from pelab.analysis import inspect_pe
 from pelab.pe.base import ModelDims
 from pelab.pe.rope_2d import AxialRotaryPE
 from pelab.pe.sinusoidal_2d import Sinusoidal2dPE
 from pelab.pe.t5_bias_2d import T5Bias2dPE
+from tests.analysis.test_inspect_pe import PNG_MAGIC, draw
 from tests.pe.test_bias import reference_bucket
-from tests.test_inspect_pe import PNG_MAGIC, load_script
 
 
 def dims(heads: int = 2) -> ModelDims:
@@ -24,9 +25,7 @@ def dims(heads: int = 2) -> ModelDims:
     ],
 )
 def test_draws_the_heatmaps_of_each_2d_encoding_as_png_files(tmp_path, pe, expected):
-    paths = load_script().main(
-        [f"pe={pe}", "task=grid", f"out_dir={tmp_path}", "length=8", "--no-wandb"]
-    )
+    paths = draw(tmp_path, f"pe={pe}", "task=grid", "length=8")
     assert {path.stem for path in paths} == expected
     for path in paths:
         data = path.read_bytes()
@@ -38,7 +37,7 @@ def test_bias_heatmap_is_the_row_plus_the_column_table_at_each_offset():
     pe = T5Bias2dPE(dims())
     for table in (pe.row_bias, pe.col_bias):
         torch.nn.init.normal_(table.weight)
-    heatmap = load_script().grid_relative(pe, "logit_bias", 3)  # [h, Δrow, Δcol]
+    heatmap = inspect_pe.grid_relative(pe, "logit_bias", 3)  # [h, Δrow, Δcol]
     assert heatmap.shape == (2, 7, 7)
     for dr in range(-3, 4):
         for dc in range(-3, 4):
@@ -50,14 +49,14 @@ def test_bias_heatmap_is_the_row_plus_the_column_table_at_each_offset():
 
 def test_rope_heatmap_at_offset_zero_is_the_plain_score():
     pe = AxialRotaryPE(dims(heads=1))
-    heatmap = load_script().grid_relative(pe, "transform_qk", 2)
+    heatmap = inspect_pe.grid_relative(pe, "transform_qk", 2)
     q, k = torch.randn(2, 1, 1, 1, 16, generator=torch.Generator().manual_seed(0))
     assert torch.allclose(heatmap[0, 2, 2], (q @ k.transpose(-1, -2))[0, 0, 0, 0] / 4, atol=1e-5)
     assert not torch.allclose(heatmap[0, 2, 3], heatmap[0, 3, 2], atol=1e-4)  # axes differ
 
 
 def test_cosine_heatmap_is_one_at_the_centre_and_symmetric():
-    cosine = load_script().grid_cosine(Sinusoidal2dPE(dims()), 3)
+    cosine = inspect_pe.grid_cosine(Sinusoidal2dPE(dims()), 3)
     assert cosine.shape == (7, 7) and cosine[3, 3] == pytest.approx(1.0)
     assert torch.allclose(cosine, cosine.flip(0, 1), atol=1e-5)  # cos of sinusoids: even in Δ
     assert (cosine < 1 - 1e-3).sum() == 48  # every other cell differs from the centre

@@ -1,20 +1,27 @@
-"""scripts/inspect_pe.py draws valid PNGs for encodings of each family, of what each adds."""
+"""pelab.analysis.inspect_pe draws valid PNGs for encodings of each family, of what each adds."""
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 import torch
+from omegaconf import DictConfig
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "inspect_pe.py"
+from pelab.analysis import inspect_pe
+from pelab.errors import ConfigError
+from tests.conftest import compose_config
+
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
-def load_script():
-    spec = importlib.util.spec_from_file_location("inspect_pe", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def inspect_config(tmp_path: Path, *overrides: str) -> DictConfig:
+    """``configs/inspect.yaml`` as ``scripts/inspect_pe.py`` composes it, paths in ``tmp_path``."""
+    return compose_config(list(overrides), tmp_path, config_name="inspect")
+
+
+def draw(tmp_path: Path, *overrides: str) -> list[Path]:
+    """``scripts/inspect_pe.py <overrides> out_dir=<tmp_path> wandb=false``, in-process."""
+    cfg = inspect_config(tmp_path, *overrides, f"out_dir={tmp_path}", "wandb=false")
+    return inspect_pe.run(cfg)
 
 
 @pytest.mark.parametrize(
@@ -28,9 +35,7 @@ def load_script():
     ],
 )
 def test_draws_the_figures_of_each_family_as_png_files(tmp_path, pe, expected):
-    paths = load_script().main(
-        [f"pe={pe}", "model.net.d_model=32", f"out_dir={tmp_path}", "length=16", "--no-wandb"]
-    )
+    paths = draw(tmp_path, f"pe={pe}", "model.net.d_model=32", "length=16")
     assert {path.stem for path in paths} == expected
     assert sorted(tmp_path.glob("*.png")) == sorted(paths)
     for path in paths:
@@ -44,7 +49,7 @@ def test_additive_encodings_are_drawn_from_zero_token_vectors():
     from pelab.positions import Positions
 
     pe = SinusoidalPE(ModelDims(16, 2, 1, True, 64))
-    table, fed = load_script().position_vectors(pe, 10)
+    table, fed = inspect_pe.position_vectors(pe, 10)
     assert fed == "zero token vectors"
     assert torch.allclose(table, pe.table(Positions.contiguous(10))[0])
 
@@ -54,7 +59,7 @@ def test_complex_order_is_drawn_from_a_random_token_vector_turning_with_position
     from pelab.pe.complex_order import ComplexOrderPE
 
     pe = ComplexOrderPE(ModelDims(16, 2, 1, True, 64, vocab_size=12))
-    table, fed = load_script().position_vectors(pe, 10)  # [n, 2D] = [Re || Im]
+    table, fed = inspect_pe.position_vectors(pe, 10)  # [n, 2D] = [Re || Im]
     assert "random" in fed
     re, im = table.chunk(2, dim=-1)
     modulus = re**2 + im**2  # a rotation per complex dim: the same at every position
@@ -70,7 +75,7 @@ def test_floater_is_drawn_as_the_position_vectors_it_adds_to_each_block():
     torch.manual_seed(0)
     pe = FloaterPE(ModelDims(16, 2, 3, True, 64))
     with torch.no_grad():
-        signals = load_script().layer_signals(pe, 10)  # [l, n, d]
+        signals = inspect_pe.layer_signals(pe, 10)  # [l, n, d]
         expected = pe.table(Positions.contiguous(10))[0].transpose(0, 1)
     assert signals.shape == (3, 10, 16) and torch.allclose(signals, expected)
     change = (signals - signals[:, :1]).abs().amax(dim=-1)  # [l, n]: from position 0
@@ -84,14 +89,41 @@ def test_relative_curve_of_alibi_is_minus_slope_times_distance(causal):
     from pelab.pe.bias import AlibiPE
 
     pe = AlibiPE(ModelDims(8, 2, 1, causal, 16))
-    distance, response = load_script().relative_curves(pe, "logit_bias", 5)
+    distance, response = inspect_pe.relative_curves(pe, "logit_bias", 5)
     assert distance.tolist() == (list(range(4, -1, -1)) if causal else list(range(4, -5, -1)))
     assert torch.equal(response, -pe.slopes[:, None] * distance.abs())
 
 
-def test_script_options_are_separated_from_hydra_overrides():
-    options, overrides = load_script().split_arguments(
-        ["pe=rope", "out_dir=/x", "wandb=false", "model=encoder", "length=8"]
+def test_the_options_are_config_keys_beside_the_training_overrides(tmp_path):
+    cfg = inspect_config(
+        tmp_path, "pe=rope", "out_dir=/x", "wandb=false", "model=encoder", "length=8"
     )
-    assert overrides == ["pe=rope", "model=encoder"]
-    assert options == {"out_dir": "/x", "wandb": "false", "length": "8"}
+    assert (cfg.out_dir, cfg.wandb, cfg.length) == ("/x", False, 8)
+    assert cfg.pe._target_.endswith("RotaryPE") and cfg.model.kind == "encoder"
+    default = inspect_config(tmp_path, "pe=alibi")  # logs/inspect/<pe>, W&B on, 32 positions
+    assert (default.out_dir, default.wandb, default.length) == (
+        f"{tmp_path}/logs/inspect/alibi",
+        True,
+        32,
+    )
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [("wandb=no", "wandb='no': valid choices: true, false"), ("length=0", "length=0")],
+)
+def test_a_bad_option_fails_early_with_the_valid_choices(tmp_path, override, message):
+    with pytest.raises(ConfigError, match=message):
+        inspect_pe.run(inspect_config(tmp_path, override))
+    assert not (tmp_path / "logs").exists()  # nothing built or drawn
+
+
+def test_the_figures_go_to_wandb_with_the_encoding_and_the_overrides(tmp_path, monkeypatch):
+    logged = []
+    monkeypatch.setattr(inspect_pe, "log_to_wandb", lambda *args: logged.append(args))
+    cfg = inspect_config(tmp_path, "pe=alibi", "model.net.d_model=32", f"out_dir={tmp_path}")
+    paths = inspect_pe.run(cfg)
+    [(figures, name, out_dir, config)] = logged
+    assert (figures, name, out_dir) == (paths, "alibi", tmp_path)
+    assert config["pe"] == "alibi" and config["dims"]["d_model"] == 32
+    assert "pe=alibi" in config["overrides"]

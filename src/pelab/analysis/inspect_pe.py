@@ -1,0 +1,242 @@
+"""Draw a positional encoding: ``python scripts/inspect_pe.py pe=<name> [model=encoder]
+[model.net.d_model=128] [length=32] [out_dir=...] [wandb=false]`` (``configs/inspect.yaml``).
+
+The encoding is built exactly as training builds it (``configs/inspect.yaml`` is
+``configs/train.yaml`` plus ``length``, ``out_dir`` and ``wandb``, then
+``pelab.train.build_model``), untrained, and each figure that applies to it is saved as a PNG in
+``out_dir`` (default ``logs/inspect/<pe>/``):
+
+- ``absolute.png``: ``embed`` at positions ``0..length-1`` (positions x dims), for encodings
+  that act on the embeddings: of zero token vectors where ``embed`` adds a vector per position,
+  else (it transforms the token vector, as complex_order does) of one random token vector;
+- ``cosine.png``: cosine similarity of those position vectors, as a matrix and against distance;
+- ``layer_input.png``: for encodings injected at every block (FLOATER), ``layer_input`` of a zero
+  residual stream per block (positions x dims), and its change from position 0;
+- ``relative_<hook>.png``: what the attention hooks add as a function of the distance ``i - j``,
+  one curve per head: the content-free ``logit_bias`` (layer 0); for ``transform_qk`` (RoPE,
+  xPos) the score ``q . k / sqrt(d)`` of one fixed random pair placed at every offset; for
+  ``modify_logits`` the change of the logits when every position carries the same random
+  ``q = k`` (layer 0); for ``modify_probs`` the factor by which uniform probabilities change;
+- ``linear_map.png`` (sinusoids): the least-squares fit ``PE(pos + k) ~ PE(pos) M_k`` over many
+  positions, whose residual is ~0 because a shift is a rotation of each sin/cos pair (Vaswani
+  et al. 2017, section 3.5), and ``M_k`` itself.
+
+Encodings of 2-D positions (``pe=rope_2d task=grid``, ...) get heatmaps instead, over offsets
+``(Δrow, Δcol)`` in ``[-length/2, length/2]²``, one panel per head where there are heads:
+
+- ``grid_cosine.png``: cosine similarity of ``embed`` of a zero vector at ``(row, col)`` to the
+  same at the centre, for encodings that act on the embeddings;
+- ``grid_relative_<hook>.png``: the ``logit_bias``, or the ``transform_qk`` score of one fixed
+  random q, k pair, as a function of the offset ``(Δrow, Δcol)`` (query minus key).
+
+Figures are logged to W&B as images (mode from ``pelab.utils.wandb_mode``: offline unless
+credentials exist) unless ``wandb=false``. The one analysis module that builds encodings.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig
+from torch import Tensor
+
+from pelab.analysis.pe_figures import (
+    HOOK_TITLES,
+    plot_cosine,
+    plot_heatmaps,
+    plot_linear_map,
+    plot_relative,
+    plot_tables,
+)
+from pelab.errors import ConfigError
+from pelab.pe.absolute import SinusoidalPE
+from pelab.pe.base import PositionalEncoding
+from pelab.pe.scaled_sinusoidal import ScaledSinusoidalPE
+from pelab.positions import Positions
+from pelab.train import build_model, build_task
+from pelab.utils.wandb_mode import wandb_mode
+
+
+def overridden(pe: PositionalEncoding, hook: str) -> bool:
+    """Whether ``pe``'s class overrides ``hook`` (else the base class's identity)."""
+    return getattr(type(pe), hook) is not getattr(PositionalEncoding, hook)
+
+
+def position_vectors(pe: PositionalEncoding, n: int) -> tuple[Tensor, str]:
+    """``embed`` of one token vector at positions ``0..n-1``: ``[n, d_model]``, and what it fed.
+
+    Zeros where ``embed(x) = x + P(pos)`` (checked on a random ``x``), so the output is ``P``;
+    otherwise ``embed`` transforms the token vector (complex_order rotates it), zeros would stay
+    zero, and it gets one seeded random vector as token 0.
+    """
+    tokens, pos = torch.zeros(1, n, dtype=torch.long), Positions.contiguous(n)
+    generator = torch.Generator().manual_seed(0)
+    vector = torch.randn(pe.dims.d_model, generator=generator).expand(1, n, -1)
+    zeros = torch.zeros_like(vector)
+    added, moved = pe.embed(zeros, tokens, pos), pe.embed(vector, tokens, pos)
+    if torch.allclose(moved - vector, added, atol=1e-5):
+        return added[0], "zero token vectors"
+    return moved[0], "one random vector as token 0"
+
+
+def layer_signals(pe: PositionalEncoding, n: int) -> Tensor:
+    """``layer_input`` of a zero residual stream at positions ``0..n-1`` entering each block:
+    ``[n_layers, n, d_model]``, what an encoding injected at every block adds there."""
+    x, pos = torch.zeros(1, n, pe.dims.d_model), Positions.contiguous(n)
+    return torch.stack([pe.layer_input(x, pos, layer)[0] for layer in range(pe.dims.n_layers)])
+
+
+def relative_curves(pe: PositionalEncoding, hook: str, length: int) -> tuple[Tensor, Tensor]:
+    """Distances ``c - j`` and the hook's per-head response ``[h, n]`` at query ``c``.
+
+    Positions ``0..n-1`` with ``c = length - 1``; an encoder also sees ``length - 1`` keys after
+    the query (negative distances), a decoder only the past and present.
+    """
+    dims = pe.dims
+    n = length if dims.causal else 2 * length - 1
+    c = length - 1
+    pos = Positions.contiguous(n)
+    generator = torch.Generator().manual_seed(0)
+    qk = torch.randn(2, 1, dims.n_heads, 1, dims.head_dim, generator=generator)
+    q, k = (x.expand(1, dims.n_heads, n, dims.head_dim) for x in qk)  # one vector everywhere
+    scale = dims.head_dim**-0.5
+    if hook == "logit_bias":
+        response = pe.logit_bias(pos, 0).expand(1, dims.n_heads, n, n)
+    elif hook == "transform_qk":
+        q, k = pe.transform_qk(q, k, pos)
+        response = q @ k.transpose(-1, -2) * scale
+    elif hook == "modify_logits":
+        logits = q @ q.transpose(-1, -2) * scale  # q = k: one random vector as query and key
+        response = pe.modify_logits(logits, q, q, pos, 0) - logits
+    else:  # modify_probs
+        uniform = torch.full((1, dims.n_heads, n, n), 1.0 / n)
+        response = pe.modify_probs(uniform, pos, 0) / uniform
+    return c - torch.arange(n), response[0, :, c]
+
+
+def grid_cells(radius: int) -> Tensor:
+    """``[(2R+1)², 2]``: every (row, col) offset with both coordinates in ``[-R, R]``, row by
+    row."""
+    axis = torch.arange(-radius, radius + 1)
+    return torch.cartesian_prod(axis, axis)
+
+
+def grid_cosine(pe: PositionalEncoding, radius: int) -> Tensor:
+    """``[2R+1, 2R+1]``: cos(PE(row, col), PE(R, R)) for an encoding of 2-D positions."""
+    cells = grid_cells(radius) + radius  # [m, 2], coordinates 0..2R
+    x, tokens = torch.zeros(1, len(cells), pe.dims.d_model), torch.zeros(1, len(cells)).long()
+    table = pe.embed(x, tokens, Positions.from_tensor(cells[None]))
+    unit = torch.nn.functional.normalize(table[0], dim=-1)
+    centre = len(cells) // 2
+    return (unit @ unit[centre]).unflatten(0, (2 * radius + 1, 2 * radius + 1))
+
+
+def grid_relative(pe: PositionalEncoding, hook: str, radius: int) -> Tensor:
+    """``[h, 2R+1, 2R+1]``: the hook's response of a query at ``(R, R)`` to keys at every offset
+    ``(Δrow, Δcol) = query - key`` in ``[-R, R]²`` (the same random q, k pair everywhere for
+    ``transform_qk``)."""
+    dims = pe.dims
+    query = torch.tensor([[[radius, radius]]])  # [1, 1, 2]
+    keys = query - grid_cells(radius)[None]  # [1, m, 2]
+    pos, m = Positions(query, keys), keys.shape[1]
+    if hook == "logit_bias":
+        response = pe.logit_bias(pos, 0).expand(1, dims.n_heads, 1, m)
+    else:  # transform_qk
+        generator = torch.Generator().manual_seed(0)
+        q, k = torch.randn(2, 1, dims.n_heads, 1, dims.head_dim, generator=generator)
+        q, k = pe.transform_qk(q, k.expand(1, dims.n_heads, m, dims.head_dim), pos)
+        response = q @ k.transpose(-1, -2) * dims.head_dim**-0.5
+    return response[0, :, 0].unflatten(-1, (2 * radius + 1, 2 * radius + 1))
+
+
+def draw_grid(pe: PositionalEncoding, out_dir: Path, radius: int) -> list[Path]:
+    """The heatmaps that apply to an encoding of 2-D positions."""
+    paths = []
+    if overridden(pe, "embed"):
+        path = out_dir / "grid_cosine.png"
+        title = "cos(PE(row, col), PE(centre)); axes: offset from the centre"
+        plot_heatmaps(grid_cosine(pe, radius)[None], radius, title, path)
+        paths.append(path)
+    for hook in ("logit_bias", "transform_qk"):
+        if overridden(pe, hook):
+            path = out_dir / f"grid_relative_{hook}.png"
+            title = f"{HOOK_TITLES[hook][0]} vs (Δrow, Δcol) = query - key"
+            plot_heatmaps(grid_relative(pe, hook, radius), radius, title, path)
+            paths.append(path)
+    return paths
+
+
+def draw(pe: PositionalEncoding, out_dir: Path, length: int) -> list[Path]:
+    """Every figure that applies to ``pe``; returns the PNG paths."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if pe.position_dims == 2:
+        return draw_grid(pe, out_dir, length // 2)
+    paths = []
+    n = min(length, pe.dims.max_len)
+    if overridden(pe, "embed"):
+        table, fed = position_vectors(pe, n)
+        plot_tables([(table, f"position vectors (embed of {fed})")], out_dir / "absolute.png")
+        plot_cosine(table, out_dir / "cosine.png")
+        paths += [out_dir / "absolute.png", out_dir / "cosine.png"]
+    if overridden(pe, "layer_input"):
+        panels = []
+        for layer, signal in enumerate(layer_signals(pe, n)):
+            panels.append((signal, f"block {layer}: layer_input of a zero stream"))
+            panels.append((signal - signal[0], f"block {layer}: minus its value at position 0"))
+        plot_tables(panels, out_dir / "layer_input.png", columns=2)
+        paths.append(out_dir / "layer_input.png")
+    for hook in HOOK_TITLES:
+        if overridden(pe, hook):
+            path = out_dir / f"relative_{hook}.png"
+            plot_relative(*relative_curves(pe, hook, length), hook, path)
+            paths.append(path)
+    if isinstance(pe, (SinusoidalPE, ScaledSinusoidalPE)):
+        # many more positions than dims (4 d + 64), so that the fit is not underdetermined
+        table = position_vectors(pe, 4 * pe.dims.d_model + 64)[0]
+        plot_linear_map(table, out_dir / "linear_map.png")
+        paths.append(out_dir / "linear_map.png")
+    return paths
+
+
+def check_options(cfg: DictConfig) -> None:
+    """``length`` a positive integer, ``wandb`` a boolean, else a ``ConfigError``."""
+    if isinstance(cfg.length, bool) or not isinstance(cfg.length, int) or cfg.length < 1:
+        raise ConfigError(f"length={cfg.length!r}: expected a positive integer (positions drawn)")
+    if not isinstance(cfg.wandb, bool):
+        raise ConfigError(f"wandb={cfg.wandb!r}: valid choices: true, false")
+
+
+def log_to_wandb(paths: list[Path], pe_name: str, out_dir: Path, config: dict) -> None:
+    """One W&B run (``job_type=inspect``) with every figure as an image ``inspect/<name>``."""
+    import wandb
+
+    run = wandb.init(
+        project="pelab",
+        job_type="inspect",
+        name=f"inspect-{pe_name}",
+        dir=str(out_dir),
+        mode=wandb_mode(),
+        config=config,
+    )
+    run.log({f"inspect/{path.stem}": wandb.Image(str(path)) for path in paths})
+    run.finish()
+
+
+def run(cfg: DictConfig) -> list[Path]:
+    """Build the encoding of ``cfg`` (``configs/inspect.yaml``), draw it into ``cfg.out_dir``,
+    print and return the PNG paths; log them to W&B if ``cfg.wandb``."""
+    check_options(cfg)
+    pe = build_model(cfg, build_task(cfg)).net.pe
+    out_dir = Path(cfg.out_dir)
+    with torch.no_grad():
+        paths = draw(pe, out_dir, cfg.length)
+    for path in paths:
+        print(path)
+    if cfg.wandb:
+        overrides = list(HydraConfig.get().overrides.task)
+        config = {"pe": pe.pe_name, "overrides": overrides, "dims": asdict(pe.dims)}
+        log_to_wandb(paths, pe.pe_name, out_dir, config)
+    return paths

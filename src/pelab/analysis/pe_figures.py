@@ -1,0 +1,120 @@
+"""Figures of what an encoding adds, drawn from plain tensors (``pelab.analysis.inspect_pe``
+measures them): position tables, cosine similarity against distance, per-head curves over the
+relative distance, the linear map between shifted sinusoids and heatmaps over 2-D offsets."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import torch  # noqa: E402
+from torch import Tensor  # noqa: E402
+
+# per attention hook: the figure's title and the y axis of its curves
+HOOK_TITLES = {
+    "logit_bias": ("logit bias (layer 0)", "bias added to the logit"),
+    "transform_qk": ("score of a fixed random q, k pair", "q . k / sqrt(d) after transform_qk"),
+    "modify_logits": ("change of the logits (q = k fixed, layer 0)", "modified - plain logit"),
+    "modify_probs": ("change of uniform probabilities (layer 0)", "modified / uniform"),
+}
+
+
+def plot_tables(panels: list[tuple[Tensor, str]], path: Path, columns: int = 1) -> None:
+    """A positions x dims heatmap per ``(table [n, d], title)``, ``columns`` to a row, with
+    colours centred on 0."""
+    rows = len(panels) // columns
+    size = (5 + 5 * columns, 4 * rows)
+    fig, axes = plt.subplots(rows, columns, figsize=size, squeeze=False, layout="constrained")
+    for ax, (table, title) in zip(axes.flat, panels, strict=True):
+        limit = table.abs().max().item() or 1.0
+        image = ax.imshow(
+            table, aspect="auto", cmap="RdBu", vmin=-limit, vmax=limit, interpolation="nearest"
+        )
+        ax.set(xlabel="dimension", ylabel="position", title=title)
+        fig.colorbar(image, ax=ax)
+    fig.savefig(path, dpi=100, bbox_inches="tight")
+    plt.close(fig)
+
+
+def plot_cosine(table: Tensor, path: Path) -> None:
+    """``cos(PE_i, PE_j)`` of the rows of ``table: [n, d]`` as a matrix, and against the
+    distance ``|i - j|`` (mean over pairs, and from position 0)."""
+    unit = torch.nn.functional.normalize(table, dim=-1)
+    similarity = unit @ unit.T  # [n, n]
+    n = len(table)
+    distance = torch.arange(n)
+    mean = [similarity.diagonal(k).mean().item() for k in range(n)]  # over pairs j - i = k
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.5))
+    image = left.imshow(similarity, cmap="viridis", vmin=-1, vmax=1)
+    left.set(xlabel="position j", ylabel="position i", title="cos(PE_i, PE_j)")
+    fig.colorbar(image, ax=left)
+    right.plot(distance, mean, marker=".", label="mean over pairs")
+    right.plot(distance, similarity[0].tolist(), alpha=0.6, label="from position 0")
+    right.set(
+        xlabel="distance |i - j|", ylabel="cosine similarity", title="similarity vs distance"
+    )
+    right.axhline(0, color="grey", lw=0.5)
+    right.legend()
+    fig.savefig(path, dpi=100, bbox_inches="tight")
+    plt.close(fig)
+
+
+def plot_relative(distance: Tensor, response: Tensor, hook: str, path: Path) -> None:
+    """One curve per head of ``response: [h, n]`` over ``distance: [n]`` (query minus key)."""
+    title, ylabel = HOOK_TITLES[hook]
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for head, curve in enumerate(response):
+        ax.plot(distance, curve, marker=".", ms=3, label=f"head {head}")
+    ax.set(xlabel="distance i - j (query minus key)", ylabel=ylabel, title=title)
+    ax.axvline(0, color="grey", lw=0.5)
+    ax.legend(fontsize="small", ncol=2)
+    fig.savefig(path, dpi=100, bbox_inches="tight")
+    plt.close(fig)
+
+
+def plot_linear_map(table: Tensor, path: Path, show_k: int = 4) -> None:
+    """Fit ``PE[p + k] ~ PE[p] M_k`` over the rows ``p`` of ``table: [P, d]``, for shifts
+    ``k = 1..64``; ``P`` well above ``d`` makes a small residual a property of the encoding and
+    not of an underdetermined fit (for sinusoids ~0: a shift rotates each sin/cos pair, Vaswani
+    et al. 2017, section 3.5). Draws the residuals and ``M_show_k``."""
+    table = table.double()
+    shifts = list(range(1, 65))
+    residuals, maps = [], {}
+    for k in shifts:
+        source, target = table[:-k], table[k:]
+        m = torch.linalg.lstsq(source, target).solution  # [d, d]
+        residuals.append(((source @ m - target).norm() / target.norm()).item())
+        maps[k] = m
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.5))
+    left.semilogy(shifts, residuals, marker=".")
+    left.set(
+        xlabel="shift k",
+        ylabel="||PE[p+k] - PE[p] M_k|| / ||PE[p+k]||",
+        title="linear map between shifted positions",
+    )
+    # the fastest pairs only: the slowest barely turn over P positions, so the fit cannot pin
+    # down their block of M_k (the residual stays ~0 whatever it picks there)
+    block = maps[show_k][:32, :32]
+    image = right.imshow(block, cmap="RdBu", vmin=-1, vmax=1)
+    right.set(title=f"M_{show_k}, first 32 dims: 2x2 rotations", xlabel="dim", ylabel="dim")
+    fig.colorbar(image, ax=right)
+    fig.savefig(path, dpi=100, bbox_inches="tight")
+    plt.close(fig)
+
+
+def plot_heatmaps(maps: Tensor, radius: int, title: str, path: Path) -> None:
+    """One panel per map of ``maps: [panels, 2R+1, 2R+1]`` over ``(Δrow, Δcol)``."""
+    fig, axes = plt.subplots(1, len(maps), figsize=(4 * len(maps), 3.8), squeeze=False)
+    extent = (-radius - 0.5, radius + 0.5, radius + 0.5, -radius - 0.5)
+    for panel, (ax, values) in enumerate(zip(axes[0], maps, strict=True)):
+        image = ax.imshow(values, cmap="RdBu", extent=extent, interpolation="nearest")
+        label = f"head {panel}" if len(maps) > 1 else ""
+        ax.set(xlabel="Δcol", ylabel="Δrow", title=label)
+        fig.colorbar(image, ax=ax, fraction=0.046)
+    fig.suptitle(title)
+    fig.savefig(path, dpi=100, bbox_inches="tight")
+    plt.close(fig)

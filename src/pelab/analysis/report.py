@@ -1,0 +1,84 @@
+"""Ablation tables and figures of a sweep: ``python scripts/make_table.py <sweep dir>``.
+
+Sources: directories (a sweep directory, ``logs/``, any tree of ``results.json`` files) or
+``wandb:<entity>/<project>`` (online; ``--filter group=<W&B group>`` keeps one sweep, as do
+``--filter sweep=<W&B sweep id>`` or ``--filter config.run_name=ablation_cpu``). Written to
+``--out`` (default ``<first directory>/summary``, or ``logs/summary/<project>`` for W&B):
+
+- ``table_tasks.{md,tex,csv}``: encodings x tasks, in- and out-of-distribution;
+- ``table_lengths.{md,tex,csv}``: encodings x evaluation lengths;
+- ``length_curves.{png,pdf}`` and ``heatmap.{png,pdf}``;
+
+and logged as one W&B run (``job_type=summary``, the runs' project and group; offline unless
+you are logged in; ``pelab.analysis.wandb_summary``) unless ``--no-wandb``. Prints the task
+table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from pelab.analysis.collect import WANDB_PREFIX, lengths_frame, load_records, runs_frame
+from pelab.analysis.plots import heatmap, length_curves, save
+from pelab.analysis.table import ablation, write_tables
+from pelab.analysis.wandb_summary import log_summary
+from pelab.errors import ConfigError
+from pelab.metrics import METRICS
+
+
+def key_value(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not (key and sep):
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key, value
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="make_table.py", description=__doc__.split("\n\n")[0])
+    parser.add_argument("sources", nargs="+", help="run directories or wandb:<entity>/<project>")
+    parser.add_argument("--out", type=Path, help="output directory")
+    parser.add_argument("--metric", choices=METRICS, default="exact_match")
+    parser.add_argument(
+        "--filter",
+        action="append",
+        default=[],
+        type=key_value,
+        metavar="KEY=VALUE",
+        help="W&B sources: keep the runs with this value (group=..., sweep=..., config.x=...)",
+    )
+    parser.add_argument("--no-wandb", action="store_true", help="do not log the summary to W&B")
+    return parser.parse_args(argv)
+
+
+def default_out(source: str) -> Path:
+    if source.startswith(WANDB_PREFIX):
+        return Path("logs/summary") / source[len(WANDB_PREFIX) :].replace("/", "_")
+    return Path(source) / "summary"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The command line of ``scripts/make_table.py`` (``argv``: its arguments, default
+    ``sys.argv[1:]``); returns the exit status: 0, or 2 when no run was found."""
+    args = parse(argv)
+    try:
+        records = load_records(args.sources, dict(args.filter))
+    except ConfigError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    if not records:
+        print(f"error: no runs (results.json) under {' '.join(args.sources)}", file=sys.stderr)
+        return 2
+    out = args.out or default_out(args.sources[0])
+    result = ablation(runs_frame(records), lengths_frame(records), args.metric)
+    written = write_tables(result, out)
+    figures = save(
+        length_curves(result.runs, result.lengths, result.rows, args.metric), out / "length_curves"
+    )
+    figures += save(heatmap(result.by_task, result.rows, args.metric), out / "heatmap")
+    if not args.no_wandb:
+        log_summary(result, records, out, figures)
+    print((out / "table_tasks.md").read_text())
+    print(f"{len(written) + len(figures)} files written to {out}")
+    return 0

@@ -1,0 +1,25 @@
+"""The make_table command line in-process (the sweep -> table path runs in tests/test_cli.py)."""
+
+import pytest
+
+from pelab.analysis.report import default_out, main
+
+
+def test_sources_without_runs_exit_2_and_say_where_they_looked(tmp_path, capsys):
+    assert main([str(tmp_path), "--no-wandb"]) == 2
+    assert f"error: no runs (results.json) under {tmp_path}" in capsys.readouterr().err
+    assert not (tmp_path / "summary").exists()
+
+
+def test_a_filter_without_a_value_and_an_unknown_metric_are_refused(tmp_path, capsys):
+    for argv in (["--filter", "group"], ["--metric", "bleu"]):
+        with pytest.raises(SystemExit) as exit_:
+            main([str(tmp_path), *argv])
+        assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "expected KEY=VALUE, got 'group'" in err and "invalid choice: 'bleu'" in err
+
+
+def test_the_default_output_is_beside_the_first_source():
+    assert str(default_out("logs/sweep")) == "logs/sweep/summary"
+    assert str(default_out("wandb:me/pelab")) == "logs/summary/me_pelab"

@@ -1,0 +1,66 @@
+"""The summary W&B run of a table: the runs' project and group, both tables, the PNG figures."""
+
+import pytest
+import wandb
+
+from pelab.analysis import wandb_summary
+from pelab.analysis.collect import lengths_frame, runs_frame
+from pelab.analysis.table import ablation, write_tables
+from tests.analysis.records import record
+
+
+class FakeRun:
+    def __init__(self, **settings):
+        self.settings, self.logged, self.finished = settings, {}, False
+
+    def log(self, data):
+        self.logged |= data
+
+    def finish(self):
+        self.finished = True
+
+
+@pytest.fixture
+def runs(monkeypatch):
+    """Every ``wandb.init`` as a ``FakeRun``; tables and images as what they were made of."""
+    made = []
+    monkeypatch.setattr(wandb, "init", lambda **kw: made.append(FakeRun(**kw)) or made[-1])
+    monkeypatch.setattr(wandb, "Table", lambda dataframe: ("table", dataframe))
+    monkeypatch.setattr(wandb, "Image", lambda path: ("image", path))
+    return made
+
+
+def records_in(groups: list[str]) -> list[dict]:
+    out = []
+    for seed, group in enumerate(groups):
+        rec = record("rope", "copy", seed, {8: 0.5, 16: 0.5, 32: 0.25})
+        rec["config"]["logger"] = {"wandb": {"project": "mine", "group": group}}
+        out.append(rec)
+    return out
+
+
+@pytest.mark.parametrize(("groups", "group"), [(["g", "g"], "g"), (["g", "h"], None)])
+def test_one_summary_run_in_the_runs_project_and_their_group(tmp_path, runs, groups, group):
+    records = records_in(groups)
+    result = ablation(runs_frame(records), lengths_frame(records), "token_acc")
+    write_tables(result, tmp_path)
+    figures = [tmp_path / "heatmap.png", tmp_path / "heatmap.pdf"]
+    wandb_summary.log_summary(result, records, tmp_path, figures)
+    [run] = runs
+    assert run.settings["project"] == "mine" and run.settings["group"] == group
+    assert run.settings["job_type"] == "summary" and run.settings["name"] == "table-token_acc"
+    assert run.settings["dir"] == str(tmp_path)
+    assert run.settings["config"] == {"metric": "token_acc", "rows": ["pe"], "runs": 2}
+    assert sorted(run.logged) == ["heatmap", "table_lengths", "table_tasks"]  # PNGs only
+    assert run.logged["heatmap"] == ("image", str(tmp_path / "heatmap.png"))
+    kind, frame = run.logged["table_tasks"]
+    assert kind == "table" and set(frame["pe"]) >= {"rope"}
+    assert run.finished
+
+
+def test_runs_without_wandb_settings_go_to_the_pelab_project(tmp_path, runs):
+    records = [record("rope", "copy", 0, {8: 0.5, 16: 0.5, 32: 0.25})]
+    result = ablation(runs_frame(records), lengths_frame(records))
+    write_tables(result, tmp_path)
+    wandb_summary.log_summary(result, records, tmp_path, [])
+    assert (runs[0].settings["project"], runs[0].settings["group"]) == ("pelab", None)
