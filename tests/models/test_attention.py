@@ -32,8 +32,9 @@ class Recorder(PositionalEncoding):
         self.calls.append("transform_qk")
         return q, k
 
-    def logit_bias(self, pos):
+    def logit_bias(self, pos, layer):
         self.calls.append("logit_bias")
+        assert layer == 3
         return torch.full((1, 1, pos.q.shape[-1], pos.k.shape[-1]), 1e4)  # huge, would unmask
 
     def modify_logits(self, logits, q, k, pos, layer):
@@ -68,12 +69,46 @@ def test_eager_attention_calls_every_hook_in_order_and_masks_after_the_encoding(
 
 def test_encodings_with_only_qk_and_bias_hooks_get_the_fused_kernel():
     class BiasOnly(PositionalEncoding):
-        def logit_bias(self, pos):
+        def logit_bias(self, pos, layer):
             return torch.zeros(1, 1, pos.q.shape[-1], pos.k.shape[-1])
 
     attn = Attention(8, 2, causal=True, pe=BiasOnly(DIMS), layer=0)
     assert attn.attend == attn.attend_fused
     assert not BiasOnly.needs_eager_attention() and Recorder.needs_eager_attention()
+
+
+class PerLayerBias(PositionalEncoding):
+    """A fresh bias per call that depends on the layer: ``(layer + 1) * B`` for a fixed ``B``."""
+
+    def __init__(self) -> None:
+        super().__init__(DIMS)
+        self.layers: list[int] = []
+        self.base = torch.randn(1, 2, 5, 5, generator=torch.Generator().manual_seed(0))
+
+    def logit_bias(self, pos, layer):
+        self.layers.append(layer)
+        return (layer + 1) * self.base
+
+
+@pytest.mark.parametrize("impl", ["eager", "fused"])
+def test_both_kernels_give_the_bias_hook_their_layer(impl):
+    pe = PerLayerBias()
+    for layer in (5, 2):
+        Attention(8, 2, causal=True, pe=pe, layer=layer, impl=impl)(
+            torch.randn(1, 5, 8), Positions.contiguous(5)
+        )
+    assert pe.layers == [5, 2]
+
+
+def test_fused_kernel_masks_each_layers_own_bias():
+    # two layers of one forward (one Positions): the masked bias of layer 0 must not serve layer 1
+    torch.manual_seed(0)
+    pe, pos, x = PerLayerBias(), Positions.contiguous(5), torch.randn(2, 5, 8)
+    for layer in (0, 1):
+        fused = Attention(8, 2, causal=True, pe=pe, layer=layer, impl="fused")
+        eager = Attention(8, 2, causal=True, pe=pe, layer=layer, impl="eager")
+        eager.load_state_dict(fused.state_dict())
+        torch.testing.assert_close(fused(x, pos), eager(x, Positions.contiguous(5)))
 
 
 def test_shared_encoding_is_not_registered_in_each_layer():

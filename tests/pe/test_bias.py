@@ -29,7 +29,7 @@ def test_alibi_slopes_for_other_head_counts_interleave_the_next_power_of_two():
 
 def test_alibi_bias_is_minus_slope_times_distance():
     pe = AlibiPE(ModelDims(8, 2, 1, True, 16))  # slopes 1/16, 1/256
-    bias = pe.logit_bias(Positions.contiguous(3))[0]
+    bias = pe.logit_bias(Positions.contiguous(3), 0)[0]
     distance = torch.tensor([[0, 1, 2], [1, 0, 1], [2, 1, 0]]).float()
     assert torch.allclose(bias[0], -distance / 16)
     assert torch.allclose(bias[1], -distance / 256)
@@ -37,8 +37,8 @@ def test_alibi_bias_is_minus_slope_times_distance():
 
 def test_alibi_bias_is_invariant_to_shifting_all_positions():
     pe = AlibiPE(ModelDims(8, 4, 1, True, 16))
-    a = pe.logit_bias(Positions.contiguous(5))
-    b = pe.logit_bias(Positions.contiguous(5, offset=1000))
+    a = pe.logit_bias(Positions.contiguous(5), 0)
+    b = pe.logit_bias(Positions.contiguous(5, offset=1000), 0)
     assert torch.equal(a, b)
 
 
@@ -88,7 +88,7 @@ def test_t5_bias_looks_up_one_learned_scalar_per_head_and_bucket():
     pe = T5BiasPE(ModelDims(8, 2, 1, False, 16), num_buckets=8, max_distance=16)
     with torch.no_grad():
         pe.bias.weight.copy_(torch.arange(16.0).view(8, 2))
-    bias = pe.logit_bias(Positions.contiguous(3))[0]  # [h, i, j]
+    bias = pe.logit_bias(Positions.contiguous(3), 0)[0]  # [h, i, j]
     buckets = t5_bucket(torch.arange(3)[None, :] - torch.arange(3)[:, None], True, 8, 16)
     assert torch.equal(bias[0], pe.bias.weight[buckets, 0])
     assert torch.equal(bias[1], pe.bias.weight[buckets, 1])
@@ -97,6 +97,6 @@ def test_t5_bias_looks_up_one_learned_scalar_per_head_and_bucket():
 def test_t5_bias_is_invariant_to_shifting_all_positions():
     pe = T5BiasPE(ModelDims(8, 2, 1, True, 16))
     torch.nn.init.normal_(pe.bias.weight)
-    a = pe.logit_bias(Positions.contiguous(6))
-    b = pe.logit_bias(Positions.contiguous(6, offset=37))
+    a = pe.logit_bias(Positions.contiguous(6), 0)
+    b = pe.logit_bias(Positions.contiguous(6, offset=37), 0)
     assert torch.equal(a, b)

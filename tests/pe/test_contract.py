@@ -8,6 +8,7 @@ import torch
 from pelab.errors import ConfigError
 from pelab.models.transformer import Transformer
 from pelab.pe import PE_REGISTRY
+from pelab.pe.base import SHIFT_CLASSES
 from tests.pe.nets import sharp_net
 
 ALL = sorted(n for n, c in PE_REGISTRY.items() if c.position_dims != 2)  # 2-D: test_contract_2d
@@ -19,39 +20,28 @@ def with_model_kinds(names: list[str]) -> list[tuple[str, bool]]:
     return [(n, causal) for n in names for causal in (True, False) if causal or n in BIDIRECTIONAL]
 
 
-RELATIVE = [  # use only differences of positions
-    "none",
-    "rope",
-    "alibi",
-    "t5_bias",
-    "kerple",
-    "shaw",
-    "urpe",
-    "cope",
-    "transformer_xl",
-    "deberta",
-    # q and k are scaled by zeta^(+-(p - c)/gamma), which a shift changes, but the scales meet in
-    # every score as zeta^((n - m)/gamma): invariant up to float rounding (~1e-6 here)
-    "xpos",
-]
-ABSOLUTE = [
-    "sinusoidal",
-    "scaled_sinusoidal",
-    "learned",
-    "hierarchical",
-    "floater",
-    "complex_order",
-]
+def shift_class(shift: str) -> list[str]:
+    """The encodings that declare ``shift`` (``PositionalEncoding.shift``)."""
+    return [name for name in ALL if PE_REGISTRY[name].shift == shift]
+
+
+# use only differences of positions (xpos: q and k are scaled by zeta^(+-(p - c)/gamma), which a
+# shift changes, but the scales meet in every score as zeta^((n - m)/gamma): invariant up to float
+# rounding, ~1e-6 here)
+RELATIVE = shift_class("relative")
+ABSOLUTE = shift_class("absolute")
 # relative only while every position stays below a learned threshold L, which normalises by the
 # query position beyond it: both regimes are tested in test_fire.py
-RELATIVE_BELOW_A_THRESHOLD = ["fire"]
+RELATIVE_BELOW_A_THRESHOLD = shift_class("relative_below_threshold")
 
 
 def make_net(name: str, causal: bool = True, impl: str = "auto", max_len: int = 64) -> Transformer:
     return sharp_net(partial(PE_REGISTRY[name]), causal, max_len=max_len, impl=impl)
 
 
-def test_every_encoding_is_in_exactly_one_shift_class():
+def test_every_encoding_declares_a_valid_shift_class():
+    invalid = {n: PE_REGISTRY[n].shift for n in ALL if PE_REGISTRY[n].shift not in SHIFT_CLASSES}
+    assert not invalid, f"shift classes must be one of {SHIFT_CLASSES}: {invalid}"
     classes = RELATIVE + ABSOLUTE + RELATIVE_BELOW_A_THRESHOLD
     twice = sorted({name for name in classes if classes.count(name) > 1})
     assert not twice, f"in more than one shift class: {twice}"
@@ -74,6 +64,16 @@ def test_decoder_output_at_t_never_depends_on_later_tokens(name):
 
 @pytest.mark.parametrize(("name", "causal"), with_model_kinds(RELATIVE))
 def test_relative_encodings_are_invariant_to_shifting_all_positions(name, causal):
+    net = make_net(name, causal=causal)
+    tokens = torch.randint(0, 12, (2, 9))
+    base = torch.arange(9)
+    assert torch.allclose(net(tokens, base), net(tokens, base + 13), atol=1e-4)
+
+
+@pytest.mark.parametrize(("name", "causal"), with_model_kinds(RELATIVE_BELOW_A_THRESHOLD))
+def test_threshold_encodings_are_invariant_to_a_shift_that_stays_below_the_default_threshold(
+    name, causal
+):
     net = make_net(name, causal=causal)
     tokens = torch.randint(0, 12, (2, 9))
     base = torch.arange(9)

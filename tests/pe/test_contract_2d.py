@@ -12,8 +12,9 @@ from pelab.pe import PE_REGISTRY
 from pelab.tasks.grid import GridTask
 
 TWO_D = sorted(name for name, cls in PE_REGISTRY.items() if cls.position_dims == 2)
-RELATIVE_2D = ["rope_2d", "t5_bias_2d"]  # use only offsets (row_i - row_j, col_i - col_j)
-ABSOLUTE_2D = ["sinusoidal_2d"]
+# use only offsets (row_i - row_j, col_i - col_j), or see a shift in either axis
+RELATIVE_2D = [name for name in TWO_D if PE_REGISTRY[name].shift == "relative"]
+ABSOLUTE_2D = [name for name in TWO_D if PE_REGISTRY[name].shift == "absolute"]
 
 
 def grid_net(name: str, causal: bool = True, impl: str = "auto") -> Transformer:

@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from pelab.errors import ConfigError
+from pelab.models.attention import Attention
 from pelab.models.transformer import Transformer
 from pelab.pe.base import ModelDims
 from pelab.pe.fire import FirePE
@@ -12,23 +13,23 @@ from pelab.positions import Positions
 from tests.pe.nets import sharp_net
 
 
-def dims(heads: int = 2, causal: bool = True) -> ModelDims:
-    return ModelDims(d_model=8 * heads, n_heads=heads, n_layers=1, causal=causal, max_len=64)
+def dims(heads: int = 2, causal: bool = True, layers: int = 1) -> ModelDims:
+    return ModelDims(d_model=8 * heads, n_heads=heads, n_layers=layers, causal=causal, max_len=64)
 
 
 def linear_fire(threshold: float, c: float = 1.0, causal: bool = True) -> FirePE:
     """FIRE whose MLP is ``f(x) = (x, 0.5 - 2x)`` on ``x >= 0``: one ReLU unit passing x on."""
     pe = FirePE(dims(2, causal), mlp_width=1, c_init=c, threshold_init=threshold)
     with torch.no_grad():
-        pe.mlp[0].weight.fill_(1.0)
-        pe.mlp[0].bias.zero_()
-        pe.mlp[2].weight.copy_(torch.tensor([[1.0], [-2.0]]))
-        pe.mlp[2].bias.copy_(torch.tensor([0.0, 0.5]))
+        pe.mlp[0][0].weight.fill_(1.0)
+        pe.mlp[0][0].bias.zero_()
+        pe.mlp[0][2].weight.copy_(torch.tensor([[1.0], [-2.0]]))
+        pe.mlp[0][2].bias.copy_(torch.tensor([0.0, 0.5]))
     return pe
 
 
-def bias_at(pe: FirePE, positions: torch.Tensor) -> torch.Tensor:
-    return pe.logit_bias(Positions.from_tensor(positions))[0]  # [h, i, j]
+def bias_at(pe: FirePE, positions: torch.Tensor, layer: int = 0) -> torch.Tensor:
+    return pe.logit_bias(Positions.from_tensor(positions), layer)[0]  # [h, i, j]
 
 
 def make_net(causal: bool, threshold: float) -> Transformer:
@@ -97,24 +98,69 @@ def test_model_sees_a_shift_past_the_threshold_but_not_below_it(causal):
     assert not torch.allclose(net(tokens, base), net(tokens, base + 13), atol=1e-3)
 
 
-def test_parameters_are_one_mlp_for_all_heads_plus_c_and_the_threshold_scale():
-    pe = FirePE(dims(heads=4))
+def test_parameters_are_per_layer_one_mlp_for_all_heads_plus_c_and_the_threshold_scale():
+    pe = FirePE(dims(heads=4, layers=3))
     shapes = {name: tuple(p.shape) for name, p in pe.named_parameters()}
-    assert shapes == {
-        "mlp.0.weight": (32, 1),
-        "mlp.0.bias": (32,),
-        "mlp.2.weight": (4, 32),
-        "mlp.2.bias": (4,),
-        "c": (),
-        "threshold_scale": (),
+    per_layer = {
+        "0.weight": (32, 1),
+        "0.bias": (32,),
+        "2.weight": (4, 32),
+        "2.bias": (4,),
     }
-    assert pe.c.item() == pytest.approx(0.1) and pe.threshold.item() == 512.0
+    assert shapes == {
+        **{
+            f"mlp.{layer}.{name}": shape for layer in range(3) for name, shape in per_layer.items()
+        },
+        "c": (3,),
+        "threshold_scale": (3,),
+    }
+    assert torch.allclose(pe.c, torch.full((3,), 0.1))
+    assert torch.equal(pe.threshold, torch.full((3,), 512.0))
+    assert sum(p.numel() for p in pe.parameters()) == 3 * ((32 + 1) * 4 + 2 * 32 + 2)
+
+
+def test_each_layer_has_its_own_bias_from_its_own_mlp_c_and_threshold():
+    pe = FirePE(dims(layers=2), threshold_init=4.0)
+    positions = Positions.contiguous(12)  # one forward: both layers read the same positions
+    first, second = pe.logit_bias(positions, 0), pe.logit_bias(positions, 1)
+    assert not torch.allclose(first, second, atol=1e-3)  # the memo is per layer
+    assert pe.logit_bias(positions, 0) is first  # and computed once per forward
+    with torch.no_grad():  # layer 1 given layer 0's function: the same bias
+        pe.mlp[1].load_state_dict(pe.mlp[0].state_dict())
+    assert torch.equal(bias_at(pe, torch.arange(12), 1), first[0])
+    with torch.no_grad():  # each layer's c and threshold act on that layer alone
+        pe.c[1] = 0.7
+        pe.threshold_scale[1] = 0.5
+    assert torch.equal(bias_at(pe, torch.arange(12), 0), first[0])
+    x = bias_at(pe, torch.arange(12), 1)
+    assert not torch.allclose(x, first[0], atol=1e-3)
+    with torch.no_grad():
+        pe.c[0], pe.threshold_scale[0] = 0.7, 0.5
+    assert torch.equal(bias_at(pe, torch.arange(12), 0), x)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_stays_on_the_fused_kernel_and_each_block_reads_its_own_layer(causal):
+    net = make_net(causal, threshold=8.0)
+    assert not FirePE.needs_eager_attention()
+    assert all(block.attn.attend == block.attn.attend_fused for block in net.blocks)
+    tokens = torch.randint(0, 12, (2, 12))
+    eager = sharp_net(partial(FirePE, threshold_init=8.0), causal, impl="eager")
+    assert torch.allclose(net(tokens), eager(tokens), atol=1e-5)
+    # block 1 reads layer 1's bias (tests/models/test_attention_maps.py checks each block's
+    # probabilities against its own layer's bias): changing layer 1's MLP alone changes the output
+    before = net(tokens)
+    with torch.no_grad():
+        net.pe.mlp[1][2].weight.mul_(-2.0)
+    assert not torch.allclose(net(tokens), before, atol=1e-3)
+    attention = Attention(16, 2, causal, net.pe, layer=1)
+    assert attention.attend == attention.attend_fused
 
 
 def test_c_and_threshold_stay_positive_after_a_large_step():
     pe = FirePE(dims(), c_init=0.1, threshold_init=16.0)
     opt = torch.optim.SGD([pe.c, pe.threshold_scale], lr=1.0)
-    pe.c.grad, pe.threshold_scale.grad = torch.tensor(1000.0), torch.tensor(1000.0)
+    pe.c.grad, pe.threshold_scale.grad = torch.full((1,), 1000.0), torch.full((1,), 1000.0)
     opt.step()
     assert pe.c < 0 and pe.threshold_scale < 0  # the raw parameters went negative
     assert pe.threshold > 0

@@ -33,7 +33,7 @@ DISTANCE = torch.tensor([[0.0, 1, 2], [1, 0, 1], [2, 1, 0]])
 
 def test_log_kernel_is_minus_r1_log_of_one_plus_r2_distance():
     pe = kerple("log", r1=[1.0, 0.5], r2=[1.0, 2.0])
-    bias = pe.logit_bias(Positions.contiguous(3))[0]  # [h, i, j]
+    bias = pe.logit_bias(Positions.contiguous(3), 0)[0]  # [h, i, j]
     log2, log3, log5 = math.log(2), math.log(3), math.log(5)
     head0 = torch.tensor([[0, -log2, -log3], [-log2, 0, -log2], [-log3, -log2, 0]])
     head1 = 0.5 * torch.tensor([[0, -log3, -log5], [-log3, 0, -log3], [-log5, -log3, 0]])
@@ -43,7 +43,7 @@ def test_log_kernel_is_minus_r1_log_of_one_plus_r2_distance():
 
 def test_power_kernel_is_minus_r1_distance_to_the_r2():
     pe = kerple("power", r1=[1.0, 0.5, 2.0], r2=[1.0, 2.0, 0.5])
-    bias = pe.logit_bias(Positions.contiguous(3))[0]
+    bias = pe.logit_bias(Positions.contiguous(3), 0)[0]
     assert torch.allclose(bias[0], -DISTANCE)  # r2 = 1: ALiBi with slope r1
     assert torch.allclose(bias[1], -0.5 * DISTANCE**2)
     sqrt2 = math.sqrt(2)
@@ -54,7 +54,7 @@ def test_power_kernel_is_minus_r1_distance_to_the_r2():
 @pytest.mark.parametrize("kernel", ["log", "power"])
 def test_encoder_bias_is_symmetric_in_query_and_key(kernel):
     pe = KerplePE(dims(causal=False), kernel=kernel)
-    bias = pe.logit_bias(Positions.contiguous(6))[0]
+    bias = pe.logit_bias(Positions.contiguous(6), 0)[0]
     assert torch.equal(bias, bias.transpose(-1, -2))
     assert (bias[:, 0, 1:] < 0).all()  # every other position is penalised
 
@@ -62,8 +62,8 @@ def test_encoder_bias_is_symmetric_in_query_and_key(kernel):
 @pytest.mark.parametrize("kernel", ["log", "power"])
 def test_bias_is_invariant_to_shifting_all_positions(kernel):
     pe = KerplePE(dims(heads=4), kernel=kernel)
-    a = pe.logit_bias(Positions.contiguous(7))
-    b = pe.logit_bias(Positions.contiguous(7, offset=1000))
+    a = pe.logit_bias(Positions.contiguous(7), 0)
+    b = pe.logit_bias(Positions.contiguous(7, offset=1000), 0)
     assert torch.equal(a, b)
 
 
@@ -98,7 +98,7 @@ def test_parameters_stay_in_range_after_a_large_step_and_can_come_back(kernel, r
     assert (pe.r1 < 0).all()  # the optimizer itself knows no constraint
     stepped_r2 = pe.r2.detach().clone()
 
-    bias = pe.logit_bias(Positions.contiguous(5))  # the next use projects
+    bias = pe.logit_bias(Positions.contiguous(5), 0)  # the next use projects
     assert torch.equal(pe.r1, torch.full((2,), KerplePE.eps))
     assert pe.r2[0] == KerplePE.eps
     assert pe.r2[1] == min(stepped_r2[1].item(), r2_max)

@@ -19,7 +19,7 @@ def make(causal: bool = True, heads: int = 2, **kwargs) -> T5Bias2dPE:
 
 
 def bias(pe: T5Bias2dPE, coords) -> torch.Tensor:
-    return pe.logit_bias(Positions.from_tensor(torch.as_tensor(coords)[None]))[0]  # [h, i, j]
+    return pe.logit_bias(Positions.from_tensor(torch.as_tensor(coords)[None]), 0)[0]  # [h, i, j]
 
 
 def test_exact_values_at_hand_computed_offsets():
@@ -55,7 +55,7 @@ def test_the_bias_is_a_row_term_plus_a_column_term():
         torch.nn.init.normal_(table.weight)
     query = torch.tensor([[[5, 5]]])  # keys at every offset in [-5, 5]², row by row
     keys = query + torch.tensor([[dr, dc] for dr in range(-5, 6) for dc in range(-5, 6)])
-    out = pe.logit_bias(Positions(query, keys))[0, :, 0].unflatten(-1, (11, 11))  # [h, dr, dc]
+    out = pe.logit_bias(Positions(query, keys), 0)[0, :, 0].unflatten(-1, (11, 11))  # [h, dr, dc]
     separable = out[:, :, 5:6] + out[:, 5:6, :] - out[:, 5:6, 5:6]  # B(dr, 0) + B(0, dc) - B(0, 0)
     assert torch.allclose(out, separable, atol=1e-6)
 
@@ -98,4 +98,4 @@ def test_too_few_buckets_or_too_short_a_range_is_refused(num_buckets, max_distan
 
 def test_one_dimensional_positions_are_refused_clearly():
     with pytest.raises(ConfigError, match=r"pe=t5_bias_2d reads 2-D positions"):
-        make().logit_bias(Positions.contiguous(4))
+        make().logit_bias(Positions.contiguous(4), 0)

@@ -19,7 +19,7 @@ from einops import rearrange
 from torch import Tensor, nn
 
 from pelab.models.cache import LayerCache
-from pelab.pe.base import PositionalEncoding
+from pelab.pe.base import PositionalEncoding, memo_derived
 from pelab.positions import Positions
 
 ATTENTION_IMPLS = ("auto", "eager", "fused")
@@ -35,7 +35,9 @@ class Attention(nn.Module):
 
     The kernel is chosen once, here: the fused ``scaled_dot_product_attention`` when the encoding
     only transforms q/k and/or adds a content-free bias (which it receives as the attention mask),
-    the eager path otherwise. Both compute the same function (tested).
+    the eager path otherwise. Both compute the same function (tested). The eager path computes
+    the probabilities explicitly (``probabilities``), which is how
+    ``pelab.models.attention_maps`` records them on either kernel.
 
     One ``[3 d_model, d_model]`` input projection serves both kinds, as in
     ``torch.nn.MultiheadAttention``: its rows give q, k and v of ``x`` (self-attention), or q of
@@ -60,7 +62,6 @@ class Attention(nn.Module):
         self.scale = 1.0 / math.sqrt(self.head_dim)
         self.qkv = nn.Linear(d_model, 3 * d_model, bias=False)
         self.proj = nn.Linear(d_model, d_model, bias=False)
-        self.probs_tap = nn.Identity()  # analysis hooks read attention probabilities here
         self._pe = (pe,)  # shared by all layers and owned by the model: not a submodule here
         fused = impl == "fused" or (impl == "auto" and not pe.needs_eager_attention())
         self.attend = self.attend_fused if fused else self.attend_eager
@@ -119,25 +120,34 @@ class Attention(nn.Module):
         return q, k, v
 
     def attend_eager(self, q: Tensor, k: Tensor, v: Tensor, pos: Positions) -> Tensor:
+        return self.values(self.probabilities(q, k, pos), v, pos)
+
+    def probabilities(self, q: Tensor, k: Tensor, pos: Positions) -> Tensor:
+        """``modify_probs(softmax(mask(modify_logits(q k^T / sqrt(d) + logit_bias))))``, the
+        attention probabilities ``[b, h, i, j]`` (before dropout), with every hook."""
         pe = self.pe
         logits = torch.einsum("bhid,bhjd->bhij", q, k) * self.scale
-        bias = pe.logit_bias(pos)
+        bias = pe.logit_bias(pos, self.layer)
         if bias is not None:
             logits = logits + bias
         logits = pe.modify_logits(logits, q, k, pos, self.layer)
         if self.causal:  # the mask comes after every encoding hook, so no bias can unmask
             logits = logits.masked_fill(~causal_mask(q.shape[2], k.shape[2], q.device), -math.inf)
-        probs = pe.modify_probs(logits.softmax(dim=-1), pos, self.layer)
-        probs = self.probs_tap(probs)
+        return pe.modify_probs(logits.softmax(dim=-1), pos, self.layer)
+
+    def values(self, probs: Tensor, v: Tensor, pos: Positions) -> Tensor:
+        """The output ``[b, h, i, d]`` of the probabilities ``[b, h, i, j]`` and values
+        ``v: [b, h, j, d]``: dropout, ``probs @ v``, then ``modify_output``."""
         dropped = F.dropout(probs, self.dropout, self.training)
-        return pe.modify_output(dropped @ v, dropped, pos, self.layer)
+        return self.pe.modify_output(dropped @ v, dropped, pos, self.layer)
 
     def attend_fused(self, q: Tensor, k: Tensor, v: Tensor, pos: Positions) -> Tensor:
-        bias = self.pe.logit_bias(pos)
+        bias = self.pe.logit_bias(pos, self.layer)
         i, j = q.shape[2], k.shape[2]
         if self.causal and (bias is not None or i != j):
-            bias = pos.memo(
-                ("causal_bias", id(self.pe)), lambda: _mask_future(bias, i, j, q.device)
+            # once per forward for a bias all layers share, per layer for a per-layer bias
+            bias = memo_derived(
+                pos, "causal mask", (bias,), lambda: _mask_future(bias, i, j, q.device)
             )
         return F.scaled_dot_product_attention(
             q,

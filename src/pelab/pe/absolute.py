@@ -42,6 +42,8 @@ class SinusoidalPE(PositionalEncoding):
     Defined for every position, so it runs at any length (whether the model generalises is the
     experiment)."""
 
+    shift = "absolute"
+
     def __init__(
         self, dims: ModelDims, base: float = 10000.0, layout: str = "interleaved"
     ) -> None:
@@ -69,6 +71,8 @@ class LearnedPE(PositionalEncoding):
     initial values, so the table does not extrapolate; positions ``>= max_len`` are an error.
     ``max_len=None`` sizes the table to the longest sequence of the run.
     """
+
+    shift = "absolute"
 
     def __init__(self, dims: ModelDims, max_len: int | None = None, init_std: float = 1.0) -> None:
         super().__init__(dims)

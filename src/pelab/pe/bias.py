@@ -41,11 +41,13 @@ class AlibiPE(PositionalEncoding):
     among several in the literature. No parameters.
     """
 
+    shift = "relative"
+
     def __init__(self, dims: ModelDims) -> None:
         super().__init__(dims)
         self.register_buffer("slopes", alibi_slopes(dims.n_heads), persistent=False)
 
-    def logit_bias(self, pos: Positions) -> Tensor:
+    def logit_bias(self, pos: Positions, layer: int) -> Tensor:
         return pos.memo(id(self), lambda: self._bias(pos))
 
     def _bias(self, pos: Positions) -> Tensor:
@@ -83,6 +85,8 @@ class T5BiasPE(PositionalEncoding):
     ``logit_ij += b_h[bucket(j - i)]``, shared by all layers as in T5. The table starts at zero
     (the model starts as NoPE and learns its biases)."""
 
+    shift = "relative"
+
     def __init__(self, dims: ModelDims, num_buckets: int = 32, max_distance: int = 128) -> None:
         super().__init__(dims)
         bidirectional = not dims.causal
@@ -98,7 +102,7 @@ class T5BiasPE(PositionalEncoding):
         self.bias = nn.Embedding(num_buckets, dims.n_heads)
         nn.init.zeros_(self.bias.weight)
 
-    def logit_bias(self, pos: Positions) -> Tensor:
+    def logit_bias(self, pos: Positions, layer: int) -> Tensor:
         return pos.memo(id(self), lambda: self._bias(pos))
 
     def _bias(self, pos: Positions) -> Tensor:

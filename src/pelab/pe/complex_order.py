@@ -43,6 +43,8 @@ class ComplexOrderPE(PositionalEncoding):
     token-independent rotation of the embeddings, and training makes the speeds token-specific.
     """
 
+    shift = "absolute"
+
     def __init__(self, dims: ModelDims, base: float = 10000.0) -> None:
         super().__init__(dims)
         if dims.d_model % 2:

@@ -47,6 +47,7 @@ class CoPE(PositionalEncoding):
     """
 
     position_dims = None
+    shift = "relative"  # reads no positions
 
     def __init__(self, dims: ModelDims, npos_max: int = 64) -> None:
         super().__init__(dims)

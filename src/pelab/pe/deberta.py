@@ -71,6 +71,8 @@ class DebertaPE(PositionalEncoding):
       into ``[b, h, i, j]`` (likewise ``k @ Q_r^T``); nothing of size ``i * j * d`` is built.
     """
 
+    shift = "relative"
+
     def __init__(
         self, dims: ModelDims, position_buckets: int = 32, max_relative_positions: int = 64
     ) -> None:

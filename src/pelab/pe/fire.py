@@ -19,10 +19,10 @@ class FirePE(PositionalEncoding):
         ``logit_ij += f_theta( psi(i - j) / psi(max(L, i)) )``,   ``psi(x) = log(c x + 1)``
 
     ``f_theta`` is an MLP ``1 -> mlp_width -> n_heads`` with a ReLU (one output per head), ``c``
-    a learned scale of the log transform and ``L`` a learned threshold. Dividing by
-    ``psi(max(L, i))`` maps every distance a causal query ``i`` can see into ``[0, 1]``
-    ("progressive interpolation"), so longer sequences reuse the input range seen in training;
-    ``L`` keeps short-range distances from being over-stretched.
+    a learned scale of the log transform and ``L`` a learned threshold, all three per layer.
+    Dividing by ``psi(max(L, i))`` maps every distance a causal query ``i`` can see into
+    ``[0, 1]`` ("progressive interpolation"), so longer sequences reuse the input range seen in
+    training; ``L`` keeps short-range distances from being over-stretched.
 
     Choices, as in the public reference implementation (mcleish7/arithmetic, ``FIRE``) unless
     noted:
@@ -39,10 +39,13 @@ class FirePE(PositionalEncoding):
       ``psi(max(L, i, j))``. On every pair a decoder sees (``j <= i``) this is exactly the paper's
       formula, so decoders need no separate case; in an encoder the bias is symmetric in
       ``(i, j)`` and the MLP input stays in ``[0, 1]`` for keys after the query too.
-    - One ``f_theta, c, L`` shared by all layers, computed once per forward pass. The paper's
-      main models learn them per layer and it reports layer-sharing as a cheaper variant of
-      similar quality; we share because ``logit_bias`` (the fused-kernel hook) gets no layer.
+    - One ``f_theta, c, L`` per layer, as in the paper's main models (each layer has its own
+      FIRE; it reports layer-sharing as a cheaper variant of similar quality). ``logit_bias``
+      receives the layer, so FIRE stays on the fused kernel; each layer's bias is computed once
+      per forward pass.
     """
+
+    shift = "relative_below_threshold"
 
     eps = 1e-6  # keeps the normaliser away from 0 when c or L reach 0
 
@@ -61,27 +64,29 @@ class FirePE(PositionalEncoding):
         ):
             if value <= 0:
                 raise ConfigError(f"pe=fire needs pe.{name} > 0, got {value}")
-        self.mlp = nn.Sequential(
-            nn.Linear(1, mlp_width), nn.ReLU(), nn.Linear(mlp_width, dims.n_heads)
+        self.mlp = nn.ModuleList(  # f_theta of each layer
+            nn.Sequential(nn.Linear(1, mlp_width), nn.ReLU(), nn.Linear(mlp_width, dims.n_heads))
+            for _ in range(dims.n_layers)
         )
-        self.c = nn.Parameter(torch.tensor(float(c_init)))
-        self.threshold_scale = nn.Parameter(torch.tensor(1.0))
+        self.c = nn.Parameter(torch.full((dims.n_layers,), float(c_init)))  # [l]
+        self.threshold_scale = nn.Parameter(torch.ones(dims.n_layers))  # [l]
         self.register_buffer("threshold_init", torch.tensor(float(threshold_init)))
 
     @property
     def threshold(self) -> Tensor:
-        """The learned threshold ``L``."""
+        """The learned threshold ``L`` of each layer, ``[l]``."""
         return self.threshold_scale.abs() * self.threshold_init
 
-    def psi(self, x: Tensor) -> Tensor:
-        return torch.log1p(self.c.abs() * x)
+    def psi(self, x: Tensor, layer: int) -> Tensor:
+        return torch.log1p(self.c[layer].abs() * x)
 
-    def logit_bias(self, pos: Positions) -> Tensor:
-        return pos.memo(id(self), lambda: self._bias(pos))
+    def logit_bias(self, pos: Positions, layer: int) -> Tensor:
+        return pos.memo((id(self), layer), lambda: self._bias(pos, layer))
 
-    def _bias(self, pos: Positions) -> Tensor:
+    def _bias(self, pos: Positions, layer: int) -> Tensor:
         q, k = pos.q.float()[..., :, None], pos.k.float()[..., None, :]  # [b|1, i, 1], [b|1, 1, j]
-        later = torch.maximum(torch.maximum(q, k), self.threshold)  # max(L, i, j): [b|1, i, j]
+        # max(L, i, j): [b|1, i, j]
+        later = torch.maximum(torch.maximum(q, k), self.threshold[layer])
         # [b|1, i, j], in [0, 1] for positions >= 0
-        x = self.psi((q - k).abs()) / (self.psi(later) + self.eps)
-        return rearrange(self.mlp(x[..., None]), "b i j h -> b h i j")
+        x = self.psi((q - k).abs(), layer) / (self.psi(later, layer) + self.eps)
+        return rearrange(self.mlp[layer](x[..., None]), "b i j h -> b h i j")

@@ -65,6 +65,8 @@ class FloaterPE(PositionalEncoding):
       (whether the model generalises is the experiment); cost grows with the largest position.
     """
 
+    shift = "absolute"
+
     def __init__(
         self,
         dims: ModelDims,

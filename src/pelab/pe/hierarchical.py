@@ -33,6 +33,8 @@ class HierarchicalPE(PositionalEncoding):
     the training span of the default tasks (34 tokens). Positions ``>= n^2`` are an error.
     """
 
+    shift = "absolute"
+
     def __init__(
         self, dims: ModelDims, base_len: int = 32, alpha: float = 0.4, init_std: float = 1.0
     ) -> None:

@@ -63,6 +63,7 @@ class KerplePE(PositionalEncoding):
     """
 
     eps = 1e-2  # lower bound of r1 and r2, the authors' value
+    shift = "relative"
 
     def __init__(self, dims: ModelDims, kernel: str = "log") -> None:
         super().__init__(dims)
@@ -72,7 +73,7 @@ class KerplePE(PositionalEncoding):
         self.r1 = nn.Parameter(torch.rand(dims.n_heads) * self.kernel.r1_init)  # [h]
         self.r2 = nn.Parameter(torch.rand(dims.n_heads) * self.kernel.r2_init)  # [h]
 
-    def logit_bias(self, pos: Positions) -> Tensor:
+    def logit_bias(self, pos: Positions, layer: int) -> Tensor:
         return pos.memo(id(self), lambda: self._bias(pos))
 
     def project(self) -> None:

@@ -29,6 +29,7 @@ class AxialRotaryPE(RotaryPE):
     """
 
     position_dims = 2
+    shift = "relative"  # in each axis
 
     def __init__(
         self,

@@ -25,6 +25,8 @@ class ScaledSinusoidalPE(SinusoidalPE):
     ``init_scale=1.0`` reproduces. Defined at every position, like the plain sinusoid.
     """
 
+    shift = "absolute"
+
     def __init__(
         self,
         dims: ModelDims,

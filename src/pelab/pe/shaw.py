@@ -58,6 +58,8 @@ class ShawPE(PositionalEncoding):
     of size ``i * j * d`` is built, and positions that differ per batch row just work.
     """
 
+    shift = "relative"
+
     def __init__(self, dims: ModelDims, max_distance: int = 16) -> None:
         super().__init__(dims)
         if isinstance(max_distance, bool) or not isinstance(max_distance, int) or max_distance < 0:

@@ -28,6 +28,7 @@ class Sinusoidal2dPE(PositionalEncoding):
     """
 
     position_dims = 2
+    shift = "absolute"  # in each axis
 
     def __init__(
         self, dims: ModelDims, base: float = 10000.0, layout: str = "interleaved"

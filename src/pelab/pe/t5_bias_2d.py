@@ -28,6 +28,7 @@ class T5Bias2dPE(PositionalEncoding):
     """
 
     position_dims = 2
+    shift = "relative"  # in each axis
 
     def __init__(self, dims: ModelDims, num_buckets: int = 32, max_distance: int = 128) -> None:
         super().__init__(dims)
@@ -44,7 +45,7 @@ class T5Bias2dPE(PositionalEncoding):
         nn.init.zeros_(self.row_bias.weight)
         nn.init.zeros_(self.col_bias.weight)
 
-    def logit_bias(self, pos: Positions) -> Tensor:
+    def logit_bias(self, pos: Positions, layer: int) -> Tensor:
         return pos.memo(id(self), lambda: self._bias(pos))
 
     def _bias(self, pos: Positions) -> Tensor:

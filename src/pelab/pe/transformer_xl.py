@@ -66,6 +66,8 @@ class TransformerXLPE(PositionalEncoding):
       ``torch.unique`` and each pair's score is gathered. Neither builds ``[i, j, d]``.
     """
 
+    shift = "relative"
+
     def __init__(self, dims: ModelDims, base: float = 10000.0) -> None:
         super().__init__(dims)
         if dims.d_model % 2:

@@ -1,0 +1,105 @@
+"""Composition: several encodings acting as one, each through its own hooks."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from torch import Tensor, nn
+
+from pelab.errors import ConfigError
+from pelab.pe.base import (
+    SHIFT_CLASSES,
+    ModelDims,
+    PositionalEncoding,
+    class_or_instance_method,
+    memo_derived,
+)
+from pelab.positions import Positions
+
+
+class ComposedPE(PositionalEncoding):
+    """The encodings ``parts`` (name -> factory called with the model's ``ModelDims``) as one.
+
+    Each hook chains the parts in order: ``embed``, ``layer_input``, ``transform_qk`` and the
+    ``modify_*`` hooks apply part after part (``h = h_n ∘ … ∘ h_1``); ``logit_bias`` is the sum of
+    the parts' biases (None when no part has one). E.g. URPE on T5 is the T5 bias plus a Toeplitz
+    scaling of the probabilities (``pelab.pe.urpe``).
+
+    The composition needs the eager kernel when any part does (``needs_eager_attention``, asked of
+    the instance); it is causal-only when any part is, supports a key/value cache when every part
+    does, reads the task's positions when any part reads positions, and its ``shift`` class is the
+    least invariant of its parts'. Each part checks ``dims`` itself when built; a part's
+    ``ConfigError`` names the composition and the part. Parameters live under ``parts.<name>``.
+    """
+
+    position_dims = None  # a subclass may declare it; an instance takes it from its parts
+
+    def __init__(
+        self, dims: ModelDims, parts: Mapping[str, Callable[[ModelDims], PositionalEncoding]]
+    ) -> None:
+        super().__init__(dims)
+        if not parts:
+            raise ConfigError("a composed encoding needs at least one part")
+        name = getattr(self, "pe_name", type(self).__name__)
+        self.parts = nn.ModuleDict()
+        for key, make in parts.items():
+            try:
+                self.parts[key] = make(dims)
+            except ConfigError as error:
+                raise ConfigError(f"pe={name} (part {key!r}): {error}") from None
+        built = list(self.parts.values())
+        self.causal_only = any(part.causal_only for part in built)
+        self.supports_kv_cache = all(part.supports_kv_cache for part in built)
+        reads = any(part.position_dims is not None for part in built)
+        self.position_dims = dims.position_dims if reads else None
+        self.shift = max((part.shift for part in built), key=SHIFT_CLASSES.index)
+
+    @class_or_instance_method
+    def needs_eager_attention(pe: ComposedPE | type[ComposedPE]) -> bool:
+        """Of an instance: whether any part needs it. Of a class (parts unknown): True."""
+        if isinstance(pe, type):
+            return True
+        return any(part.needs_eager_attention() for part in pe.parts.values())
+
+    def embed(self, x: Tensor, tokens: Tensor, pos: Positions) -> Tensor:
+        for part in self.parts.values():
+            x = part.embed(x, tokens, pos)
+        return x
+
+    def layer_input(self, x: Tensor, pos: Positions, layer: int) -> Tensor:
+        for part in self.parts.values():
+            x = part.layer_input(x, pos, layer)
+        return x
+
+    def transform_qk(self, q: Tensor, k: Tensor, pos: Positions) -> tuple[Tensor, Tensor]:
+        for part in self.parts.values():
+            q, k = part.transform_qk(q, k, pos)
+        return q, k
+
+    def logit_bias(self, pos: Positions, layer: int) -> Tensor | None:
+        biases = tuple(
+            bias
+            for bias in (part.logit_bias(pos, layer) for part in self.parts.values())
+            if bias is not None
+        )
+        if len(biases) < 2:
+            return biases[0] if biases else None
+        # summed once per forward when the parts' biases are shared by the layers
+        return memo_derived(pos, (id(self), "bias"), biases, lambda: sum(biases[1:], biases[0]))
+
+    def modify_logits(
+        self, logits: Tensor, q: Tensor, k: Tensor, pos: Positions, layer: int
+    ) -> Tensor:
+        for part in self.parts.values():
+            logits = part.modify_logits(logits, q, k, pos, layer)
+        return logits
+
+    def modify_probs(self, probs: Tensor, pos: Positions, layer: int) -> Tensor:
+        for part in self.parts.values():
+            probs = part.modify_probs(probs, pos, layer)
+        return probs
+
+    def modify_output(self, out: Tensor, probs: Tensor, pos: Positions, layer: int) -> Tensor:
+        for part in self.parts.values():
+            out = part.modify_output(out, probs, pos, layer)
+        return out
