@@ -45,6 +45,13 @@ def test_config_files_and_encoding_registry_agree():
         assert get_class(cfg.pe._target_) is PE_REGISTRY[name]
 
 
+def test_an_encoding_config_is_named_with_its_dimensions_exactly_when_it_reads_2d_positions():
+    """The ablation grids sweep ``pe: glob(*,exclude=*_2d)``: this name keeps them 1-D."""
+    for name, cls in PE_REGISTRY.items():
+        assert name.endswith("_2d") == (cls.position_dims == 2), name
+        assert cls.position_dims in (None, 1, 2), f"{name}: extend the grids' exclude pattern"
+
+
 def test_every_task_config_targets_a_registered_task():
     registered = set(TASK_REGISTRY.values())
     for name in options("task"):

@@ -1,36 +1,92 @@
-"""The table experiments: their grids cover every encoding, compose job by job, and the W&B sweep
-file runs the same grid."""
+"""The table experiments: their grids are every registered 1-D encoding (a glob over configs/pe/,
+expanded as Hydra's sweeper and the missing-job detection of ``pelab.analysis.collect`` expand
+it), they compose job by job, and the W&B sweep file runs the same grid."""
 
+import logging
+import math
 from pathlib import Path
 
 import pytest
 import yaml
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
-from hydra.core.override_parser.overrides_parser import OverridesParser
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
+from pelab.analysis.collect import directory_records, sweep_jobs
 from pelab.pe import PE_REGISTRY
 from tests.conftest import CONFIG_DIR, compose_config
 from tests.test_configs import options
 
 ABLATIONS = ["ablation_cpu", "ablation_gpu"]
+# the registry's encodings that read 1-D positions, in Hydra's glob order (sorted)
+FLAT = sorted(pe for pe, cls in PE_REGISTRY.items() if cls.position_dims in (None, 1))
+
+
+def composed(*overrides: str) -> DictConfig:
+    """``configs/train.yaml`` with its ``hydra`` node: what a sweep saves as ``multirun.yaml``."""
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        cfg = compose("train", overrides=list(overrides), return_hydra_config=True)
+    GlobalHydra.instance().clear()
+    return cfg
+
+
+def hydra_config(*overrides: str) -> DictConfig:
+    return composed(*overrides).hydra
 
 
 def grid(experiment: str) -> dict[str, list[str]]:
-    """``hydra.sweeper.params`` of an experiment file, each value list expanded."""
-    params = OmegaConf.load(f"{CONFIG_DIR}/experiment/{experiment}.yaml").hydra.sweeper.params
-    parsed = OverridesParser.create().parse_overrides([f"{k}={v}" for k, v in params.items()])
-    return {o.key_or_group: [str(v) for v in o.sweep_string_iterator()] for o in parsed}
+    """The values of each swept key over the jobs of ``experiment=<experiment>``, in job order."""
+    values: dict[str, list[str]] = {}
+    for job in sweep_jobs(composed(f"experiment={experiment}")):
+        for override in job:
+            key, value = override.split("=", 1)
+            if key != "experiment" and value not in values.setdefault(key, []):
+                values[key].append(value)
+    return values
 
 
 @pytest.mark.parametrize("experiment", ABLATIONS)
 def test_an_ablation_runs_every_encoding_that_reads_1d_positions(experiment):
-    flat = {pe for pe, cls in PE_REGISTRY.items() if cls.position_dims in (None, 1)}
+    jobs = sweep_jobs(composed(f"experiment={experiment}"))
     params = grid(experiment)
-    assert set(params["pe"]) == flat
+    assert params["pe"] == FLAT
     assert set(params["task"]) <= set(options("task"))
     assert len(params["seed"]) >= 2  # a standard deviation needs two seeds
+    assert (
+        len({frozenset(job) for job in jobs}) == len(jobs) == math.prod(map(len, params.values()))
+    )
+
+
+def test_the_ablation_grids_are_a_glob_over_the_encoding_configs():
+    """No hand-kept list: a new 1-D encoding joins both ablations by its config file alone."""
+    for experiment in ABLATIONS:
+        params = OmegaConf.load(f"{CONFIG_DIR}/experiment/{experiment}.yaml").hydra.sweeper.params
+        assert params.pe == "glob(*,exclude=*_2d)"
+
+
+def test_missing_jobs_of_a_glob_sweep_come_from_its_saved_config_tree(tmp_path):
+    """``multirun.yaml`` as Hydra saves it keeps ``pe: glob(...)`` and the config sources; the
+    jobs of a sweep that never started are every 1-D encoding x task x seed, all missing."""
+    multirun = composed("experiment=ablation_cpu", "seed=0")
+    OmegaConf.save(multirun, tmp_path / "multirun.yaml")
+    records = directory_records(tmp_path)
+    assert {r["status"] for r in records} == {"missing"}
+    assert sorted({r["choices"]["pe"] for r in records}) == FLAT
+    assert len(records) == len(FLAT) * 2  # copy and sort, the command line's seed
+    assert all(r["choices"]["seed"] == 0 for r in records)
+
+
+def test_a_glob_sweep_whose_config_tree_is_gone_warns_and_detects_no_missing_job(tmp_path, caplog):
+    multirun = composed("experiment=ablation_cpu")
+    for source in multirun.hydra.runtime.config_sources:
+        if source.schema == "file":
+            source.path = str(tmp_path / "moved")
+    OmegaConf.save(multirun, tmp_path / "multirun.yaml")
+    with caplog.at_level(logging.WARNING):
+        assert directory_records(tmp_path) == []
+    assert "pe=glob(*,exclude=*_2d) matches no config" in caplog.text
+    assert str(tmp_path / "moved") in caplog.text
 
 
 @pytest.mark.parametrize("experiment", ABLATIONS)
@@ -43,14 +99,6 @@ def test_an_ablation_job_composes_with_the_protocol_and_the_parallel_or_gpu_setu
         assert cfg.trainer.accelerator == "cpu"
     else:
         assert cfg.trainer.accelerator == "gpu"
-
-
-def hydra_config(*overrides: str):
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-        cfg = compose("train", overrides=list(overrides), return_hydra_config=True)
-    GlobalHydra.instance().clear()
-    return cfg.hydra
 
 
 def test_the_cpu_ablation_is_a_sweep_run_in_parallel_one_job_per_core():
@@ -89,9 +137,19 @@ def test_slurm_sends_the_requeue_signal_that_pelab_checkpoints_on(tmp_path):
 
 
 def test_the_wandb_sweep_file_runs_the_cpu_ablation_grid():
+    """W&B reads literal values: they must equal the grid Hydra expands from the registry, and a
+    failure names the values to add and to remove."""
     sweep = yaml.safe_load(Path(CONFIG_DIR, "wandb_sweep.yaml").read_text())  # W&B's ${...}
     params = sweep["parameters"]
     assert params["experiment"]["value"] == "ablation_cpu"
     expected = grid("ablation_cpu")
-    assert {k: [str(v) for v in params[k]["values"]] for k in expected} == expected
+    assert expected["pe"] == FLAT
+    assert set(params) == {"experiment", *expected}
+    for key, values in expected.items():
+        listed = [str(v) for v in params[key]["values"]]
+        add, remove = sorted(set(values) - set(listed)), sorted(set(listed) - set(values))
+        assert listed == values, (
+            f"configs/wandb_sweep.yaml parameters.{key}.values must be {values}: "
+            f"add {add}, remove {remove}"
+        )
     assert sweep["program"] == "scripts/train.py" and "${args_no_hyphens}" in sweep["command"]

@@ -1,5 +1,5 @@
-"""Shared checks for the task test files: a tiny run in each layout, and the slow "a small model
-learns it in distribution" run."""
+"""The slow "a small model learns it in distribution" run shared by the task test files (the tiny
+run in every layout is the contract test, ``tests/tasks/test_tasks.py``)."""
 
 from __future__ import annotations
 
@@ -9,23 +9,6 @@ from typing import Any
 
 from pelab.train import run
 from tests.conftest import compose_config
-
-KINDS = ("decoder", "encoder")
-
-
-def assert_runs(tiny_cfg, model: str, task: str, *overrides: str) -> dict[str, Any]:
-    """``python scripts/train.py task=<task> pe=rope model=<model>`` in-process, tiny: it
-    completes and reports both metrics and their chance level at every evaluation length."""
-    cfg = tiny_cfg(f"task={task}", f"model={model}", "pe=rope", *overrides)
-    record = run(cfg)
-    assert record["status"] == "completed"
-    lengths = [str(n) for n in cfg.task.eval_lengths]
-    assert list(record["metrics"]["test"]) == lengths == list(record["metrics"]["chance"])
-    for length in lengths:
-        m, c = record["metrics"]["test"][length], record["metrics"]["chance"][length]
-        assert 0 <= m["exact_match"] <= m["token_acc"] <= 1
-        assert 0 <= c["exact_match"] <= c["token_acc"] <= 1
-    return record
 
 
 def learn(

@@ -6,7 +6,7 @@ import torch
 from pelab.data.eval_sets import cache_key
 from pelab.errors import ConfigError
 from pelab.tasks.copy import CopyTask
-from tests.tasks.run_check import KINDS, assert_runs, learn
+from tests.tasks.run_check import learn
 
 PROMPT = [5, 3, 4, 3]
 
@@ -59,11 +59,6 @@ def test_variants_have_their_own_evaluation_sets():
 def test_an_unknown_variant_is_refused_with_the_choices():
     with pytest.raises(ConfigError, match=r"'twice'.*random, repeated, double"):
         CopyTask(variant="twice")
-
-
-@pytest.mark.parametrize("model", KINDS)
-def test_trains_and_tests_in_both_layouts(tiny_cfg, model):
-    assert_runs(tiny_cfg, model, "copy", "task.variant=double", "task.eval_lengths=[4,20]")
 
 
 @pytest.mark.slow

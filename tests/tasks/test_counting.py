@@ -1,14 +1,12 @@
 """Counting: hand-counted answers in fixed-width decimal, the count's distribution, length
-limits, both layouts end to end."""
+limits, runs."""
 
 import pytest
 import torch
 
-from pelab.data.datamodule import TrainBatches
-from pelab.data.eval_sets import build_eval_set
 from pelab.errors import ConfigError
 from pelab.tasks.counting import DIGIT_0, LETTER_0, CountingTask
-from tests.tasks.run_check import KINDS, assert_runs, learn
+from tests.tasks.run_check import learn
 
 a, b, c = LETTER_0, LETTER_0 + 1, LETTER_0 + 2
 
@@ -47,18 +45,6 @@ def test_counts_that_do_not_fit_are_refused():
     with pytest.raises(ConfigError, match="fixed alphabet of 14 symbols"):
         CountingTask(num_symbols=4)
     assert CountingTask(num_letters=6).vocab_size == 3 + 10 + 6
-
-
-def test_evaluation_prompts_never_occur_in_training():
-    task = CountingTask(train_lengths=[30, 30], eval_lengths=[30])
-    test = {tuple(p) for p in build_eval_set(task, "test", 30, 512)["prompt"]}
-    train = TrainBatches(task, batch_size=256, num_batches=40, seed=0)
-    assert not test & {tuple(p) for i in range(len(train)) for p in train[i][0].tolist()}
-
-
-@pytest.mark.parametrize("model", KINDS)
-def test_trains_and_tests_in_both_layouts(tiny_cfg, model):
-    assert_runs(tiny_cfg, model, "counting", "task.eval_lengths=[4,8]")
 
 
 @pytest.mark.slow

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from pelab.tasks.duplicate import DuplicateTask
-from tests.tasks.run_check import KINDS, assert_runs, learn
+from tests.tasks.run_check import learn
 
 
 def bits(text: str) -> list[int]:
@@ -23,11 +23,6 @@ def test_binary_by_default_and_both_halves_equal_the_prompt():
     prompt, answer = task.sample(32, 11, torch.Generator().manual_seed(0))
     assert answer.shape == (32, 22)
     assert torch.equal(answer[:, :11], prompt) and torch.equal(answer[:, 11:], prompt)
-
-
-@pytest.mark.parametrize("model", KINDS)
-def test_trains_and_tests_in_both_layouts(tiny_cfg, model):
-    assert_runs(tiny_cfg, model, "duplicate", "task.eval_lengths=[4,20]")
 
 
 @pytest.mark.slow

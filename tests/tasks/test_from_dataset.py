@@ -1,5 +1,5 @@
 """from_dataset: vocabularies of strings, tokens and ids, ragged targets, splits by length and by
-the dataset's own splits, clear errors, and a whole run on a tiny dataset in ``tmp_path``."""
+the dataset's own splits, clear errors, and a learning run on the example dataset."""
 
 from collections import Counter
 
@@ -12,7 +12,7 @@ from pelab.data.eval_sets import build_eval_set
 from pelab.errors import ConfigError
 from pelab.tasks.from_dataset import PAD, FromDatasetTask, write_example
 from pelab.tokens import N_SPECIAL
-from tests.tasks.run_check import KINDS, assert_runs, learn
+from tests.tasks.run_check import learn
 
 
 def save(tmp_path, data, name="data") -> str:
@@ -102,7 +102,7 @@ def test_in_distribution_evaluation_sets_hold_only_held_out_examples(tmp_path):
 
 
 def test_a_set_with_fewer_examples_than_asked_for_is_cached_and_reused(tmp_path, monkeypatch):
-    task = FromDatasetTask.example(tmp_path)
+    task = FromDatasetTask(**FromDatasetTask.example_settings(tmp_path))
     first = eval_sets.load_eval_set(task, "test", 12, 512, tmp_path / "cache")[:]["prompt"]
     assert first.shape == (task.pools["eval"][12][0].shape[0], 12)
 
@@ -168,14 +168,6 @@ def test_errors_name_the_bad_value_and_the_valid_choices(tmp_path):
     assert FromDatasetTask(
         mixed, train_lengths=[2, 2], eval_lengths=[2], holdout=0.5
     ).vocabulary == [1, 2, 3, 4]
-
-
-@pytest.mark.parametrize("model", KINDS)
-def test_trains_on_a_tiny_dataset_end_to_end(tiny_cfg, tmp_path, model):
-    path = write_example(tmp_path / "drop_a")
-    overrides = [f"task.path={path}", "task.train_lengths=[1,8]", "task.eval_lengths=[4,8,12]"]
-    record = assert_runs(tiny_cfg, model, "from_dataset", *overrides)
-    assert record["config"]["task"]["path"] == path
 
 
 @pytest.mark.slow

@@ -1,11 +1,11 @@
 """Modular arithmetic (Deletang et al. 2023), without and with brackets: the paper's examples,
-the grammar of sampled expressions, the parallel evaluator at long lengths, both layouts."""
+the grammar of sampled expressions, the parallel evaluator at long lengths, the config files,
+runs."""
 
 import pytest
 import torch
+from hydra.utils import instantiate
 
-from pelab.data.datamodule import TrainBatches
-from pelab.data.eval_sets import build_eval_set
 from pelab.errors import ConfigError
 from pelab.tasks.modular_arithmetic import (
     CLOSE,
@@ -17,7 +17,8 @@ from pelab.tasks.modular_arithmetic import (
     TIMES,
     ModularArithmeticTask,
 )
-from tests.tasks.run_check import KINDS, assert_runs, learn
+from tests.conftest import compose_config
+from tests.tasks.run_check import learn
 
 TOKEN = {s: DIGIT_0 + i for i, s in enumerate(SYMBOLS)}
 
@@ -107,19 +108,13 @@ def test_the_two_variants_have_their_own_alphabets_and_cache_keys():
         ModularArithmeticTask(num_symbols=10)
 
 
-@pytest.mark.parametrize("brackets", [False, True])
-def test_evaluation_prompts_never_occur_in_training(brackets):
-    task = ModularArithmeticTask(brackets=brackets, train_lengths=[31, 31], eval_lengths=[31])
-    test = {tuple(p) for p in build_eval_set(task, "test", 31, 512)["prompt"]}
-    train = TrainBatches(task, batch_size=256, num_batches=40, seed=0)
-    assert not test & {tuple(p) for i in range(len(train)) for p in train[i][0].tolist()}
-
-
-@pytest.mark.parametrize("model", KINDS)
-@pytest.mark.parametrize("task", ["modular_arithmetic", "modular_arithmetic_brackets"])
-def test_trains_and_tests_in_both_layouts(tiny_cfg, task, model):
-    record = assert_runs(tiny_cfg, model, task, "task.eval_lengths=[5,9]")
-    assert record["config"]["task"]["brackets"] == (task == "modular_arithmetic_brackets")
+@pytest.mark.parametrize(
+    ("config", "brackets"),
+    [("modular_arithmetic", False), ("modular_arithmetic_brackets", True)],
+)
+def test_each_config_file_builds_its_variant(config, brackets):
+    task = instantiate(compose_config([f"task={config}"]).task)
+    assert isinstance(task, ModularArithmeticTask) and task.brackets is brackets
 
 
 @pytest.mark.slow

@@ -1,14 +1,12 @@
 """Selective copy (Gu & Dao 2023): hand-written prompts, a fixed number of data tokens at
-uniform positions, length limits, both layouts end to end."""
+uniform positions, length limits, runs."""
 
 import pytest
 import torch
 
-from pelab.data.datamodule import TrainBatches
-from pelab.data.eval_sets import build_eval_set
 from pelab.errors import ConfigError
 from pelab.tasks.selective_copy import NOISE, SelectiveCopyTask
-from tests.tasks.run_check import KINDS, assert_runs, learn
+from tests.tasks.run_check import learn
 
 _ = NOISE
 
@@ -36,18 +34,6 @@ def test_lengths_shorter_than_the_data_are_refused():
         SelectiveCopyTask(train_lengths=[2, 16])
     with pytest.raises(ConfigError, match="at least two data symbols"):
         SelectiveCopyTask(num_symbols=2)
-
-
-def test_evaluation_prompts_never_occur_in_training():
-    task = SelectiveCopyTask(train_lengths=[32, 32], eval_lengths=[32])
-    test = {tuple(p) for p in build_eval_set(task, "test", 32, 512)["prompt"]}
-    train = TrainBatches(task, batch_size=256, num_batches=40, seed=0)
-    assert not test & {tuple(p) for i in range(len(train)) for p in train[i][0].tolist()}
-
-
-@pytest.mark.parametrize("model", KINDS)
-def test_trains_and_tests_in_both_layouts(tiny_cfg, model):
-    assert_runs(tiny_cfg, model, "selective_copy", "task.eval_lengths=[8,32]")
 
 
 @pytest.mark.slow

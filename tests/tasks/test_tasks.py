@@ -1,13 +1,15 @@
 """The task contract, checked for every registered task through the Task API only.
 
-Each task is built with ``cls.example(directory)`` (its defaults, or a tiny example dataset) and
-with each of its declared ``variants``, and probed at the ends of its train range and at its
-longest evaluation length.
+Each task is built with ``cls.example_settings(directory)`` (its defaults, or a tiny example
+dataset), alone and with each of its declared ``variants``, and probed at the ends of its train
+range and at its longest evaluation length; each of these trains and tests in every model kind
+(``pelab.layouts``).
 """
 
 import inspect
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -15,8 +17,10 @@ from hydra.utils import get_class
 from omegaconf import OmegaConf
 
 from pelab.errors import ConfigError
+from pelab.layouts import LAYOUTS
 from pelab.tasks import TASK_REGISTRY, Task
 from pelab.tokens import N_SPECIAL
+from pelab.train import run
 from tests.conftest import CONFIG_DIR
 
 TASKS = sorted(TASK_REGISTRY)
@@ -24,15 +28,21 @@ TASKS = sorted(TASK_REGISTRY)
 SETTINGS = [(name, {}) for name in TASKS] + [
     (name, variant) for name in TASKS for variant in TASK_REGISTRY[name].variants
 ]
+SETTING_IDS = [f"{n}{v or ''}" for n, v in SETTINGS]
 # constructor parameters that set the protocol, not the data of one (split, length) set
 PROTOCOL_PARAMS = {"train_lengths", "eval_lengths", "n_val", "n_test", "eval_seed"}
+# the encoding of the runs, by the task's position_dims
+RUN_PE = {1: "rope", 2: "rope_2d"}
 
 
-@pytest.fixture(params=SETTINGS, ids=[f"{n}{v or ''}" for n, v in SETTINGS])
+def settings_of(name: str, variant: dict[str, Any], directory: Path) -> dict[str, Any]:
+    return {**TASK_REGISTRY[name].example_settings(directory), **variant}
+
+
+@pytest.fixture(params=SETTINGS, ids=SETTING_IDS)
 def task(request, tmp_path_factory) -> Task:
     name, variant = request.param
-    cls = TASK_REGISTRY[name]
-    return cls(**variant) if variant else cls.example(tmp_path_factory.mktemp(name))
+    return TASK_REGISTRY[name](**settings_of(name, variant, tmp_path_factory.mktemp(name)))
 
 
 def probe_lengths(task: Task) -> list[int]:
@@ -73,6 +83,41 @@ def test_settings_at_build_every_task_at_the_benchmark_lengths(name, length, tmp
     assert [task.reference(p) for p in prompt.tolist()] == answer.tolist()
 
 
+def layout_runs() -> list:
+    """Every setting of every task (its defaults and each of its ``variants``) x every model
+    kind."""
+    return [
+        pytest.param(*SETTINGS[i], kind, id=f"{SETTING_IDS[i]}-{kind}")
+        for i in range(len(SETTINGS))
+        for kind in LAYOUTS
+    ]
+
+
+@pytest.mark.parametrize(("name", "variant", "model"), layout_runs())
+def test_trains_and_tests_in_every_layout(tiny_cfg, tmp_path, name, variant, model):
+    """``python scripts/train.py task=<name> model=<model>`` in-process, tiny, tested at the
+    shortest in-distribution and the longest evaluation length of the example: it completes,
+    keeps the task's settings and reports both metrics and their chance level at both lengths."""
+    cls = TASK_REGISTRY[name]
+    settings = settings_of(name, variant, tmp_path)
+    example = cls(**settings)
+    inside = [n for n in example.eval_lengths if example.in_distribution(n)]
+    settings["eval_lengths"] = [min(inside), max(example.eval_lengths)]
+    task_overrides = [f"++task.{key}={json.dumps(value)}" for key, value in settings.items()]
+    cfg = tiny_cfg(
+        f"task={name}", f"model={model}", f"pe={RUN_PE[cls.position_dims]}", *task_overrides
+    )
+    record = run(cfg)
+    assert record["status"] == "completed"
+    assert {key: record["config"]["task"][key] for key in settings} == settings
+    lengths = [str(n) for n in settings["eval_lengths"]]
+    assert list(record["metrics"]["test"]) == lengths == list(record["metrics"]["chance"])
+    for length in lengths:
+        m, c = record["metrics"]["test"][length], record["metrics"]["chance"][length]
+        assert 0 <= m["exact_match"] <= m["token_acc"] <= 1
+        assert 0 <= c["exact_match"] <= c["token_acc"] <= 1
+
+
 def test_every_symbol_of_the_vocabulary_occurs(task):
     """The vocabulary is no larger than the data needs: a large batch uses every symbol."""
     prompt, answer = task.sample(512, task.train_lengths[1], torch.Generator().manual_seed(0))
@@ -105,12 +150,11 @@ def test_protocol_attributes(task):
     assert isinstance(task.length_axis, str) and task.length_axis
     assert task.vocab_size > N_SPECIAL
     assert any(task.in_distribution(n) for n in task.eval_lengths)
-    assert all(task.supports_length(n) for n in (*task.train_lengths, *task.eval_lengths))
+    for length in (*task.train_lengths, *task.eval_lengths):
+        task.check_length(length)  # raises ConfigError for a length the task cannot build
     n, m = task.prompt_length(task.train_lengths[1]), task.answer_length(task.train_lengths[1])
-    coordinates = task.coordinates(n, m)
-    if task.position_dims == 1 and coordinates is None:
-        return
-    assert coordinates.shape == (n + m + 2, task.position_dims)
+    if task.position_dims > 1:  # a 1-D task takes the run's position sampler
+        assert task.coordinates(n, m).shape == (n + m + 2, task.position_dims)
 
 
 @pytest.mark.parametrize("name", TASKS)
@@ -175,7 +219,9 @@ def test_open_alphabets_default_to_32_symbols():
 
 def test_lengths_are_checked_at_construction():
     task = Digits(train_lengths=[2, 4], eval_lengths=[4, 8])
-    assert task.supports_length(8) and not task.supports_length(7)
+    task.check_length(8)
+    with pytest.raises(ConfigError, match="lengths must be even, got 7"):
+        task.check_length(7)
     with pytest.raises(ConfigError, match="lengths must be even, got 3"):
         Digits(train_lengths=[3, 4], eval_lengths=[4])
     with pytest.raises(ConfigError, match="lengths must be even, got 9"):

@@ -122,11 +122,12 @@ class Task(ABC):
             raise ConfigError(f"{type(self).__name__}: lengths must be >= 1, got {length}")
 
     @classmethod
-    def example(cls, directory: Path) -> Task:
-        """A small instance with default settings, for generic tests, the benchmark and docs.
-        A task that reads external data (``from_dataset``) overrides it and writes a tiny
-        example into ``directory``."""
-        return cls()
+    def example_settings(cls, directory: Path) -> dict[str, Any]:
+        """Settings of a small instance, ``cls(**example_settings(directory))``, for the
+        contract tests (every task trains and tests in every layout with them) and docs.
+        Default: none, the task's defaults. A task that reads external data (``from_dataset``)
+        writes a tiny example into ``directory`` and names it."""
+        return {}
 
     @classmethod
     def settings_at(cls, length: int, directory: Path) -> dict[str, Any]:

@@ -76,10 +76,10 @@ class FromDatasetTask(Task):
         self._check_pools()
 
     @classmethod
-    def example(cls, directory: Path) -> FromDatasetTask:
+    def example_settings(cls, directory: Path) -> dict[str, Any]:
         """A tiny dataset (``write_example``) in ``directory``, trained on inputs of 1-8."""
         path = write_example(Path(directory) / "drop_a")
-        return cls(path, train_lengths=[1, 8], eval_lengths=[4, 8, 12])
+        return {"path": path, "train_lengths": [1, 8], "eval_lengths": [4, 8, 12]}
 
     @classmethod
     def settings_at(cls, length: int, directory: Path) -> dict[str, Any]:
