@@ -35,8 +35,8 @@ from hydra import compose, initialize_config_dir
 from torch import nn
 
 from pelab.data.datamodule import TaskDataModule
-from pelab.layouts import DecoderLayout
 from pelab.lit_module import SequenceModel, warmup_cosine
+from pelab.model_kinds import DecoderKind
 from pelab.models.transformer import Transformer
 from pelab.pe import PE_REGISTRY
 from pelab.positions import contiguous
@@ -125,7 +125,7 @@ def plain_loop(model: nn.Module, batches, steps: int, window: int) -> list[float
     stamps = []
     for i in range(steps):
         prompt, answer = batches[i]
-        inputs, answer_slice = DecoderLayout.teacher_forcing(prompt, answer)
+        inputs, answer_slice = DecoderKind.teacher_forcing(prompt, answer)
         logits = model(inputs)[:, answer_slice]
         loss = F.cross_entropy(logits.flatten(0, 1), answer.flatten())
         opt.zero_grad(set_to_none=True)
@@ -168,7 +168,7 @@ def pelab_loop(
         n_layers=shape["layers"],
     )
     optimizer = partial(torch.optim.AdamW, lr=1e-3, betas=(0.9, 0.98), weight_decay=0.01)
-    module = SequenceModel(net, DecoderLayout, task, optimizer, compile=compile)
+    module = SequenceModel(net, DecoderKind, task, optimizer, compile=compile)
     data = TaskDataModule(task, shape["batch"], steps, seed=0)
     stamps = Stamps(window)
     trainer = L.Trainer(
@@ -218,7 +218,7 @@ def encoding_step_times(batches, shape, steps: int, rounds: int) -> dict[str, di
             for i in range(steps + 1):  # the first step of each round warms up
                 prompt, answer = batches[i]
                 start = time.perf_counter()
-                inputs, answer_slice = DecoderLayout.teacher_forcing(prompt, answer)
+                inputs, answer_slice = DecoderKind.teacher_forcing(prompt, answer)
                 loss = F.cross_entropy(
                     net(inputs)[:, answer_slice].flatten(0, 1), answer.flatten()
                 )
@@ -291,7 +291,7 @@ def generation_vs_training(
 
     def step() -> None:  # what SequenceModel.training_step and the optimizer do
         positions = model.sequence_positions(prompt, answer.shape[1])
-        logits = model.layout.answer_logits(model.net, prompt, answer, positions)
+        logits = model.kind.answer_logits(model.net, prompt, answer, positions)
         loss = F.cross_entropy(logits.flatten(0, 1), answer.flatten())
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -345,7 +345,7 @@ def greedy_eval_times(quick: bool) -> dict[str, dict]:
     seconds: dict[int, dict[str, float]] = {}  # unrounded, for the growth
     with torch.inference_mode():
         for use_cache in (True, False):  # warm-up
-            DecoderLayout.predict(
+            DecoderKind.predict(
                 net, torch.randint(3, 35, (batch, 8)), 8, contiguous(18), use_cache=use_cache
             )
         for n in lengths:
@@ -353,7 +353,7 @@ def greedy_eval_times(quick: bool) -> dict[str, dict]:
 
             def evaluate(use_cache: bool, n: int = n, prompt: torch.Tensor = prompt) -> float:
                 positions = contiguous(2 * n + 2)
-                answer = DecoderLayout.predict(net, prompt, n, positions, use_cache=use_cache)
+                answer = DecoderKind.predict(net, prompt, n, positions, use_cache=use_cache)
                 return (answer == prompt).all(dim=-1).float().mean().item()
 
             cached = seconds_per_call(lambda: evaluate(True), 0.0, 1)

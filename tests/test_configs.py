@@ -7,7 +7,7 @@ from hydra.errors import MissingConfigException
 from hydra.utils import get_class, instantiate
 
 from pelab.errors import ConfigError
-from pelab.layouts import LAYOUTS
+from pelab.model_kinds import MODEL_KINDS
 from pelab.pe import PE_REGISTRY
 from pelab.tasks import TASK_REGISTRY
 from pelab.tasks.from_dataset import write_example
@@ -69,7 +69,7 @@ def test_every_model_and_encoding_builds(model, pe):
             build_model(cfg, instantiate(cfg.task))
         return
     module = build_model(cfg, instantiate(cfg.task))
-    assert module.layout is LAYOUTS[cfg.model.kind]
+    assert module.kind is MODEL_KINDS[cfg.model.kind]
     net = module.net
     stacks = [net.encoder, net.decoder] if model == "encoder_decoder" else [net]
     causal = {"decoder": [True], "encoder": [False], "encoder_decoder": [False, True]}[model]

@@ -19,7 +19,7 @@ ENCODING_USERS = {
     "pelab.analysis.inspect_pe": "builds encodings to draw what they compute",
 }
 LEAVES = ("pelab.errors", "pelab.tokens")
-MODEL_SIDE = ("pelab.pe", "pelab.models", "pelab.layouts", "pelab.lit_module", "pelab.train")
+MODEL_SIDE = ("pelab.pe", "pelab.models", "pelab.model_kinds", "pelab.lit_module", "pelab.train")
 MODEL_SIDE += ("pelab.runner", "pelab.evaluate")
 
 

@@ -3,8 +3,8 @@ from functools import partial
 import pytest
 import torch
 
-from pelab.layouts import DecoderLayout
 from pelab.lit_module import SequenceModel, warmup_cosine
+from pelab.model_kinds import DecoderKind
 from pelab.models.transformer import Transformer
 from pelab.pe import PE_REGISTRY
 from pelab.positions import contiguous
@@ -28,7 +28,7 @@ def make_model(task):
         n_heads=2,
         n_layers=1,
     )
-    return SequenceModel(net, DecoderLayout, task, optimizer=partial(torch.optim.AdamW))
+    return SequenceModel(net, DecoderKind, task, optimizer=partial(torch.optim.AdamW))
 
 
 def test_loss_is_computed_on_answer_tokens_only():
@@ -40,7 +40,7 @@ def test_loss_is_computed_on_answer_tokens_only():
     # the loss changes with the answer; the same answer with another prompt token changes it too
     b = model.training_step((prompt, torch.tensor([[5, 4, 3]])), 0)
     assert a.item() != pytest.approx(b.item())
-    inputs, answer_slice = DecoderLayout.teacher_forcing(prompt, torch.tensor([[3, 4, 5]]))
+    inputs, answer_slice = DecoderKind.teacher_forcing(prompt, torch.tensor([[3, 4, 5]]))
     logits = model.net(inputs)[:, answer_slice]
     expected = torch.nn.functional.cross_entropy(logits[0], torch.tensor([3, 4, 5]))
     assert a.item() == pytest.approx(expected.item(), rel=1e-5)
@@ -51,7 +51,7 @@ def test_metrics_per_length_and_in_out_of_distribution_means():
     model = make_model(task)
     logged = {}
     model.log = lambda key, value, **k: logged.__setitem__(key, value)
-    model.layout = type("Fixed", (), {"predict": staticmethod(lambda net, p, m, pos: p.clone())})
+    model.kind = type("Fixed", (), {"predict": staticmethod(lambda net, p, m, pos: p.clone())})
     # a "model" that copies its prompt: all right on copy, but we feed wrong answers at length 8
     for idx, length in enumerate(task.eval_lengths):
         prompt = torch.randint(3, 19, (4, length))
@@ -73,13 +73,13 @@ def test_model_compile_trains_the_same_function_and_keeps_checkpoint_keys(tiny_c
 
     cfg = tiny_cfg("model.compile=true", "task.train_lengths=[3,3]", "task.eval_lengths=[3]")
     model = build_model(cfg, build_task(cfg))
-    assert model.train_logits != DecoderLayout.answer_logits
+    assert model.train_logits != DecoderKind.answer_logits
     prompt = torch.tensor([[3, 4, 5], [5, 4, 3]])
     positions = contiguous(3 + 3 + 2)
     compiled = model.train_logits(model.net, prompt, prompt, positions)
     assert torch.allclose(
-        compiled, DecoderLayout.answer_logits(model.net, prompt, prompt, positions), atol=1e-5
+        compiled, DecoderKind.answer_logits(model.net, prompt, prompt, positions), atol=1e-5
     )
     plain = build_model(tiny_cfg("task.train_lengths=[3,3]", "task.eval_lengths=[3]"), model.task)
-    assert plain.train_logits == DecoderLayout.answer_logits
+    assert plain.train_logits == DecoderKind.answer_logits
     assert list(model.state_dict()) == list(plain.state_dict())

@@ -11,8 +11,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torchmetrics import MeanMetric
 
-from pelab.layouts import Layout
 from pelab.metrics import METRICS, Scores, logged_values, mean_key
+from pelab.model_kinds import ModelKind
 from pelab.positions import ContiguousPositions, PositionSampler
 from pelab.tasks.base import Task
 
@@ -30,7 +30,7 @@ def warmup_cosine(warmup_steps: int, total_steps: int, min_ratio: float) -> Call
 
 
 class SequenceModel(L.LightningModule):
-    """Trains ``net`` on ``task`` in the ``layout`` of its model kind.
+    """Trains ``net`` on ``task`` in the sequences of its model ``kind`` (``pelab.model_kinds``).
 
     Each validation and test epoch scores every ``pelab.metrics.METRICS`` per evaluation
     length; ``scores[split]`` keeps the last epoch's ``{length: {metric: value}}`` of each split
@@ -42,7 +42,7 @@ class SequenceModel(L.LightningModule):
     def __init__(
         self,
         net: nn.Module,
-        layout: Layout,
+        kind: ModelKind,
         task: Task,
         optimizer: Callable[..., torch.optim.Optimizer],
         warmup_steps: int = 100,
@@ -51,13 +51,11 @@ class SequenceModel(L.LightningModule):
         compile: bool = False,
     ) -> None:
         super().__init__()
-        self.net, self.layout, self.task = net, layout, task
+        self.net, self.kind, self.task = net, kind, task
         # ``compile``: the training forward goes through torch.compile (the module's parameters
         # and checkpoints are unchanged); greedy evaluation stays eager (one token per step
         # would recompile for every new shape)
-        self.train_logits = (
-            torch.compile(layout.answer_logits) if compile else layout.answer_logits
-        )
+        self.train_logits = torch.compile(kind.answer_logits) if compile else kind.answer_logits
         self.positions = positions or ContiguousPositions()
         self.optimizer_factory = optimizer
         self.warmup_steps, self.min_lr_ratio = warmup_steps, min_lr_ratio
@@ -94,7 +92,7 @@ class SequenceModel(L.LightningModule):
         # evaluation positions are a pure function of (length, batch): the same every epoch
         generator = torch.Generator().manual_seed(length * 100_003 + batch_idx)
         positions = self.sequence_positions(prompt, m, generator)
-        correct = self.layout.predict(self.net, prompt, m, positions) == answer
+        correct = self.kind.predict(self.net, prompt, m, positions) == answer
         self.metrics[_state("exact_match", length)].update(correct.all(dim=-1).float())
         self.metrics[_state("token_acc", length)].update(correct.float().mean(dim=-1))
 

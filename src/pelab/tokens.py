@@ -1,8 +1,8 @@
-"""The special tokens every sequence layout uses; task symbols start at ``N_SPECIAL``.
+"""The special tokens every model kind's sequences use; task symbols start at ``N_SPECIAL``.
 
 ``BOS`` opens every sequence, ``SEP`` separates the prompt from the answer, and ``BLANK`` fills
-the encoder's answer slots. They belong to the layouts (``pelab.layouts``), never to a task's
-data.
+the encoder's answer slots. They belong to the model kinds (``pelab.model_kinds``), never to a
+task's data.
 """
 
 BOS, SEP, BLANK = 0, 1, 2  # begin-of-sequence, prompt/answer separator, encoder answer slot

@@ -18,8 +18,8 @@ from omegaconf import DictConfig, OmegaConf
 from pelab import pe as _pe  # noqa: F401  (registers the encodings)
 from pelab import tasks as _tasks  # noqa: F401  (registers the tasks)
 from pelab.errors import ConfigError
-from pelab.layouts import get_layout
 from pelab.lit_module import SequenceModel
+from pelab.model_kinds import get_model_kind
 from pelab.models.encoder_decoder import EncoderDecoder
 from pelab.models.transformer import Transformer
 from pelab.positions import build_sampler
@@ -47,7 +47,7 @@ def build_model(cfg: DictConfig, task: Task, sizes: dict[str, int] | None = None
     passes those of the training run, from its ``model_dims``); default: this run's longest
     sequence (and the sampler's largest position) and its longest training sequence.
     """
-    layout = get_layout(cfg.model.kind)
+    kind = get_model_kind(cfg.model.kind)
     positions = build_sampler(instantiate(cfg.positions), task)
     sizes = sizes or {
         "max_len": max(task.max_sequence_length(), positions.max_position),
@@ -61,11 +61,11 @@ def build_model(cfg: DictConfig, task: Task, sizes: dict[str, int] | None = None
         train_max_len=sizes["train_max_len"],
         pe=instantiate(cfg.pe),
         position_dims=task.position_dims,
-        **layout.net_options,  # the model kind's structure, e.g. causal or not
+        **kind.net_options,  # the model kind's structure, e.g. causal or not
     )
     return SequenceModel(
         net,
-        layout,
+        kind,
         task,
         optimizer=instantiate(cfg.model.optimizer),
         positions=positions,

@@ -1,10 +1,9 @@
 """The table experiments: their grids are every registered 1-D encoding (a glob over configs/pe/,
 expanded as Hydra's sweeper and the missing-job detection of ``pelab.analysis.collect`` expand
-it), they compose job by job, and the W&B sweep file runs the same grid."""
+it), they compose job by job, and their W&B sweep configs are that grid written out."""
 
 import logging
 import math
-from pathlib import Path
 
 import pytest
 import yaml
@@ -12,6 +11,7 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig, OmegaConf
 
+from pelab.analysis import wandb_sweep
 from pelab.analysis.collect import directory_records, sweep_jobs
 from pelab.pe import PE_REGISTRY
 from tests.conftest import CONFIG_DIR, compose_config
@@ -136,20 +136,25 @@ def test_slurm_sends_the_requeue_signal_that_pelab_checkpoints_on(tmp_path):
     assert signal_lines == [f"#SBATCH --signal={callback.signum.removeprefix('SIG')}@90"]
 
 
-def test_the_wandb_sweep_file_runs_the_cpu_ablation_grid():
-    """W&B reads literal values: they must equal the grid Hydra expands from the registry, and a
-    failure names the values to add and to remove."""
-    sweep = yaml.safe_load(Path(CONFIG_DIR, "wandb_sweep.yaml").read_text())  # W&B's ${...}
+def test_the_wandb_sweep_of_an_experiment_is_its_grid_written_out(tmp_path, capsys):
+    """W&B reads literal values: the sweep config is generated from the grid Hydra expands from
+    the registry, so a new encoding joins it by its config file alone."""
+    out = tmp_path / "sweep.yaml"
+    assert wandb_sweep.main(CONFIG_DIR, ["ablation_cpu", "--out", str(out)]) == 0
+    sweep = yaml.safe_load(out.read_text())
     params = sweep["parameters"]
-    assert params["experiment"]["value"] == "ablation_cpu"
+    assert params["experiment"] == {"value": "ablation_cpu"}
     expected = grid("ablation_cpu")
     assert expected["pe"] == FLAT
-    assert set(params) == {"experiment", *expected}
-    for key, values in expected.items():
-        listed = [str(v) for v in params[key]["values"]]
-        add, remove = sorted(set(values) - set(listed)), sorted(set(listed) - set(values))
-        assert listed == values, (
-            f"configs/wandb_sweep.yaml parameters.{key}.values must be {values}: "
-            f"add {add}, remove {remove}"
-        )
-    assert sweep["program"] == "scripts/train.py" and "${args_no_hyphens}" in sweep["command"]
+    assert {k: v["values"] for k, v in params.items() if k != "experiment"} == expected
+    assert sweep["method"] == "grid" and sweep["program"] == "scripts/train.py"
+    assert sweep["command"][-1] == "${args_no_hyphens}"  # W&B passes key=value, no dashes
+    jobs = math.prod(len(v) for v in expected.values())
+    assert f"({jobs} jobs)" in capsys.readouterr().out
+
+
+def test_an_experiment_without_a_grid_or_unknown_is_refused(capsys):
+    assert wandb_sweep.main(CONFIG_DIR, ["copy_extrapolation"]) == 2
+    assert "sweeps nothing" in capsys.readouterr().err
+    assert wandb_sweep.main(CONFIG_DIR, ["no_such_experiment"]) == 2
+    assert "no_such_experiment" in capsys.readouterr().err

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from pelab.errors import ConfigError
-from pelab.layouts import EncoderDecoderLayout, greedy
+from pelab.model_kinds import EncoderDecoderKind, greedy
 from pelab.models.encoder_decoder import EncoderDecoder
 from pelab.models.transformer import Memory
 from pelab.pe import PE_REGISTRY
@@ -105,8 +105,8 @@ def test_teacher_forcing_gives_the_logits_of_greedy_decoding(name, cached):
     net = build(name)
     prompt = torch.randint(3, VOCAB, (3, 5))
     canonical = torch.rand(3, 30).topk(5 + 5 + 2).indices.sort().values  # randomized positions
-    source, _ = EncoderDecoderLayout.teacher_forcing(prompt, prompt)
-    source_pos, target_pos = EncoderDecoderLayout.split_positions(canonical, 5, 5)
+    source, _ = EncoderDecoderKind.teacher_forcing(prompt, prompt)
+    source_pos, target_pos = EncoderDecoderKind.split_positions(canonical, 5, 5)
     memory = net.encode(source, source_pos)
     cache = net.new_cache(5) if cached else None
     steps = []
@@ -116,8 +116,8 @@ def test_teacher_forcing_gives_the_logits_of_greedy_decoding(name, cached):
         return steps[-1][:, None]
 
     answer = greedy(step, source[:, -1:], 5, target_pos, cached)
-    assert torch.equal(answer, EncoderDecoderLayout.predict(net, prompt, 5, canonical))
-    forced = EncoderDecoderLayout.answer_logits(net, prompt, answer, canonical)
+    assert torch.equal(answer, EncoderDecoderKind.predict(net, prompt, 5, canonical))
+    forced = EncoderDecoderKind.answer_logits(net, prompt, answer, canonical)
     torch.testing.assert_close(forced, torch.stack(steps, dim=1), atol=1e-4, rtol=1e-4)
 
 

@@ -6,7 +6,7 @@ from functools import partial
 import pytest
 import torch
 
-from pelab.layouts import DecoderLayout, EncoderDecoderLayout, _note_full_forwards
+from pelab.model_kinds import DecoderKind, EncoderDecoderKind, _note_full_forwards
 from pelab.models.cache import KVCache, LayerCache
 from pelab.models.encoder_decoder import EncoderDecoder
 from pelab.models.transformer import Transformer
@@ -82,10 +82,10 @@ def test_decoder_with_a_cache_computes_the_full_forward(name, randomized):
     steps = [net(tokens[:, :4], cut(pos, 0, 4), cache)]  # a prefix, then one token per step
     steps += [net(tokens[:, t : t + 1], cut(pos, t, t + 1), cache) for t in range(4, 11)]
     torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-4, rtol=1e-4)
-    # greedy decoding through the layout: the same tokens as full forwards at every step
+    # greedy decoding through the model kind: the same tokens as full forwards at every step
     prompt, canonical = tokens[:, :5].clamp(min=3), positions(name, 3, 5 + 6 + 2, randomized)
-    cached = DecoderLayout.predict(net, prompt, 6, canonical)
-    assert torch.equal(cached, DecoderLayout.predict(net, prompt, 6, canonical, use_cache=False))
+    cached = DecoderKind.predict(net, prompt, 6, canonical)
+    assert torch.equal(cached, DecoderKind.predict(net, prompt, 6, canonical, use_cache=False))
 
 
 @RANDOMIZED
@@ -102,8 +102,8 @@ def test_encoder_decoder_with_a_cache_computes_teacher_forcing(name, randomized)
     ]
     torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-4, rtol=1e-4)
     prompt, canonical = source[:, :5].clamp(min=3), positions(name, 3, 5 + 6 + 2, randomized)
-    cached = EncoderDecoderLayout.predict(net, prompt, 6, canonical)
-    uncached = EncoderDecoderLayout.predict(net, prompt, 6, canonical, use_cache=False)
+    cached = EncoderDecoderKind.predict(net, prompt, 6, canonical)
+    uncached = EncoderDecoderKind.predict(net, prompt, 6, canonical, use_cache=False)
     assert torch.equal(cached, uncached)
 
 
@@ -124,17 +124,17 @@ def test_cached_decoding_feeds_the_prompt_once_then_one_token_per_step():
     net = decoder("rope")
     calls = []
     net.register_forward_pre_hook(lambda module, args: calls.append(args[0].shape[1]))
-    DecoderLayout.predict(net, torch.randint(3, VOCAB, (2, 5)), 4, contiguous(11))
+    DecoderKind.predict(net, torch.randint(3, VOCAB, (2, 5)), 4, contiguous(11))
     assert calls == [7, 1, 1, 1]  # BOS + 5 prompt tokens + SEP, then each prediction but the last
     calls.clear()
-    DecoderLayout.predict(net, torch.randint(3, VOCAB, (2, 5)), 4, contiguous(11), use_cache=False)
+    DecoderKind.predict(net, torch.randint(3, VOCAB, (2, 5)), 4, contiguous(11), use_cache=False)
     assert calls == [7, 8, 9, 10]
 
 
 def test_encoder_decoder_encodes_once_and_decodes_one_token_per_step():
     net = encoder_decoder("t5_bias")
     encoded, decoded = fed_lengths(net, "encode"), fed_lengths(net, "decode")
-    EncoderDecoderLayout.predict(net, torch.randint(3, VOCAB, (2, 5)), 4, contiguous(11))
+    EncoderDecoderKind.predict(net, torch.randint(3, VOCAB, (2, 5)), 4, contiguous(11))
     assert encoded == [7] and decoded == [1, 1, 1, 1]
 
 
@@ -166,8 +166,8 @@ def test_an_encoding_without_cache_support_falls_back_to_full_forwards(caplog):
     calls = []
     net.register_forward_pre_hook(lambda module, args: calls.append(args[0].shape[1]))
     _note_full_forwards.cache_clear()  # the note is logged once per process
-    with caplog.at_level("INFO", logger="pelab.layouts"):
-        DecoderLayout.predict(net, torch.randint(3, VOCAB, (2, 5)), 3, contiguous(10))
+    with caplog.at_level("INFO", logger="pelab.model_kinds"):
+        DecoderKind.predict(net, torch.randint(3, VOCAB, (2, 5)), 3, contiguous(10))
     assert calls == [7, 8, 9]
     assert "re-runs the whole prefix" in caplog.text
     with pytest.raises(ValueError, match="cannot decode with a key/value cache"):

@@ -3,7 +3,7 @@
 Each task is built with ``cls.example_settings(directory)`` (its defaults, or a tiny example
 dataset), alone and with each of its declared ``variants``, and probed at the ends of its train
 range and at its longest evaluation length; each of these trains and tests in every model kind
-(``pelab.layouts``).
+(``pelab.model_kinds``).
 """
 
 import inspect
@@ -17,7 +17,7 @@ from hydra.utils import get_class
 from omegaconf import OmegaConf
 
 from pelab.errors import ConfigError
-from pelab.layouts import LAYOUTS
+from pelab.model_kinds import MODEL_KINDS
 from pelab.tasks import TASK_REGISTRY, Task
 from pelab.tokens import N_SPECIAL
 from pelab.train import run
@@ -62,7 +62,7 @@ def test_shapes_follow_the_length_axis_and_tokens_are_symbols(task):
         assert prompt.shape == (16, task.prompt_length(length))
         assert answer.shape == (16, task.answer_length(length))
         assert prompt.dtype == answer.dtype == torch.long
-        for t in (prompt, answer):  # BOS, SEP and BLANK belong to the layouts
+        for t in (prompt, answer):  # BOS, SEP and BLANK belong to the model kinds
             assert t.min() >= N_SPECIAL and t.max() < task.vocab_size
         assert task.prompt_length(length) + task.answer_length(length) + 2 <= (
             task.max_sequence_length()
@@ -83,18 +83,18 @@ def test_settings_at_build_every_task_at_the_benchmark_lengths(name, length, tmp
     assert [task.reference(p) for p in prompt.tolist()] == answer.tolist()
 
 
-def layout_runs() -> list:
+def kind_runs() -> list:
     """Every setting of every task (its defaults and each of its ``variants``) x every model
     kind."""
     return [
         pytest.param(*SETTINGS[i], kind, id=f"{SETTING_IDS[i]}-{kind}")
         for i in range(len(SETTINGS))
-        for kind in LAYOUTS
+        for kind in MODEL_KINDS
     ]
 
 
-@pytest.mark.parametrize(("name", "variant", "model"), layout_runs())
-def test_trains_and_tests_in_every_layout(tiny_cfg, tmp_path, name, variant, model):
+@pytest.mark.parametrize(("name", "variant", "model"), kind_runs())
+def test_trains_and_tests_in_every_model_kind(tiny_cfg, tmp_path, name, variant, model):
     """``python scripts/train.py task=<name> model=<model>`` in-process, tiny, tested at the
     shortest in-distribution and the longest evaluation length of the example: it completes,
     keeps the task's settings and reports both metrics and their chance level at both lengths."""

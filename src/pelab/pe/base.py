@@ -84,7 +84,7 @@ class PositionalEncoding(nn.Module):
 
     causal_only = False  # True: defined for decoders only; an encoder gets a ConfigError
     position_dims: int | None = 1  # coordinates it reads per position; None: reads no positions
-    supports_kv_cache = True  # False: greedy decoding re-runs full forwards (pelab.layouts)
+    supports_kv_cache = True  # False: greedy decoding re-runs full forwards (pelab.model_kinds)
     shift: ClassVar[str]  # one of SHIFT_CLASSES, declared by every registered encoding
 
     def __init__(self, dims: ModelDims) -> None:

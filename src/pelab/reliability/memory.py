@@ -97,7 +97,7 @@ def forward_peak(model, task, batch: int, device: str) -> int:
     model.eval()  # as in evaluation: no dropout, so the run's RNG is not drawn from
     try:
         with torch.no_grad(), LiveTensorBytes(known) as counter:
-            model.layout.answer_logits(model.net, prompt, answer, positions)
+            model.kind.answer_logits(model.net, prompt, answer, positions)
     finally:
         model.train(training)
     return counter.peak

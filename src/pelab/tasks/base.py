@@ -2,14 +2,14 @@
 
 A task maps a prompt to an answer, both sized by one point ``length`` of the task's length axis
 (``length_axis``: tokens, digits per operand, number of terms, ...). It knows nothing about model
-kinds: ``pelab.layouts`` turns (prompt, answer) into a decoder or an encoder sequence, so every
-task has both layouts. The contract every task keeps (``tests/tasks/test_tasks.py`` checks it for
-every registered task):
+kinds: ``pelab.model_kinds`` turns (prompt, answer) into the sequences of each kind, so every
+task runs in every kind. The contract every task keeps (``tests/tasks/test_tasks.py`` checks it
+for every registered task):
 
 - at a given ``length`` every sample has ``prompt_length(length)`` prompt tokens and
   ``answer_length(length)`` answer tokens (a task pads inside its own alphabet if it must);
 - prompt and answer tokens are symbols, ``N_SPECIAL <= token < vocab_size``: the special tokens
-  BOS, SEP and BLANK belong to the layouts, never to a task's data;
+  BOS, SEP and BLANK belong to the model kinds, never to a task's data;
 - ``sample`` is vectorised and a pure function of the generator's state; its answers equal
   ``reference`` (plain Python, the solver the tests trust) on every prompt;
 - evaluation sets come from ``sample_eval``, which is ``sample`` unless the task evaluates on
@@ -124,7 +124,7 @@ class Task(ABC):
     @classmethod
     def example_settings(cls, directory: Path) -> dict[str, Any]:
         """Settings of a small instance, ``cls(**example_settings(directory))``, for the
-        contract tests (every task trains and tests in every layout with them) and docs.
+        contract tests (every task trains and tests in every model kind with them) and docs.
         Default: none, the task's defaults. A task that reads external data (``from_dataset``)
         writes a tiny example into ``directory`` and names it."""
         return {}
@@ -164,7 +164,7 @@ class Task(ABC):
         return self.prompt_length(length) + self.answer_length(length) + 2
 
     def max_sequence_length(self) -> int:
-        """Tokens of the longest sequence any layout feeds the model, training or evaluation."""
+        """Tokens of the longest sequence any model kind feeds, in training or evaluation."""
         return self.sequence_length(max(self.train_lengths[1], *self.eval_lengths))
 
     def max_train_sequence_length(self) -> int:

@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from pelab.errors import ConfigError
-from pelab.layouts import DecoderLayout, EncoderDecoderLayout, EncoderLayout, get_layout
+from pelab.model_kinds import DecoderKind, EncoderDecoderKind, EncoderKind, get_model_kind
 from pelab.models.transformer import Memory
 from pelab.positions import contiguous
 from pelab.tokens import BLANK, BOS, SEP
@@ -12,7 +12,7 @@ ANSWER = torch.tensor([[7, 6, 5]])
 
 
 def test_decoder_sequence_and_answer_positions():
-    inputs, answer_slice = DecoderLayout.teacher_forcing(PROMPT, ANSWER)
+    inputs, answer_slice = DecoderKind.teacher_forcing(PROMPT, ANSWER)
     assert inputs.tolist() == [[BOS, 5, 6, 7, SEP, 7, 6]]
     # logits at these positions predict the answer tokens
     full = [BOS, 5, 6, 7, SEP, 7, 6, 5]
@@ -21,7 +21,7 @@ def test_decoder_sequence_and_answer_positions():
 
 
 def test_encoder_sequence_has_blank_answer_slots():
-    inputs, answer_slice = EncoderLayout.teacher_forcing(PROMPT, ANSWER)
+    inputs, answer_slice = EncoderKind.teacher_forcing(PROMPT, ANSWER)
     assert inputs.tolist() == [[BOS, 5, 6, 7, SEP, BLANK, BLANK, BLANK]]
     assert list(range(8))[answer_slice] == [5, 6, 7]
 
@@ -46,7 +46,7 @@ class CopyOracle(torch.nn.Module):
 def test_greedy_decoding_feeds_back_its_own_predictions():
     # copy of length 3: answer token t sits at position 4 + t, its source at 1 + t
     oracle = CopyOracle(offset=3)
-    out = DecoderLayout.predict(oracle, PROMPT, 3, contiguous(8))
+    out = DecoderKind.predict(oracle, PROMPT, 3, contiguous(8))
     assert out.tolist() == [[5, 6, 7]]
     assert oracle.calls == 3  # one forward per generated token
 
@@ -54,7 +54,7 @@ def test_greedy_decoding_feeds_back_its_own_predictions():
 def test_greedy_decoding_passes_the_prefix_of_the_given_positions():
     oracle = CopyOracle(offset=3)
     positions = torch.tensor([[0, 5, 9, 14, 20, 21, 30, 41]])  # BOS, 3 prompt, SEP, 3 answer
-    DecoderLayout.predict(oracle, PROMPT, 3, positions)
+    DecoderKind.predict(oracle, PROMPT, 3, positions)
     assert [p.tolist() for p in oracle.positions] == [
         [[0, 5, 9, 14, 20]],
         [[0, 5, 9, 14, 20, 21]],
@@ -64,7 +64,7 @@ def test_greedy_decoding_passes_the_prefix_of_the_given_positions():
 
 def test_encoder_prediction_is_one_forward_over_the_slots():
     oracle = CopyOracle(offset=0)
-    out = EncoderLayout.predict(oracle, PROMPT, 2, contiguous(7))
+    out = EncoderKind.predict(oracle, PROMPT, 2, contiguous(7))
     assert out.tolist() == [[BLANK, BLANK]] and oracle.calls == 1
 
 
@@ -73,7 +73,7 @@ def test_unknown_model_kind_names_the_valid_choices():
         ConfigError,
         match="unknown model.kind 'seq2seq'; valid choices: decoder, encoder, encoder_decoder",
     ):
-        get_layout("seq2seq")
+        get_model_kind("seq2seq")
 
 
 class Recorder(torch.nn.Module):
@@ -84,18 +84,18 @@ class Recorder(torch.nn.Module):
         return torch.nn.functional.one_hot(tokens, 10).float()
 
 
-@pytest.mark.parametrize("layout", [DecoderLayout, EncoderLayout])
-def test_answer_logits_slice_the_canonical_positions(layout):
+@pytest.mark.parametrize("kind", [DecoderKind, EncoderKind])
+def test_answer_logits_slice_the_canonical_positions(kind):
     net = Recorder()
     canonical = torch.arange(8)[None] * 10  # BOS, 3 prompt, SEP, 3 answer
-    logits = layout.answer_logits(net, PROMPT, ANSWER, canonical)
+    logits = kind.answer_logits(net, PROMPT, ANSWER, canonical)
     assert logits.shape == (1, 3, 10)
-    fed = 7 if layout is DecoderLayout else 8  # the decoder never feeds the last answer token
+    fed = 7 if kind is DecoderKind else 8  # the decoder never feeds the last answer token
     assert net.positions.tolist() == canonical[:, :fed].tolist()
 
 
 def test_encoder_decoder_sequences_start_the_decoder_at_sep():
-    source, target = EncoderDecoderLayout.teacher_forcing(PROMPT, ANSWER)
+    source, target = EncoderDecoderKind.teacher_forcing(PROMPT, ANSWER)
     assert source.tolist() == [[BOS, 5, 6, 7, SEP]]
     assert target.tolist() == [[SEP, 7, 6]]  # its logits predict 7, 6, 5
 
@@ -111,14 +111,14 @@ def test_encoder_decoder_sequences_start_the_decoder_at_sep():
     ],
 )
 def test_encoder_decoder_positions_give_each_stack_its_own_slice(canonical, source, target):
-    enc, dec = EncoderDecoderLayout.split_positions(torch.tensor([canonical]), 3, 3)
+    enc, dec = EncoderDecoderKind.split_positions(torch.tensor([canonical]), 3, 3)
     assert enc.tolist() == [source] and dec.tolist() == [target]
 
 
 def test_encoder_decoder_grid_coordinates_put_answer_cells_where_prompt_cells_sit():
     # the grid task's canvas, 2 x 2: BOS (0,0), prompt (r, 1+c), SEP (0,3), answer (r, 4+c)
     canonical = [(0, 0), (0, 1), (0, 2), (1, 1), (1, 2), (0, 3), (0, 4), (0, 5), (1, 4), (1, 5)]
-    enc, dec = EncoderDecoderLayout.split_positions(torch.tensor([canonical]), 4, 4)
+    enc, dec = EncoderDecoderKind.split_positions(torch.tensor([canonical]), 4, 4)
     assert enc.tolist() == [[list(c) for c in canonical[:6]]]
     # SEP a00 a01 a10 -> (0,0) and cell (r, c) at (r, 1 + c), as prompt cell (r, c) in the encoder
     assert dec.tolist() == [[[0, 0], [0, 1], [0, 2], [1, 1]]]
@@ -156,7 +156,7 @@ class CopyingEncoderDecoder(torch.nn.Module):
 def test_encoder_decoder_greedy_decoding_feeds_the_decoder_its_own_positions(cached):
     net = CopyingEncoderDecoder(supports_kv_cache=cached)
     positions = torch.tensor([[0, 5, 9, 14, 20, 21, 30, 41]])  # BOS, 3 prompt, SEP, 3 answer
-    assert EncoderDecoderLayout.predict(net, PROMPT, 3, positions).tolist() == [[5, 6, 7]]
+    assert EncoderDecoderKind.predict(net, PROMPT, 3, positions).tolist() == [[5, 6, 7]]
     if cached:  # the start token, then each prediction but the last, one at a time
         assert net.fed == [([[SEP]], [[0]]), ([[5]], [[1]]), ([[6]], [[10]])]
     else:
@@ -170,7 +170,7 @@ def test_encoder_decoder_greedy_decoding_feeds_the_decoder_its_own_positions(cac
 def test_encoder_decoder_answer_logits_are_the_teacher_forced_decoder_logits():
     net = CopyingEncoderDecoder(supports_kv_cache=False)
     positions = torch.tensor([[0, 5, 9, 14, 20, 21, 30, 41]])
-    logits = EncoderDecoderLayout.answer_logits(net, PROMPT, ANSWER, positions)
+    logits = EncoderDecoderKind.answer_logits(net, PROMPT, ANSWER, positions)
     assert logits.argmax(-1).tolist() == [[5, 6, 7]]
     assert net.fed == [([[SEP, 7, 6]], [[0, 1, 10]])]
 
@@ -193,5 +193,5 @@ class CachedCopyOracle(CopyOracle):
 def test_cached_greedy_decoding_feeds_each_new_token_with_its_own_position():
     oracle = CachedCopyOracle(offset=3)
     positions = torch.tensor([[0, 5, 9, 14, 20, 21, 30, 41]])
-    assert DecoderLayout.predict(oracle, PROMPT, 3, positions).tolist() == [[5, 6, 7]]
+    assert DecoderKind.predict(oracle, PROMPT, 3, positions).tolist() == [[5, 6, 7]]
     assert [p.tolist() for p in oracle.positions] == [[[0, 5, 9, 14, 20]], [[21]], [[30]]]

@@ -11,12 +11,12 @@ Encoder–decoder (Vaswani et al. 2017):
     is its start token) and predicts ``a_1 .. a_m`` with cross-attention to the encoder's
     output; teacher forcing in training, greedy decoding at evaluation.
 
-Every layout has the same three methods, so the LightningModule never asks which kind runs:
+Every model kind has the same three methods, so the LightningModule never asks which kind runs:
 ``teacher_forcing`` (the training inputs), ``answer_logits`` (the answer's logits, ``[b, m, V]``)
 and ``predict`` (the greedy answer, ``[b, m]``); ``net_options`` are the arguments of the kind
 for the network's constructor. Positions cover the canonical sequence
 ``BOS p_1 .. p_n SEP a_1 .. a_m`` (``n + m + 2`` tokens, ``[b|1, n + m + 2(, k)]``, from the run's
-sampler in ``pelab.positions``); each layout slices what it feeds the model.
+sampler in ``pelab.positions``); each kind slices what it feeds the model.
 
 Greedy decoding uses the network's key/value cache when it offers one (``supports_kv_cache``):
 the prompt is fed once, then one token per step, so ``m`` steps cost ``O(m)`` one-token forwards.
@@ -88,7 +88,7 @@ def _note_full_forwards() -> None:
     )
 
 
-class DecoderLayout:
+class DecoderKind:
     net_options: ClassVar[dict[str, bool]] = {"causal": True}
 
     @staticmethod
@@ -125,7 +125,7 @@ class DecoderLayout:
         )
 
 
-class EncoderLayout:
+class EncoderKind:
     net_options: ClassVar[dict[str, bool]] = {"causal": False}
 
     @staticmethod
@@ -156,7 +156,7 @@ class EncoderLayout:
         return net(seq, positions)[:, -answer_length:].argmax(dim=-1)
 
 
-class EncoderDecoderLayout:
+class EncoderDecoderKind:
     """Source ``BOS p SEP`` for the encoder, target ``SEP a_1 .. a_{m-1}`` for the decoder.
 
     Positions: the encoder gets the canonical positions of its tokens, ``positions[:, :n+2]``.
@@ -233,18 +233,18 @@ class EncoderDecoderLayout:
         )
 
 
-Layout = type[DecoderLayout] | type[EncoderLayout] | type[EncoderDecoderLayout]
-LAYOUTS: dict[str, Layout] = {
-    "decoder": DecoderLayout,
-    "encoder": EncoderLayout,
-    "encoder_decoder": EncoderDecoderLayout,
+ModelKind = type[DecoderKind] | type[EncoderKind] | type[EncoderDecoderKind]
+MODEL_KINDS: dict[str, ModelKind] = {
+    "decoder": DecoderKind,
+    "encoder": EncoderKind,
+    "encoder_decoder": EncoderDecoderKind,
 }
 
 
-def get_layout(kind: str) -> Layout:
+def get_model_kind(kind: str) -> ModelKind:
     try:
-        return LAYOUTS[kind]
+        return MODEL_KINDS[kind]
     except KeyError:
         raise ConfigError(
-            f"unknown model.kind {kind!r}; valid choices: {', '.join(LAYOUTS)}"
+            f"unknown model.kind {kind!r}; valid choices: {', '.join(MODEL_KINDS)}"
         ) from None
