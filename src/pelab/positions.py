@@ -92,13 +92,26 @@ def contiguous(n: int, device: torch.device | None = None, offset: int = 0) -> T
     return torch.arange(offset, offset + n, device=device)[None]
 
 
-class ContiguousPositions:
-    """Positions ``0 .. n+m+1`` of ``BOS prompt SEP answer``: the default."""
+class PositionSampler:
+    """Which positions the canonical sequence ``BOS prompt SEP answer`` of a batch gets.
 
-    max_position = 0  # imposes no size on the model
+    ``sampler(batch, prompt_length, answer_length, generator, device)`` ->
+    ``[b|1, n + m + 2(, k)]``; a subclass implements ``sample`` (drawing on the CPU from
+    ``generator``, so runs are reproducible). ``max_position`` is the largest position it can
+    give (0: none beyond the sequence), which sizes tables such as ``pe=learned``; ``check``
+    refuses a run it cannot serve.
+    """
+
+    max_position = 0
 
     def check(self, longest: int, position_dims: int = 1) -> None:
-        """Any length works; a task with its own k-D coordinates (a grid) uses those."""
+        """A ``ConfigError`` when the run's longest sequence or its task's coordinates do not
+        fit; default: every run fits."""
+
+    def sample(
+        self, batch: int, prompt_length: int, answer_length: int, generator: torch.Generator | None
+    ) -> Tensor:
+        raise NotImplementedError
 
     def __call__(
         self,
@@ -108,15 +121,24 @@ class ContiguousPositions:
         generator: torch.Generator | None = None,
         device: torch.device | None = None,
     ) -> Tensor:
-        """``[1, n + m + 2]`` (the same for every sequence of the batch)."""
-        return contiguous(prompt_length + answer_length + 2, device)
+        return self.sample(batch, prompt_length, answer_length, generator).to(device)
 
 
-class RandomizedPositions:
+class ContiguousPositions(PositionSampler):
+    """Positions ``0 .. n+m+1`` of ``BOS prompt SEP answer``, ``[1, n + m + 2]``: the default."""
+
+    def sample(
+        self, batch: int, prompt_length: int, answer_length: int, generator: torch.Generator | None
+    ) -> Tensor:
+        return contiguous(prompt_length + answer_length + 2)
+
+
+class RandomizedPositions(PositionSampler):
     """Randomized positional encodings (Ruoss et al. 2023, "Randomized Positional Encodings
     Boost Length Generalization of Transformers"): each sequence gets a sorted random subset of
-    ``[0, max_position)`` as its positions, with ``max_position`` far beyond the longest test
-    sequence, so every position an evaluation will use was seen in training.
+    ``[0, max_position)`` as its positions, ``[batch, n + m + 2]``, with ``max_position`` far
+    beyond the longest test sequence, so every position an evaluation will use was seen in
+    training.
 
     As in the paper, evaluation samples positions the same way (answering whether randomisation
     is used at test time: yes); there each (length, batch) draws from its own seeded generator,
@@ -142,50 +164,29 @@ class RandomizedPositions:
                 f"uses about 4x the longest test length)"
             )
 
-    def __call__(
-        self,
-        batch: int,
-        prompt_length: int,
-        answer_length: int,
-        generator: torch.Generator | None = None,
-        device: torch.device | None = None,
+    def sample(
+        self, batch: int, prompt_length: int, answer_length: int, generator: torch.Generator | None
     ) -> Tensor:
-        """``[batch, n + m + 2]`` sorted positions, distinct within each row (drawn on the
-        CPU)."""
+        """Sorted positions, distinct within each row."""
         n = prompt_length + answer_length + 2
         scores = torch.rand(batch, self.max_position, generator=generator)
-        return scores.topk(n, dim=-1).indices.sort(dim=-1).values.to(device)
+        return scores.topk(n, dim=-1).indices.sort(dim=-1).values
 
 
-class TaskCoordinates:
+class TaskCoordinates(PositionSampler):
     """The task's own k-D coordinates of ``BOS prompt SEP answer`` (e.g. a grid's (row, col)),
     ``[1, n + m + 2, k]``: the sampler of every task with ``position_dims > 1``."""
-
-    max_position = 0
 
     def __init__(self, task: Any) -> None:
         self.task = task
 
-    def check(self, longest: int, position_dims: int = 1) -> None:
-        """The task's coordinates fit the task at every length."""
-
-    def __call__(
-        self,
-        batch: int,
-        prompt_length: int,
-        answer_length: int,
-        generator: torch.Generator | None = None,
-        device: torch.device | None = None,
+    def sample(
+        self, batch: int, prompt_length: int, answer_length: int, generator: torch.Generator | None
     ) -> Tensor:
-        return self.task.coordinates(prompt_length, answer_length)[None].to(device)
+        return self.task.coordinates(prompt_length, answer_length)[None]
 
 
-PositionSampler = ContiguousPositions | RandomizedPositions | TaskCoordinates
-
-
-def build_sampler(
-    configured: ContiguousPositions | RandomizedPositions, task: Any
-) -> PositionSampler:
+def build_sampler(configured: PositionSampler, task: Any) -> PositionSampler:
     """The run's sampler: ``configured`` (``positions=``), checked against the task's longest
     sequence and coordinates, or the task's own coordinates when it has k-D ones."""
     configured.check(task.max_sequence_length(), task.position_dims)
