@@ -58,12 +58,13 @@ def test_metrics_per_length_and_in_out_of_distribution_means():
         answer = prompt.clone()
         if length == 8:
             answer[:2, :4] = 0  # two of four samples wrong on half of their tokens
-        model._evaluate({"prompt": prompt, "answer": answer}, 0, idx)
+        model._evaluate("test", {"prompt": prompt, "answer": answer}, 0, idx)
     model._log_epoch("test")
     assert logged["test/exact_match/len_2"] == 1.0 and logged["test/exact_match/len_8"] == 0.5
     assert logged["test/token_acc/len_8"] == pytest.approx(0.75)
     assert logged["test/id/exact_match"] == 1.0 and logged["test/ood/exact_match"] == 0.5
     assert logged["test/ood/token_acc"] == pytest.approx(0.75)
+    assert model.scores["test"][8] == {"exact_match": 0.5, "token_acc": pytest.approx(0.75)}
 
 
 def test_model_compile_trains_the_same_function_and_keeps_checkpoint_keys(tiny_cfg):
@@ -83,3 +84,16 @@ def test_model_compile_trains_the_same_function_and_keeps_checkpoint_keys(tiny_c
     plain = build_model(tiny_cfg("task.train_lengths=[3,3]", "task.eval_lengths=[3]"), model.task)
     assert plain.train_logits == DecoderKind.answer_logits
     assert list(model.state_dict()) == list(plain.state_dict())
+
+
+def test_validation_can_score_only_some_lengths():
+    task = TASK_REGISTRY["copy"](train_lengths=[1, 4], eval_lengths=[2, 4, 8])
+    model = make_model(task)
+    model.lengths["val"] = [2, 4]  # what a competence budget validates
+    model.log = lambda *a, **k: None
+    model.kind = type("Fixed", (), {"predict": staticmethod(lambda net, p, m, pos: p.clone())})
+    for idx, length in enumerate(model.lengths["val"]):
+        prompt = torch.randint(3, 19, (4, length))
+        model._evaluate("val", {"prompt": prompt, "answer": prompt}, 0, idx)
+    model._log_epoch("val")
+    assert list(model.scores["val"]) == [2, 4]

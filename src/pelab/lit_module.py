@@ -49,6 +49,7 @@ class SequenceModel(L.LightningModule):
         min_lr_ratio: float = 0.1,
         positions: PositionSampler | None = None,
         compile: bool = False,
+        val_lengths: list[int] | None = None,
     ) -> None:
         super().__init__()
         self.net, self.kind, self.task = net, kind, task
@@ -67,6 +68,11 @@ class SequenceModel(L.LightningModule):
             }
         )
         self.scores: dict[str, Scores] = {}
+        # the lengths each split scores, in the order of its data loaders
+        self.lengths = {
+            "val": list(task.eval_lengths if val_lengths is None else val_lengths),
+            "test": list(task.eval_lengths),
+        }
 
     def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
         prompt, answer = batch
@@ -85,9 +91,11 @@ class SequenceModel(L.LightningModule):
         b, n = prompt.shape
         return self.positions(b, n, answer_length, generator, prompt.device)
 
-    def _evaluate(self, batch: dict[str, Tensor], batch_idx: int, dataloader_idx: int) -> None:
+    def _evaluate(
+        self, split: str, batch: dict[str, Tensor], batch_idx: int, dataloader_idx: int
+    ) -> None:
         prompt, answer = batch["prompt"], batch["answer"]
-        length = self.task.eval_lengths[dataloader_idx]
+        length = self.lengths[split][dataloader_idx]
         b, m = answer.shape
         # evaluation positions are a pure function of (length, batch): the same every epoch
         generator = torch.Generator().manual_seed(length * 100_003 + batch_idx)
@@ -99,15 +107,15 @@ class SequenceModel(L.LightningModule):
     def validation_step(
         self, batch: dict[str, Tensor], batch_idx: int, dataloader_idx: int = 0
     ) -> None:
-        self._evaluate(batch, batch_idx, dataloader_idx)
+        self._evaluate("val", batch, batch_idx, dataloader_idx)
 
     def test_step(self, batch: dict[str, Tensor], batch_idx: int, dataloader_idx: int = 0) -> None:
-        self._evaluate(batch, batch_idx, dataloader_idx)
+        self._evaluate("test", batch, batch_idx, dataloader_idx)
 
     def _log_epoch(self, split: str) -> None:
-        scores: Scores = {length: {} for length in self.task.eval_lengths}
+        scores: Scores = {length: {} for length in self.lengths[split]}
         for metric in METRICS:
-            for length in self.task.eval_lengths:
+            for length in self.lengths[split]:
                 state = self.metrics[_state(metric, length)]
                 scores[length][metric] = float(state.compute())
                 state.reset()

@@ -13,6 +13,8 @@ Keys (``SCHEMA_VERSION`` 2; a record without ``schema_version`` is version 1, re
 - ``train_lengths``; ``params`` (``total``, ``pe``); ``model_dims``: the ``ModelDims`` the
   model was built with (re-evaluation rebuilds the model with them); ``resumed_from`` and
   ``warnings`` when there are any;
+- training runs: ``learned`` (``null`` without ``learned_at``), ``steps_to_learn`` and
+  ``stop_reason`` (``learned``, ``max_steps`` or ``failed``; ``pelab.competence``);
 - ``wall_time_s``, library ``versions``, ``python``, ``git_commit`` and ``git_dirty``.
 """
 
@@ -37,6 +39,8 @@ PACKAGES = ("pelab", "torch", "lightning", "hydra-core", "wandb", "datasets")
 SCHEMA_VERSION = 2
 KINDS = ("train", "eval")
 RESULTS = "results.json"  # the record's file name in a run's output directory
+# a training run's competence fields (``pelab.competence``)
+COMPETENCE_KEYS = ("learned", "steps_to_learn", "stop_reason")
 # the config groups whose choices a record keeps (``choices``, beside the seed)
 CHOICE_GROUPS = ("model", "pe", "task", "positions", "trainer", "experiment")
 

@@ -18,7 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from pelab.lit_module import SequenceModel
 from pelab.metrics import Scores, eval_chance, summary
-from pelab.record import CHOICE_GROUPS, RESULTS, new_record, recorded
+from pelab.record import CHOICE_GROUPS, COMPETENCE_KEYS, RESULTS, new_record, recorded
 from pelab.reliability.checkpoints import AtomicCheckpointIO
 from pelab.tasks.base import Task
 from pelab.utils.report import print_results
@@ -38,6 +38,7 @@ class Outcome:
     model_dims: dict[str, Any]
     resumed_from: str | None = None
     warnings: list[str] = field(default_factory=list)
+    competence: dict[str, Any] | None = None  # training: pelab.competence.budget_outcome
 
 
 def execute(
@@ -54,7 +55,12 @@ def execute(
     record = new_record(kind, choices, config) | extra
     try:
         with recorded(Path(output_dir) / RESULTS, record):
-            outcome = work()
+            try:
+                outcome = work()
+            except BaseException:
+                if kind == "train":
+                    record["stop_reason"] = "failed"
+                raise
             task = outcome.task
             record.update(
                 status="completed",
@@ -63,6 +69,8 @@ def execute(
                 params=outcome.params,
                 model_dims=outcome.model_dims,
             )
+            if outcome.competence is not None:
+                record.update(outcome.competence)
             if outcome.resumed_from is not None:
                 record["resumed_from"] = outcome.resumed_from
             if outcome.warnings:
@@ -153,6 +161,7 @@ def finish_wandb(record: dict[str, Any]) -> None:
         return
     overrides = list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
     metrics = record.get("metrics", {})
+    competence = {k: record[k] for k in COMPETENCE_KEYS if k in record}
     chance = {
         f"{split}/{metric}": value
         for split in ("chance_id", "chance_ood")
@@ -164,6 +173,7 @@ def finish_wandb(record: dict[str, Any]) -> None:
             "error": record.get("error", ""),
             "overrides": overrides,
             "metrics": metrics,
+            **competence,
             **chance,
         }
     )

@@ -17,6 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from pelab import pe as _pe  # noqa: F401  (registers the encodings)
 from pelab import tasks as _tasks  # noqa: F401  (registers the tasks)
+from pelab.competence import LearnedStop, budget_outcome, check_budget, validation_lengths
 from pelab.errors import ConfigError
 from pelab.lit_module import SequenceModel
 from pelab.model_kinds import get_model_kind
@@ -70,6 +71,7 @@ def build_model(cfg: DictConfig, task: Task, sizes: dict[str, int] | None = None
         optimizer=instantiate(cfg.model.optimizer),
         positions=positions,
         compile=cfg.model.get("compile", False),
+        val_lengths=validation_lengths(task, cfg.get("learned_at")),
         **cfg.model.schedule,
     )
 
@@ -84,6 +86,7 @@ def data_module(cfg: DictConfig, task: Task) -> ResumableTaskData:
         seed=cfg.seed,
         eval_batch_size=cfg.data.eval_batch_size,
         cache_dir=cfg.paths.cache_dir,
+        val_lengths=validation_lengths(task, cfg.get("learned_at")),
     )
 
 
@@ -102,6 +105,7 @@ def train(cfg: DictConfig) -> Outcome:
             f"trainer.max_steps must be >= 1, got {cfg.trainer.max_steps}: pelab trains by steps, "
             "with a fresh batch every step (epochs have no meaning here)"
         )
+    check_budget(cfg.get("learned_at"), cfg.get("learned_patience", 2))
     task = build_task(cfg)
     model = build_model(cfg, task)
     check_eval_memory(cfg, task, model)
@@ -110,7 +114,12 @@ def train(cfg: DictConfig) -> Outcome:
         check_compatible(read_checkpoint(ckpt_path), cfg, model, ckpt_path)
     datamodule = data_module(cfg, task)
     notes: list[str] = []
-    trainer = make_trainer(cfg, model.net.num_params(), notes, [ResumeState(identity(cfg))])
+    callbacks: list[L.Callback] = [ResumeState(identity(cfg))]
+    stop = None
+    if cfg.get("learned_at") is not None:
+        stop = LearnedStop(cfg.learned_at, cfg.get("learned_patience", 2))
+        callbacks.append(stop)
+    trainer = make_trainer(cfg, model.net.num_params(), notes, callbacks)
     with exit_status_on_sigterm():
         if cfg.train:
             trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
@@ -120,7 +129,9 @@ def train(cfg: DictConfig) -> Outcome:
                 model, datamodule=datamodule, ckpt_path=best, verbose=False, weights_only=True
             )
     resumed = None if ckpt_path is None else str(ckpt_path)
-    return outcome(cfg, model, resumed_from=resumed, warnings=notes)
+    return outcome(
+        cfg, model, resumed_from=resumed, warnings=notes, competence=budget_outcome(stop)
+    )
 
 
 def run(cfg: DictConfig) -> dict[str, Any]:

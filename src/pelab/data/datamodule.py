@@ -44,6 +44,7 @@ class TaskDataModule(L.LightningDataModule):
         seed: int,
         eval_batch_size: int = 256,
         cache_dir: str | Path | None = None,
+        val_lengths: list[int] | None = None,
     ) -> None:
         super().__init__()
         if batch_size < 1 or eval_batch_size < 1:
@@ -55,22 +56,25 @@ class TaskDataModule(L.LightningDataModule):
             seed,
         )
         self.eval_batch_size, self.cache_dir = eval_batch_size, cache_dir
+        self.val_lengths = task.eval_lengths if val_lengths is None else val_lengths
 
     def train_dataloader(self) -> DataLoader:
         data = TrainBatches(self.task, self.batch_size, self.num_batches, self.seed)
         return DataLoader(data, batch_size=None, shuffle=False)
 
-    def _eval_loaders(self, split: str, n: int) -> list[DataLoader]:
+    def _eval_loaders(self, split: str, n: int, lengths: list[int]) -> list[DataLoader]:
         return [
             DataLoader(
                 load_eval_set(self.task, split, length, n, self.cache_dir),
                 batch_size=self.eval_batch_size,
             )
-            for length in self.task.eval_lengths
+            for length in lengths
         ]
 
     def val_dataloader(self) -> list[DataLoader]:
-        return self._eval_loaders("val", self.task.n_val)
+        """One loader per validation length (``val_lengths``: every evaluation length unless a
+        competence budget validates the in-distribution ones only)."""
+        return self._eval_loaders("val", self.task.n_val, self.val_lengths)
 
     def test_dataloader(self) -> list[DataLoader]:
-        return self._eval_loaders("test", self.task.n_test)
+        return self._eval_loaders("test", self.task.n_test, self.task.eval_lengths)

@@ -23,6 +23,8 @@ SKIPPED_SECTIONS = ("hydra",)
 # Settings read by pelab itself rather than passed to a ``_target_``: key -> (type, minimum).
 PLAIN = {
     "seed": (int, None),
+    "learned_at": (float, None),  # pelab.competence checks its range
+    "learned_patience": (int, 1),
     "data.batch_size": (int, 1),
     "data.eval_batch_size": (int, 1),
     "model.compile": (bool, None),

@@ -1,0 +1,125 @@
+"""Competence budgets: train until the task is learned in distribution, with ``trainer.max_steps``
+as the cap, instead of for a fixed number of steps.
+
+With ``learned_at`` set (e.g. ``0.99``), validation is cheap and frequent: it runs on the
+in-distribution evaluation lengths only (``validation_lengths``), every
+``trainer.val_check_interval`` steps. The run counts as *learned* once the exact match at its
+worst in-distribution length reaches ``learned_at`` at ``learned_patience`` consecutive
+validations; training then stops. The out-of-distribution lengths are tested at the end, on the
+checkpoint that in-distribution validation selected (``best.ckpt``), never during training.
+
+The run record gets ``learned`` (``null`` without a criterion), ``steps_to_learn`` (the step of
+the first of those consecutive validations: when the model first met the criterion for good;
+``null`` when it never did) and ``stop_reason`` (``learned``, ``max_steps`` or ``failed``).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import lightning as L
+from lightning.pytorch.callbacks import Callback
+
+from pelab.errors import ConfigError
+from pelab.tasks.base import Task
+
+log = logging.getLogger(__name__)
+
+STOP_REASONS = ("learned", "max_steps", "failed")
+
+
+def validation_lengths(task: Task, learned_at: float | None) -> list[int]:
+    """The lengths validation scores: the in-distribution ones under a competence budget, every
+    evaluation length otherwise."""
+    if learned_at is None:
+        return list(task.eval_lengths)
+    return [n for n in task.eval_lengths if task.in_distribution(n)]
+
+
+def check_budget(learned_at: float | None, patience: int) -> None:
+    """A ``ConfigError`` for a threshold or a patience no run can use."""
+    if learned_at is not None and not 0.0 < learned_at <= 1.0:
+        raise ConfigError(
+            f"learned_at={learned_at} is not an exact-match threshold in (0, 1], e.g. 0.99 "
+            "(null: train for trainer.max_steps)"
+        )
+    if patience < 1:
+        raise ConfigError(f"learned_patience must be >= 1 validation, got {patience}")
+
+
+class LearnedStop(Callback):
+    """Stops training once the model has learned its task (see the module docstring).
+
+    Reads the validation scores as data (``SequenceModel.scores["val"]``). Its state (the current
+    streak and ``steps_to_learn``) is saved in every checkpoint, so a run killed after it
+    learned resumes into the test, and one killed mid-streak counts on exactly.
+    """
+
+    def __init__(self, learned_at: float, patience: int = 2) -> None:
+        check_budget(learned_at, patience)
+        self.learned_at, self.patience = learned_at, patience
+        self.streak, self.streak_start = 0, 0
+        self.steps_to_learn: int | None = None
+        self.fitted: dict[str, Any] | None = None  # the outcome when fitting ended
+
+    @property
+    def state_key(self) -> str:
+        return "pelab_learned_stop"
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "streak": self.streak,
+            "streak_start": self.streak_start,
+            "steps_to_learn": self.steps_to_learn,
+        }
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.streak, self.streak_start = state_dict["streak"], state_dict["streak_start"]
+        self.steps_to_learn = state_dict["steps_to_learn"]
+
+    def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # kept apart from the state: testing best.ckpt restores the state saved with it
+        self.fitted = self.outcome()
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self.steps_to_learn is not None:  # resumed from a checkpoint saved once learned
+            trainer.should_stop = True
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.sanity_checking or self.steps_to_learn is not None:
+            return
+        task = pl_module.task
+        scores = pl_module.scores["val"]
+        worst = min(v["exact_match"] for n, v in scores.items() if task.in_distribution(n))
+        if worst >= self.learned_at:
+            if self.streak == 0:
+                self.streak_start = trainer.global_step
+            self.streak += 1
+        else:
+            self.streak = 0
+        if self.streak >= self.patience:
+            self.steps_to_learn = self.streak_start
+            log.info(
+                "learned at step %d (exact match >= %g at every in-distribution length, %d "
+                "validations in a row): training stops",
+                self.steps_to_learn,
+                self.learned_at,
+                self.patience,
+            )
+            trainer.should_stop = True
+
+    def outcome(self) -> dict[str, Any]:
+        return {
+            "learned": self.steps_to_learn is not None,
+            "steps_to_learn": self.steps_to_learn,
+            "stop_reason": "learned" if self.steps_to_learn is not None else "max_steps",
+        }
+
+
+def budget_outcome(stop: LearnedStop | None) -> dict[str, Any]:
+    """The record's competence fields of a finished training run (``stop``: its callback, None
+    without a criterion)."""
+    if stop is None:
+        return {"learned": None, "steps_to_learn": None, "stop_reason": "max_steps"}
+    return stop.fitted or stop.outcome()
