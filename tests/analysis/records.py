@@ -20,9 +20,12 @@ def record(
     train: tuple[int, int] = (1, 16),
     chance: float | None = None,
     overrides: list[str] | None = None,
+    learned: bool | None = None,
+    steps_to_learn: int | None = None,
 ) -> dict[str, Any]:
     """A ``results.json`` record; ``exact``: exact match per evaluation length (token accuracy
-    is set to the same value). Without ``exact`` the run has no metrics (it failed)."""
+    is set to the same value). Without ``exact`` the run has no metrics (it failed).
+    ``learned``/``steps_to_learn``: its competence fields (None: no criterion)."""
     lengths = sorted(exact or {8: 0, 16: 0, 32: 0})
     rec: dict[str, Any] = {
         "status": status,
@@ -38,6 +41,7 @@ def record(
     inside = [v for n, v in exact.items() if train[0] <= n <= train[1]]
     outside = [v for n, v in exact.items() if not train[0] <= n <= train[1]]
     rec["train_lengths"] = list(train)
+    rec["learned"], rec["steps_to_learn"] = learned, steps_to_learn
     rec["metrics"] = {
         "test": test,
         "test_id": {m: sum(inside) / len(inside) for m in ("exact_match", "token_acc")},

@@ -162,3 +162,50 @@ def test_a_table_with_two_row_axes_keeps_them_as_columns_and_ends_with_chance(tm
     assert cells[3][:2] == ["rope", "randomized"] and "50.0 ± –" in cells[3][3]
     assert cells[4] == ["chance", "", "0.0", "0.0"]
     assert "chance" in (tmp_path / "table_lengths.tex").read_text()
+
+
+# a competence budget: alibi learned copy (both seeds), rope learned it with one seed of two,
+# nope with none; nope has the best OOD mean, which measures nothing
+JUDGED = [
+    record("alibi", "copy", 0, {8: 1.0, 32: 0.4}, train=(1, 8), learned=True, steps_to_learn=300),
+    record("alibi", "copy", 1, {8: 1.0, 32: 0.5}, train=(1, 8), learned=True, steps_to_learn=500),
+    record("rope", "copy", 0, {8: 1.0, 32: 0.2}, train=(1, 8), learned=True, steps_to_learn=700),
+    record("rope", "copy", 1, {8: 0.6, 32: 0.1}, train=(1, 8), learned=False),
+    record("none", "copy", 0, {8: 0.64, 32: 0.9}, train=(1, 8), learned=False),
+    record("none", "copy", 1, {8: 0.60, 32: 0.9}, train=(1, 8), learned=False),
+]
+
+
+def test_unlearned_cells_say_so_and_never_win_an_ood_column(tmp_path):
+    result = build(JUDGED)
+    none_ood = cell(result.by_task, "none", "copy", "split", "OOD")
+    assert cell_text(none_ood) == "not learned (ID 62.0, 0/2)"  # its ID mean, not its OOD score
+    rope_ood = cell(result.by_task, "rope", "copy", "split", "OOD")
+    assert cell_text(rope_ood) == "15.0 ± 7.1 (max 20.0, 2/2, learned 1/2)"
+    best = result.by_task[result.by_task["best"]]
+    # OOD: none (90%) and rope (15%, one seed unlearned) are out; alibi (45%) is the best
+    assert set(zip(best["pe"], best["split"], strict=True)) == {("alibi", "ID"), ("alibi", "OOD")}
+    by_length = result.by_length
+    assert not by_length[(by_length["pe"] == "none") & (by_length["length"] == 32)]["best"].any()
+    written = write_tables(result, tmp_path)
+    assert tmp_path / "table_steps.md" in written
+    markdown = (tmp_path / "table_tasks.md").read_text()
+    assert "not learned (ID 62.0, 0/2)" in markdown and "**45.0 ± 7.1" in markdown
+
+
+def test_the_steps_to_learn_table_averages_the_seeds_that_learned(tmp_path):
+    steps = build(JUDGED).steps.set_index("pe")
+    assert steps.loc["alibi", "mean"] == 400 and steps.loc["alibi", "std"] == pytest.approx(
+        math.sqrt(2 * 100**2)
+    )
+    assert (steps.loc["rope", "mean"], steps.loc["rope", "learned"]) == (700, 1)
+    assert (steps.loc["none", "learned"], steps.loc["none", "judged"]) == (0, 2)
+    write_tables(build(JUDGED), tmp_path)
+    table = (tmp_path / "table_steps.md").read_text()
+    assert "400 ± 141 (2/2)" in table and "700 ± – (1/2)" in table
+    assert "not learned (0/2)" in table
+    assert pd.read_csv(tmp_path / "table_steps.csv")["judged"].tolist() == [2, 2, 2]
+
+
+def test_runs_without_a_criterion_have_no_steps_table():
+    assert build(RECORDS).steps is None

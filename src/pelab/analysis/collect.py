@@ -35,7 +35,7 @@ from pelab.errors import ConfigError
 from pelab.metrics import GROUPS as SPLITS
 from pelab.metrics import METRICS
 from pelab.record import CHOICE_GROUPS as CHOICES
-from pelab.record import RESULTS, read_record
+from pelab.record import COMPETENCE_KEYS, RESULTS, read_record
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +52,8 @@ RUN_FIELDS = (
     "train_min",
     "train_max",
     "wall_time_s",
+    "learned",
+    "steps_to_learn",
     *(f"{s}/{m}" for s in SPLITS for m in METRICS),
 )
 # what a status without an error means
@@ -223,6 +225,7 @@ def wandb_record(run: Any) -> dict[str, Any]:
         or (f"W&B state: {run.state}" if status != "completed" else ""),
         "choices": config.get("choices") or {},
         "metrics": dict(summary.get("metrics") or {}) if status == "completed" else {},
+        **{key: summary[key] for key in COMPETENCE_KEYS if key in summary},
         "train_lengths": (config.get("task") or {}).get("train_lengths"),
         "config": config,
         "overrides": summary.get("overrides") or [],
@@ -233,7 +236,8 @@ def wandb_record(run: Any) -> dict[str, Any]:
 def runs_frame(records: list[dict[str, Any]]) -> pd.DataFrame:
     """One row per run: its choices, seed, setting overrides, status and error, the in- and
     out-of-distribution means of each metric (``id/exact_match``, ...; NaN unless completed),
-    the training length range and the wall time."""
+    the training length range, the wall time, and whether it learned its task (``learned``:
+    True/False under a competence budget, None without one) and when (``steps_to_learn``)."""
     rows, settings = [], {}
     for record in records:
         changed = setting_overrides(record.get("overrides") or [])
@@ -250,6 +254,9 @@ def runs_frame(records: list[dict[str, Any]]) -> pd.DataFrame:
             "train_min": train[0] if train else math.nan,
             "train_max": train[1] if train else math.nan,
             "wall_time_s": record.get("wall_time_s", math.nan),
+            # competence budgets (pelab.competence): None when the run had no criterion
+            "learned": record.get("learned"),
+            "steps_to_learn": _or_nan(record.get("steps_to_learn")),
         }
         for split in SPLITS:
             for metric in METRICS:
@@ -285,3 +292,7 @@ def lengths_frame(records: list[dict[str, Any]]) -> pd.DataFrame:
 
 def _task_config(record: dict[str, Any]) -> dict[str, Any]:
     return (record.get("config") or {}).get("task") or {}
+
+
+def _or_nan(value: float | None) -> float:
+    return math.nan if value is None else value

@@ -7,6 +7,7 @@ Sources: directories (a sweep directory, ``logs/``, any tree of ``results.json``
 
 - ``table_tasks.{md,tex,csv}``: encodings x tasks, in- and out-of-distribution;
 - ``table_lengths.{md,tex,csv}``: encodings x evaluation lengths;
+- ``table_steps.{md,csv}``: steps to learn, encodings x tasks (runs with ``learned_at`` only);
 - ``length_curves.{png,pdf}`` and ``heatmap.{png,pdf}``;
 
 and logged as one W&B run (``job_type=summary``, the runs' project and group; offline unless

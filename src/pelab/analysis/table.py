@@ -6,6 +6,13 @@ A cell aggregates the seeds of its setting: the mean and the sample standard dev
 seeds in the grid. The grid is every row x task x seed seen in the runs (plus the jobs a sweep
 planned), so a failed, crashed or missing run is counted in its cell and listed under the
 table, never dropped. The best mean of each column (at the displayed precision) is bold.
+
+Runs under a competence budget (``learned_at``, ``pelab.competence``) say whether they learned
+their task in distribution. An out-of-distribution score of a model that never learned the task
+measures nothing: such a cell reads ``not learned (ID <its in-distribution mean>, 0/n)``, a
+cell with some unlearned seeds adds ``learned k/n``, and only cells whose seeds all learned take
+part in the ranking (bold) of an out-of-distribution column. ``steps_stats`` tabulates the
+steps each encoding needed to learn each task.
 """
 
 from __future__ import annotations
@@ -71,10 +78,13 @@ def cell_stats(frame: pd.DataFrame, rows: list[str], cols: list[str], value: str
     running``) and ``best`` (the column's best mean). Rows and columns keep their order of
     appearance."""
     done = frame["status"].eq("completed")
+    learned = frame["learned"] if "learned" in frame else pd.Series(None, index=frame.index)
     data = frame.assign(
         _value=frame[value].where(done),
         _failed=~done & frame["status"].ne("missing"),
         _missing=frame["status"].eq("missing"),
+        _judged=done & learned.notna(),
+        _learned=done & learned.eq(True),
     )
     for key in (*rows, *cols):
         data[key] = pd.Categorical(data[key], categories=_appearance(data[key]), ordered=True)
@@ -89,14 +99,30 @@ def cell_stats(frame: pd.DataFrame, rows: list[str], cols: list[str], value: str
             failed=("_failed", "sum"),
             missing=("_missing", "sum"),
             not_completed=("status", _other_statuses),
+            judged=("_judged", "sum"),
+            learned=("_learned", "sum"),
         )
         .reset_index()
     )
-    shown = stats["mean"].mul(100).round(1)  # as displayed
-    column = shown.groupby([stats[c] for c in cols], observed=True)
-    # the column's best mean, when the column has more than one value
-    stats["best"] = shown.eq(column.transform("max")) & column.transform("nunique").gt(1)
     return stats
+
+
+def mark_best(stats: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
+    """``best``: the column's best mean (at the displayed precision), when the column has more
+    than one value; in an out-of-distribution column only cells whose seeds all learned the
+    task compete (every cell does when no run had a criterion)."""
+    eligible = stats["split"].ne("OOD") | stats["learned"].eq(stats["judged"])
+    shown = stats["mean"].mul(100).round(1)  # as displayed
+    keys = [stats[c] for c in cols]
+    top = shown.where(eligible).groupby(keys, observed=True).transform("max")
+    varies = shown.groupby(keys, observed=True).transform("nunique").gt(1)
+    return stats.assign(best=eligible & shown.eq(top) & varies)
+
+
+def id_means(runs: pd.DataFrame, rows: list[str], metric: str) -> pd.Series:
+    """The in-distribution mean of ``metric`` per row and task over the completed runs."""
+    done = runs[runs["status"].eq("completed")]
+    return done.groupby([*rows, "task"])[f"id/{metric}"].mean()
 
 
 def _other_statuses(statuses: pd.Series) -> str:
@@ -125,14 +151,18 @@ def task_stats(
     """Cells per task and split (``ID``: mean over in-distribution lengths, ``OOD``: beyond),
     with the chance level of each column (mean over its lengths)."""
     long = runs.melt(
-        id_vars=[*rows, "task", "seed", "status"],
+        id_vars=[*rows, "task", "seed", "status", "learned"],
         value_vars=[f"{s}/{metric}" for s in SPLITS],
         var_name="split",
     )
     long["split"] = long["split"].str.split("/").str[0].map(SPLIT_NAMES)
     stats = cell_stats(long, rows, ["task", "split"], "value")
     chance = evaluated.groupby(["task", "split"])[f"chance/{metric}"].mean()
-    return stats.assign(chance=_per_column(stats, ["task", "split"], chance))
+    stats = stats.assign(
+        chance=_per_column(stats, ["task", "split"], chance),
+        id_mean=_per_column(stats, [*rows, "task"], id_means(runs, rows, metric)),
+    )
+    return mark_best(stats, ["task", "split"])
 
 
 def length_stats(
@@ -143,14 +173,16 @@ def length_stats(
     columns = evaluated.groupby(["task", "length"]).agg(
         split=("split", "first"), chance=(f"chance/{metric}", "mean")
     )
-    grid = runs[[*rows, "task", "seed", "status"]].reset_index(names="run")
+    grid = runs[[*rows, "task", "seed", "status", "learned"]].reset_index(names="run")
     grid = grid.merge(columns.reset_index()[["task", "length"]])
     values = grid.merge(evaluated[["run", "length", metric]], how="left")
     stats = cell_stats(values, rows, ["task", "length"], metric)
-    return stats.assign(
+    stats = stats.assign(
         split=_per_column(stats, ["task", "length"], columns["split"]),
         chance=_per_column(stats, ["task", "length"], columns["chance"]),
+        id_mean=_per_column(stats, [*rows, "task"], id_means(runs, rows, metric)),
     )
+    return mark_best(stats, ["task", "length"])
 
 
 def _per_column(stats: pd.DataFrame, cols: list[str], values: pd.Series) -> list:
@@ -159,14 +191,20 @@ def _per_column(stats: pd.DataFrame, cols: list[str], values: pd.Series) -> list
 
 
 def cell_text(cell: pd.Series) -> str:
-    """``97.1 ± 2.0 (max 99.0, 3/3)`` in percent; without a result the statuses of the runs,
-    e.g. ``failed (0/3)``, ``running (0/3)``, ``missing (0/3)``; ``n/a`` when the runs completed
-    but had nothing to measure (e.g. no out-of-distribution length)."""
+    """``97.1 ± 2.0 (max 99.0, 3/3)`` in percent, with ``learned k/n`` when some seeds did not
+    learn the task; ``not learned (ID 64.2, 0/3)`` for an out-of-distribution cell whose seeds
+    all failed to learn it; without a result the statuses of the runs, e.g. ``failed (0/3)``,
+    ``running (0/3)``, ``missing (0/3)``; ``n/a`` when the runs completed but had nothing to
+    measure (e.g. no out-of-distribution length)."""
+    judged, learned = cell.get("judged", 0), cell.get("learned", 0)
+    if cell["n"] > 0 and judged and not learned and cell.get("split") == "OOD":
+        return f"not learned (ID {_percent(cell['id_mean'])}, 0/{judged})"
     if cell["n"] > 0:
         std = "–" if np.isnan(cell["std"]) else f"{cell['std'] * 100:.1f}"
+        partly = f", learned {learned}/{judged}" if learned < judged else ""
         return (
             f"{cell['mean'] * 100:.1f} ± {std} "
-            f"(max {cell['max'] * 100:.1f}, {cell['n']}/{cell['runs']})"
+            f"(max {cell['max'] * 100:.1f}, {cell['n']}/{cell['runs']}{partly})"
         )
     if cell["not_completed"]:
         return f"{cell['not_completed']} ({cell['n']}/{cell['runs']})"
@@ -258,12 +296,17 @@ class Ablation:
     caption: str  # the metric and the settings all runs share
     by_task: pd.DataFrame  # cell_stats per task and split
     by_length: pd.DataFrame  # cell_stats per task and evaluation length
+    steps: pd.DataFrame | None = None  # steps_stats: None when no run had a competence budget
 
     def tables(self) -> dict[str, tuple[pd.DataFrame, list[str]]]:
         return {
             "table_tasks": (self.by_task, ["task", "split"]),
             "table_lengths": (self.by_length, ["task", "length"]),
         }
+
+    def csv_names(self) -> list[str]:
+        """Every table written as CSV (``write_tables``)."""
+        return [*self.tables(), *(["table_steps"] if self.steps is not None else [])]
 
 
 def ablation(runs: pd.DataFrame, lengths: pd.DataFrame, metric: str = "exact_match") -> Ablation:
@@ -279,6 +322,7 @@ def ablation(runs: pd.DataFrame, lengths: pd.DataFrame, metric: str = "exact_mat
         caption=describe(runs, metric),
         by_task=task_stats(full, evaluated, rows, metric),
         by_length=length_stats(full, evaluated, rows, metric),
+        steps=steps_stats(full, rows),
     )
 
 
@@ -299,14 +343,65 @@ def write_tables(result: Ablation, out_dir: Path) -> list[Path]:
         written.append(_write(out_dir / f"{name}.tex", latex))
         stats.to_csv(out_dir / f"{name}.csv", index=False)
         written.append(out_dir / f"{name}.csv")
+    if result.steps is not None:
+        table = steps_markdown(result.steps, result.rows)
+        written.append(_write(out_dir / "table_steps.md", f"{table}\n\n{STEPS_LEGEND}\n"))
+        result.steps.to_csv(out_dir / "table_steps.csv", index=False)
+        written.append(out_dir / "table_steps.csv")
     return written
 
 
 LEGEND = (
     "Cells: mean ± standard deviation over seeds, in percent (max: the best seed; k/n: seeds "
-    "with a result / seeds in the grid). **Bold**: the best mean of the column. ID: mean over "
-    "the evaluation lengths inside the training range; OOD: over the longer ones."
+    "with a result / seeds in the grid; learned k/n: seeds that learned the task in "
+    "distribution, under a competence budget). **Bold**: the best mean of the column; in an OOD "
+    "column only cells whose seeds all learned the task compete. ID: mean over the evaluation "
+    "lengths inside the training range; OOD: over the longer ones; not learned: no seed learned "
+    "the task, so its OOD score measures nothing (its ID mean is shown)."
 )
+STEPS_LEGEND = (
+    "Steps to learn (competence budget, `learned_at`): the training step at which in-distribution "
+    "validation first met the criterion for good, mean ± standard deviation over the seeds that "
+    "learned (k/n: seeds that learned / seeds with a criterion); not learned: none did within "
+    "trainer.max_steps."
+)
+
+
+def steps_stats(runs: pd.DataFrame, rows: list[str]) -> pd.DataFrame | None:
+    """Per row and task: ``mean`` and ``std`` of ``steps_to_learn`` over the seeds that learned,
+    ``learned`` (their count) and ``judged`` (completed runs with a criterion); None when no
+    run had one."""
+    judged = runs[runs["status"].eq("completed") & runs["learned"].notna()]
+    if judged.empty:
+        return None
+    data = judged.assign(_steps=judged["steps_to_learn"].where(judged["learned"].eq(True)))
+    for key in (*rows, "task"):
+        data[key] = pd.Categorical(data[key], categories=_appearance(data[key]), ordered=True)
+    return (
+        data.groupby([*rows, "task"], observed=True)
+        .agg(
+            mean=("_steps", "mean"),
+            std=("_steps", "std"),
+            learned=("_steps", "count"),
+            judged=("learned", "size"),
+        )
+        .reset_index()
+    )
+
+
+def steps_text(cell: pd.Series) -> str:
+    """``1250 ± 180 (3/3)``; ``not learned (0/3)``."""
+    if not cell["learned"]:
+        return f"not learned (0/{cell['judged']})"
+    std = "–" if np.isnan(cell["std"]) else f"{cell['std']:.0f}"
+    return f"{cell['mean']:.0f} ± {std} ({cell['learned']}/{cell['judged']})"
+
+
+def steps_markdown(steps: pd.DataFrame, rows: list[str]) -> str:
+    """The steps-to-learn table, rows x tasks."""
+    texts = steps.assign(text=steps.apply(steps_text, axis=1))
+    table = texts.pivot(index=rows, columns="task", values="text")
+    return table.reset_index().to_markdown(index=False, disable_numparse=True)
 
 
 def describe(runs: pd.DataFrame, metric: str) -> str:

@@ -29,7 +29,7 @@ def log_summary(
         mode=wandb_mode(),
         config={"metric": result.metric, "rows": result.rows, "runs": len(result.runs)},
     )
-    tables = {name: pd.read_csv(out / f"{name}.csv") for name in result.tables()}
+    tables = {name: pd.read_csv(out / f"{name}.csv") for name in result.csv_names()}
     run.log(
         {name: wandb.Table(dataframe=frame) for name, frame in tables.items()}
         | {p.stem: wandb.Image(str(p)) for p in figures if p.suffix == ".png"}
