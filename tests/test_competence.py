@@ -53,7 +53,7 @@ def test_a_run_that_never_meets_the_criterion_trains_to_the_cap(tiny_cfg):
 
 
 def test_without_a_criterion_every_length_is_validated_and_nothing_is_judged(tiny_cfg):
-    record = run(tiny_cfg(*EASY, "trainer.max_steps=50"))
+    record = run(tiny_cfg(*EASY, "trainer.max_steps=50", "learned_at=null"))
     assert (record["learned"], record["steps_to_learn"], record["stop_reason"]) == (
         None,
         None,
