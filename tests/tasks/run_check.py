@@ -26,6 +26,7 @@ def learn(
             "logger=csv",
             f"trainer.max_steps={steps}",
             f"trainer.val_check_interval={steps}",
+            "learned_at=null",  # a fixed budget, as each caller measured it
             "task.n_val=64",
             "task.n_test=256",
             *overrides,
