@@ -23,10 +23,10 @@ install: $(VENV)/.installed ## create .venv and install pelab (torch first, CPU 
 train: install ## train the default run: pe=rope task=copy
 	$(PY) scripts/train.py pe=rope task=copy
 
-test: install ## the test suite without the slow learning runs (what CI runs; ~5.5 min on 2 cores)
+test: install ## the test suite without the slow learning runs (what CI runs; ~6.5 min on 2 cores)
 	$(PY) -m pytest -m "not slow"
 
-test-slow: install ## the slow tests: a small model learns each task in distribution (~16 min)
+test-slow: install ## the slow tests: a small model learns each task in distribution (~17.5 min)
 	$(PY) -m pytest -m slow
 
 test-full: install ## every test, slow ones included
