@@ -97,3 +97,31 @@ def test_validation_can_score_only_some_lengths():
         model._evaluate("val", {"prompt": prompt, "answer": prompt}, 0, idx)
     model._log_epoch("val")
     assert list(model.scores["val"]) == [2, 4]
+
+
+def test_a_compile_that_fails_falls_back_to_eager_with_one_warning(
+    tiny_cfg, tmp_path, monkeypatch, caplog
+):
+    """E.g. TorchInductor's CppCompileError on a machine whose compiler cannot build the kernel:
+    the run goes on eagerly and computes what an uncompiled run computes."""
+    from pelab.train import run
+
+    def failing_compile(fn):
+        def compiled(*args):
+            raise RuntimeError("CppCompileError: C++ compile error\nlong compiler output")
+
+        return compiled
+
+    plain = run(tiny_cfg("seed=3"))
+    monkeypatch.setattr("pelab.lit_module.torch.compile", failing_compile)
+    cfg = tiny_cfg("seed=3", "model.compile=true")
+    cfg.paths.output_dir = str(tmp_path / "compiled")
+    with caplog.at_level("WARNING", logger="pelab.lit_module"):
+        fallen = run(cfg)
+    assert fallen["status"] == "completed"
+    assert fallen["metrics"]["test"] == plain["metrics"]["test"]
+    warnings = [r.getMessage() for r in caplog.records if "torch.compile failed" in r.getMessage()]
+    assert warnings == [
+        "model.compile=true: torch.compile failed (RuntimeError: CppCompileError: C++ compile "
+        "error); training goes on without compiling (set model.compile=false to skip the attempt)"
+    ]

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable
+from typing import Any
 
 import lightning as L
 import torch
@@ -15,6 +17,32 @@ from pelab.metrics import METRICS, Scores, logged_values, mean_key
 from pelab.model_kinds import ModelKind
 from pelab.positions import ContiguousPositions, PositionSampler
 from pelab.tasks.base import Task
+
+log = logging.getLogger(__name__)
+
+
+class CompiledOrEager:
+    """``torch.compile(fn)``, falling back to ``fn`` itself, with one warning, the first time
+    compiling fails (e.g. TorchInductor's ``CppCompileError`` when the machine's compiler cannot
+    build the generated kernel): the run goes on eagerly, with the same function. An error of
+    ``fn`` itself is raised again by the eager call. ``failed`` holds the compile error."""
+
+    def __init__(self, fn: Callable[..., Tensor]) -> None:
+        self.fn, self.compiled = fn, torch.compile(fn)
+        self.failed: str | None = None
+
+    def __call__(self, *args: Any) -> Tensor:
+        if self.failed is None:
+            try:
+                return self.compiled(*args)
+            except Exception as error:  # compiling failed: torch.compile has no narrower type
+                self.failed = f"{type(error).__name__}: {str(error).splitlines()[0][:300]}"
+                log.warning(
+                    "model.compile=true: torch.compile failed (%s); training goes on without "
+                    "compiling (set model.compile=false to skip the attempt)",
+                    self.failed,
+                )
+        return self.fn(*args)
 
 
 def warmup_cosine(warmup_steps: int, total_steps: int, min_ratio: float) -> Callable[[int], float]:
@@ -56,7 +84,7 @@ class SequenceModel(L.LightningModule):
         # ``compile``: the training forward goes through torch.compile (the module's parameters
         # and checkpoints are unchanged); greedy evaluation stays eager (one token per step
         # would recompile for every new shape)
-        self.train_logits = torch.compile(kind.answer_logits) if compile else kind.answer_logits
+        self.train_logits = CompiledOrEager(kind.answer_logits) if compile else kind.answer_logits
         self.positions = positions or ContiguousPositions()
         self.optimizer_factory = optimizer
         self.warmup_steps, self.min_lr_ratio = warmup_steps, min_lr_ratio
