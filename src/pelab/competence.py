@@ -26,8 +26,6 @@ from pelab.tasks.base import Task
 
 log = logging.getLogger(__name__)
 
-STOP_REASONS = ("learned", "max_steps", "failed")
-
 
 def validation_lengths(task: Task, learned_at: float | None) -> list[int]:
     """The lengths validation scores: the in-distribution ones under a competence budget, every

@@ -60,11 +60,6 @@ from pelab.train import build_model, build_task
 from pelab.utils.wandb_mode import wandb_mode
 
 
-def overridden(pe: PositionalEncoding, hook: str) -> bool:
-    """Whether ``pe``'s class overrides ``hook`` (else the base class's identity)."""
-    return getattr(type(pe), hook) is not getattr(PositionalEncoding, hook)
-
-
 def position_vectors(pe: PositionalEncoding, n: int) -> tuple[Tensor, str]:
     """``embed`` of one token vector at positions ``0..n-1``: ``[n, d_model]``, and what it fed.
 
@@ -155,13 +150,13 @@ def grid_relative(pe: PositionalEncoding, hook: str, radius: int) -> Tensor:
 def draw_grid(pe: PositionalEncoding, out_dir: Path, radius: int) -> list[Path]:
     """The heatmaps that apply to an encoding of 2-D positions."""
     paths = []
-    if overridden(pe, "embed"):
+    if pe.overrides("embed"):
         path = out_dir / "grid_cosine.png"
         title = "cos(PE(row, col), PE(centre)); axes: offset from the centre"
         plot_heatmaps(grid_cosine(pe, radius)[None], radius, title, path)
         paths.append(path)
     for hook in ("logit_bias", "transform_qk"):
-        if overridden(pe, hook):
+        if pe.overrides(hook):
             path = out_dir / f"grid_relative_{hook}.png"
             title = f"{HOOK_TITLES[hook][0]} vs (Δrow, Δcol) = query - key"
             plot_heatmaps(grid_relative(pe, hook, radius), radius, title, path)
@@ -176,12 +171,12 @@ def draw(pe: PositionalEncoding, out_dir: Path, length: int) -> list[Path]:
         return draw_grid(pe, out_dir, length // 2)
     paths = []
     n = min(length, pe.dims.max_len)
-    if overridden(pe, "embed"):
+    if pe.overrides("embed"):
         table, fed = position_vectors(pe, n)
         plot_tables([(table, f"position vectors (embed of {fed})")], out_dir / "absolute.png")
         plot_cosine(table, out_dir / "cosine.png")
         paths += [out_dir / "absolute.png", out_dir / "cosine.png"]
-    if overridden(pe, "layer_input"):
+    if pe.overrides("layer_input"):
         panels = []
         for layer, signal in enumerate(layer_signals(pe, n)):
             panels.append((signal, f"block {layer}: layer_input of a zero stream"))
@@ -189,7 +184,7 @@ def draw(pe: PositionalEncoding, out_dir: Path, length: int) -> list[Path]:
         plot_tables(panels, out_dir / "layer_input.png", columns=2)
         paths.append(out_dir / "layer_input.png")
     for hook in HOOK_TITLES:
-        if overridden(pe, hook):
+        if pe.overrides(hook):
             path = out_dir / f"relative_{hook}.png"
             plot_relative(*relative_curves(pe, hook, length), hook, path)
             paths.append(path)

@@ -144,9 +144,12 @@ class PositionalEncoding(nn.Module):
         overridden. Asked of a class (the registry) or an instance (attention; a composition
         answers from its parts)."""
         cls = pe if isinstance(pe, type) else type(pe)
-        return any(
-            getattr(cls, name) is not getattr(PositionalEncoding, name) for name in EAGER_HOOKS
-        )
+        return any(cls.overrides(name) for name in EAGER_HOOKS)
+
+    @classmethod
+    def overrides(cls, hook: str) -> bool:
+        """Whether this class replaces ``hook``, the identity of ``PositionalEncoding``."""
+        return getattr(cls, hook) is not getattr(PositionalEncoding, hook)
 
 
 PE_REGISTRY: dict[str, type[PositionalEncoding]] = {}
