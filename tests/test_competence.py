@@ -120,8 +120,8 @@ def test_the_streak_is_saved_and_a_learned_run_stops_when_resumed():
     stop.on_validation_end(trainer, module)
     resumed = LearnedStop(0.9, patience=3)
     resumed.load_state_dict(stop.state_dict())
-    assert (resumed.streak, resumed.streak_start) == (1, 100)
-    resumed.steps_to_learn = 100
+    assert (resumed.competence.streak, resumed.competence.streak_start) == (1, 100)
+    resumed.competence.steps_to_learn = 100
     trainer = SimpleNamespace(should_stop=False)
     resumed.on_train_start(trainer, module)
     assert trainer.should_stop

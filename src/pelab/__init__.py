@@ -5,5 +5,11 @@ from omegaconf import OmegaConf
 from pelab.utils.wandb_mode import wandb_mode
 
 OmegaConf.register_new_resolver("wandb_mode", wandb_mode, replace=True)
+# a job's seeds in directory names: "0" (seed=0) or "0-1-2" (seeds=[0,1,2])
+OmegaConf.register_new_resolver(
+    "seeds_label",
+    lambda seed, seeds=None: "-".join(map(str, seeds)) if seeds else str(seed),
+    replace=True,
+)
 
 __version__ = "0.1.0"

@@ -78,9 +78,10 @@ class SequenceModel(L.LightningModule):
         positions: PositionSampler | None = None,
         compile: bool = False,
         val_lengths: list[int] | None = None,
+        seed: int = 0,
     ) -> None:
         super().__init__()
-        self.net, self.kind, self.task = net, kind, task
+        self.net, self.kind, self.task, self.seed = net, kind, task, seed
         # ``compile``: the training forward goes through torch.compile (the module's parameters
         # and checkpoints are unchanged); greedy evaluation stays eager (one token per step
         # would recompile for every new shape)
@@ -104,12 +105,23 @@ class SequenceModel(L.LightningModule):
 
     def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
         prompt, answer = batch
-        positions = self.sequence_positions(prompt, answer.shape[1])
-        logits = self.train_logits(self.net, prompt, answer, positions)  # [b, m, vocab]
-        loss = F.cross_entropy(logits.flatten(0, 1).float(), answer.flatten())
+        positions = self.training_positions(prompt, answer.shape[1], self.global_step)
+        loss = self.loss(prompt, answer, positions)
         self.log("train/loss", loss, prog_bar=True)
         self.log("train/length", float(prompt.shape[1]))
         return loss
+
+    def loss(self, prompt: Tensor, answer: Tensor, positions: Tensor) -> Tensor:
+        """The mean cross-entropy of the teacher-forced answer tokens."""
+        logits = self.train_logits(self.net, prompt, answer, positions)  # [b, m, vocab]
+        return F.cross_entropy(logits.flatten(0, 1).float(), answer.flatten())
+
+    def training_positions(self, prompt: Tensor, answer_length: int, step: int) -> Tensor:
+        """The positions of training step ``step``: like its batch (``TrainBatches``), a pure
+        function of ``(seed, step)``, so a resumed run or a member of a stack
+        (``pelab.members``) draws what the uninterrupted single run draws."""
+        generator = torch.Generator().manual_seed(self.seed * 1_000_003 + step + 7_919)
+        return self.sequence_positions(prompt, answer_length, generator)
 
     def sequence_positions(
         self, prompt: Tensor, answer_length: int, generator: torch.Generator | None = None
@@ -140,7 +152,9 @@ class SequenceModel(L.LightningModule):
     def test_step(self, batch: dict[str, Tensor], batch_idx: int, dataloader_idx: int = 0) -> None:
         self._evaluate("test", batch, batch_idx, dataloader_idx)
 
-    def _log_epoch(self, split: str) -> None:
+    def epoch_scores(self, split: str) -> dict[str, float]:
+        """End an epoch of ``split``: its scores into ``scores[split]`` (the running states
+        reset); returns the values to log (``pelab.metrics.logged_values``)."""
         scores: Scores = {length: {} for length in self.lengths[split]}
         for metric in METRICS:
             for length in self.lengths[split]:
@@ -148,8 +162,11 @@ class SequenceModel(L.LightningModule):
                 scores[length][metric] = float(state.compute())
                 state.reset()
         self.scores[split] = scores
+        return logged_values(split, scores, self.task.in_distribution)
+
+    def _log_epoch(self, split: str) -> None:
         shown = mean_key(split, "id", "exact_match")
-        for key, value in logged_values(split, scores, self.task.in_distribution).items():
+        for key, value in self.epoch_scores(split).items():
             self.log(key, value, prog_bar=key == shown)
 
     def on_validation_epoch_end(self) -> None:
@@ -160,7 +177,12 @@ class SequenceModel(L.LightningModule):
 
     def configure_optimizers(self):  # noqa: ANN201 (Lightning's union of return types)
         optimizer = self.optimizer_factory(self.net.parameters())
-        schedule = warmup_cosine(self.warmup_steps, self.trainer.max_steps, self.min_lr_ratio)
+        return self.scheduled(optimizer, self.trainer.max_steps)
+
+    def scheduled(self, optimizer: torch.optim.Optimizer, total_steps: int) -> dict[str, Any]:
+        """``optimizer`` with the warmup + cosine schedule over ``total_steps``, stepped every
+        step, as ``configure_optimizers`` returns it."""
+        schedule = warmup_cosine(self.warmup_steps, total_steps, self.min_lr_ratio)
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
         return {
             "optimizer": optimizer,

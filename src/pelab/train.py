@@ -72,6 +72,7 @@ def build_model(cfg: DictConfig, task: Task, sizes: dict[str, int] | None = None
         positions=positions,
         compile=cfg.model.get("compile", False),
         val_lengths=validation_lengths(task, cfg.get("learned_at")),
+        seed=cfg.seed,
         **cfg.model.schedule,
     )
 
@@ -134,10 +135,15 @@ def train(cfg: DictConfig) -> Outcome:
     )
 
 
-def run(cfg: DictConfig) -> dict[str, Any]:
+def run(cfg: DictConfig) -> dict[str, Any] | list[dict[str, Any]]:
     """``train`` inside its run record (``results.json``, always, atomically), with the
     per-length table, and ``wandb.finish()`` so the next job of a multirun opens its own W&B run.
-    With ``skip_completed=true`` a completed record of the same config is returned untrained."""
+    With ``skip_completed=true`` a completed record of the same config is returned untrained.
+    ``seeds=[...]``: one member per seed in one batched step (``pelab.members``), a record each."""
+    if cfg.get("seeds") is not None:
+        from pelab.members import run as run_members  # members build on this module
+
+        return run_members(cfg)
     if cfg.get("skip_completed") and (done := completed_record(cfg)) is not None:
         return done
     config = OmegaConf.to_container(cfg, resolve=True)

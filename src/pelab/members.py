@@ -1,0 +1,500 @@
+"""Many runs in one process: ``seeds=[0,1,2]`` trains one model per seed, all in one training step.
+
+Each *member* is the single run of its seed: initialised as ``seed=<k>`` would initialise it,
+fed that run's batches and positions (both pure functions of ``(seed, step)``), optimised by its
+own AdamW state (one parameter group per member, so its moments and weight decay are its own)
+with its own gradient clipping, stopped by its own competence criterion (``learned_at``), and
+recorded in its own directory ``<output_dir>/seed_<k>/`` with the ``results.json``, ``best.ckpt``
+and W&B run of a single run (``member_of`` names the stack). Tables, ``skip_completed`` and
+``eval.py`` treat a member as the run of its seed.
+
+One step evaluates every active member with ``torch.func``: the members' parameters are stacked
+(``[K, ...]``) and the network is called once under ``vmap(functional_call)``. How the members'
+batches meet (``stacking_mode``):
+
+- ``padded``: a causal decoder whose encoding decodes with a key/value cache computes each
+  position from the tokens before it only, so every member's teacher-forced sequence is padded
+  on the right to the longest one and the loss ignores the padding: one call for all members.
+- ``grouped``: other models (bidirectional attention, encodings that depend on the whole
+  sequence) batch the members whose batches have the same shape, one call per shape.
+- ``sequential``: an encoding that ``vmap`` cannot run (it probes one step at start) trains its
+  members one after another in the same step, with a log line saying why.
+
+A stopped member gets no gradient (its parameter group is skipped by the optimizer), so it no
+longer changes; training ends when every member has stopped or at ``trainer.max_steps``. The
+stack's own ``checkpoints/last.ckpt`` (every member, the optimizer, the members' criteria and
+histories) resumes a killed stack exactly. Validation and the final test score each member on
+its own, eagerly; a member's training history reaches its loggers after training.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+from hydra.utils import instantiate
+from lightning.pytorch.callbacks import ModelCheckpoint
+from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
+from torch import Tensor, nn
+from torch.func import functional_call, vmap
+from torch.utils.data import Dataset
+
+from pelab.competence import Competence, budget_outcome, check_budget
+from pelab.data.datamodule import TrainBatches
+from pelab.errors import ConfigError
+from pelab.lit_module import SequenceModel
+from pelab.metrics import mean_key
+from pelab.record import RESULTS, new_record, write_json_atomic
+from pelab.reliability.callbacks import ResumeState, exit_status_on_sigterm
+from pelab.reliability.checkpoints import (
+    IDENTITY_KEY,
+    AtomicCheckpointIO,
+    check_compatible,
+    identity,
+    read_checkpoint,
+    resume_path,
+)
+from pelab.reliability.completed import completed_record
+from pelab.reliability.data import ResumableLoader, ResumableTaskData
+from pelab.reliability.memory import check_eval_memory
+from pelab.reliability.validate import check_types
+from pelab.runner import Outcome, choices, execute, instantiate_all, make_trainer, outcome
+from pelab.tokens import BLANK
+from pelab.train import build_model, build_task, data_module
+
+log = logging.getLogger(__name__)
+
+IGNORE = -100  # a target the loss skips (``F.cross_entropy``'s ``ignore_index``)
+MODES = ("padded", "grouped", "sequential")
+STATE_KEY = "pelab_members"  # the stack's own state in its checkpoints
+
+
+def check_seeds(seeds: Any) -> list[int]:
+    """``seeds`` as a list of distinct ints; a ``ConfigError`` for anything else."""
+    values = list(seeds) if isinstance(seeds, ListConfig | list | tuple) else None
+    if not values or not all(isinstance(s, int) and not isinstance(s, bool) for s in values):
+        raise ConfigError(
+            f"seeds={seeds!r} is not a list of integer seeds, e.g. seeds=[0,1,2] (null: one run "
+            "with `seed`)"
+        )
+    if len(set(values)) != len(values):
+        raise ConfigError(f"seeds={values} repeats a seed; each member needs its own")
+    return values
+
+
+def member_dir(output_dir: str | Path, seed: int) -> Path:
+    return Path(output_dir) / f"seed_{seed}"
+
+
+def member_configs(cfg: DictConfig) -> list[DictConfig]:
+    """The config of each member: ``cfg`` with ``seed=<k>``, no ``seeds``, and its own output
+    directory; what a single run of that seed would use, up to its directory."""
+    configs = []
+    for seed in check_seeds(cfg.seeds):
+        member = copy.deepcopy(cfg)
+        with open_dict(member):
+            member.seed, member.seeds = seed, None
+            member.paths.output_dir = str(member_dir(cfg.paths.output_dir, seed))
+        configs.append(member)
+    return configs
+
+
+class MemberBatches(Dataset):
+    """Item ``i``: the tuple of every member's batch ``i`` (``TrainBatches`` of its seed)."""
+
+    def __init__(self, members: Sequence[TrainBatches]) -> None:
+        self.members = list(members)
+
+    def __len__(self) -> int:
+        return len(self.members[0])
+
+    def __getitem__(self, index: int) -> tuple[tuple[Tensor, Tensor], ...]:
+        return tuple(member[index] for member in self.members)
+
+
+class MemberData(ResumableTaskData):
+    """The stack's data: each training item holds every member's batch; validation as a single
+    run (the evaluation sets do not depend on the seed)."""
+
+    def __init__(self, task: Any, seeds: Sequence[int], **options: Any) -> None:
+        super().__init__(task, seed=seeds[0], **options)
+        self.seeds = list(seeds)
+
+    def train_dataloader(self) -> ResumableLoader:
+        def processed() -> int:
+            return self.trainer.fit_loop.epoch_loop.batch_progress.current.processed
+
+        batches = [
+            TrainBatches(self.task, self.batch_size, self.num_batches, seed) for seed in self.seeds
+        ]
+        return ResumableLoader(MemberBatches(batches), processed)
+
+
+def stacked(nets: Sequence[nn.Module]) -> dict[str, Tensor]:
+    """The members' parameters and buffers, each stacked ``[K, ...]`` (parameters keep their
+    gradient path to every member's own tensors)."""
+    named = [dict(net.named_parameters()) | dict(net.named_buffers()) for net in nets]
+    return {name: torch.stack([n[name] for n in named]) for name in named[0]}
+
+
+def padded_teacher_forcing(
+    kind: Any, prompt: Tensor, answer: Tensor, positions: Tensor, length: int
+) -> tuple[Tensor, Tensor, Tensor]:
+    """A causal decoder's teacher-forced inputs ``[b, length]``, targets ``[b, length]``
+    (``IGNORE`` off the answer) and positions ``[b|1, length(, k)]``, padded on the right:
+    position ``t``'s logits depend on tokens ``<= t`` only, so the padding changes nothing
+    before it."""
+    inputs, answer_slice = kind.teacher_forcing(prompt, answer)
+    b, n = inputs.shape
+    pad = length - n
+    targets = torch.full((b, length), IGNORE, dtype=answer.dtype)
+    targets[:, answer_slice.start : answer_slice.start + answer.shape[1]] = answer
+    inputs = F.pad(inputs, (0, pad), value=BLANK)
+    positions = positions[:, :-1]  # the inputs' positions (the last answer token is not fed)
+    tail = positions[:, -1:].expand(-1, pad, *positions.shape[2:])
+    return inputs, targets, torch.cat((positions, tail), dim=1)
+
+
+def stacking_mode(member: SequenceModel, batch: tuple[Tensor, Tensor]) -> tuple[str, str | None]:
+    """How this model's members share a step (see the module docstring), and why not batched
+    when they cannot be: a vmapped forward and backward of two copies on ``batch`` is tried."""
+    kind, net = member.kind, member.net
+    mode = "padded" if kind.net_options.get("causal") and net.supports_kv_cache else "grouped"
+    prompt, answer = batch
+    positions = member.training_positions(prompt, answer.shape[1], 0)
+    try:
+        losses = _batched_losses(member, [net, net], [(prompt, answer, positions)] * 2, mode)
+        torch.stack(losses).sum().backward()
+    except Exception as error:  # whatever vmap cannot run: one member after another
+        return "sequential", f"{type(error).__name__}: {str(error).splitlines()[0][:200]}"
+    finally:
+        net.zero_grad(set_to_none=True)
+    return mode, None
+
+
+def _batched_losses(
+    template: SequenceModel,
+    nets: Sequence[nn.Module],
+    items: Sequence[tuple[Tensor, Tensor, Tensor]],
+    mode: str,
+) -> list[Tensor]:
+    """The training loss of each of ``nets`` on its ``(prompt, answer, positions)``, in one
+    vmapped call (``padded``) or one per batch shape (``grouped``)."""
+    kind, net = template.kind, template.net
+    if mode == "padded":
+        length = max(p.shape[1] + a.shape[1] + 1 for p, a, _ in items)
+        padded = [padded_teacher_forcing(kind, p, a, pos, length) for p, a, pos in items]
+
+        def forward(params: dict[str, Tensor], inputs: Tensor, positions: Tensor) -> Tensor:
+            return functional_call(net, params, (inputs, positions))
+
+        inputs, targets, positions = (torch.stack(parts) for parts in zip(*padded, strict=True))
+        logits = vmap(forward)(stacked(nets), inputs, positions)  # [K, b, length, V]
+        return list(_mean_losses(logits, targets))
+
+    def answer_logits(params: dict[str, Tensor], *args: Tensor) -> Tensor:
+        return kind.answer_logits(lambda *a: functional_call(net, params, a), *args)
+
+    groups: dict[tuple, list[int]] = defaultdict(list)
+    for i, (p, a, pos) in enumerate(items):
+        groups[(p.shape, a.shape, pos.shape)].append(i)
+    losses: list[Tensor] = [torch.zeros(())] * len(items)
+    for members in groups.values():
+        args = [torch.stack(parts) for parts in zip(*(items[i] for i in members), strict=True)]
+        logits = vmap(answer_logits)(stacked([nets[i] for i in members]), *args)
+        for i, loss in zip(members, _mean_losses(logits, args[1]), strict=True):
+            losses[i] = loss
+    return losses
+
+
+def _mean_losses(logits: Tensor, targets: Tensor) -> Tensor:
+    """``[K, b, m, V]`` logits and ``[K, b, m]`` targets -> each member's mean cross-entropy over
+    its targets that are not ``IGNORE``, ``[K]``."""
+    k = logits.shape[0]
+    nll = F.cross_entropy(
+        logits.flatten(0, 2).float(), targets.flatten(), ignore_index=IGNORE, reduction="none"
+    ).view(k, -1)
+    return nll.sum(dim=1) / (targets.view(k, -1) != IGNORE).sum(dim=1)
+
+
+class MemberStack(L.LightningModule):
+    """Trains ``members`` (``SequenceModel``s of one config, one per seed) in one step.
+
+    ``competence``: each member's criterion (None without ``learned_at``); ``best_paths``: where
+    each member's best checkpoint goes (by in-distribution exact match, as ``best.ckpt`` of a
+    single run); ``identities``: each member's ``checkpoints.identity`` for that checkpoint.
+    """
+
+    def __init__(
+        self,
+        members: Sequence[SequenceModel],
+        best_paths: Sequence[Path],
+        identities: Sequence[dict[str, Any]],
+        competence: Sequence[Competence] | None = None,
+        mode: str = "padded",
+    ) -> None:
+        super().__init__()
+        if mode not in MODES:
+            raise ValueError(f"unknown stacking mode {mode!r}; valid choices: {MODES}")
+        self.members = nn.ModuleList(members)
+        self.task = members[0].task
+        self.best_paths, self.identities = list(best_paths), list(identities)
+        self.competence = list(competence) if competence is not None else None
+        self.mode = mode
+        self.stopped = [False] * len(members)
+        self.best: list[float | None] = [None] * len(members)
+        # per member: (step, {logger key: value}) of every logged training step and validation
+        self.history: list[list[tuple[int, dict[str, float]]]] = [[] for _ in members]
+
+    @property
+    def active(self) -> list[int]:
+        return [k for k, stopped in enumerate(self.stopped) if not stopped]
+
+    def training_step(self, batch: Sequence[tuple[Tensor, Tensor]], batch_idx: int) -> Tensor:
+        step, active = self.global_step, self.active
+        items = []
+        for k in active:
+            prompt, answer = batch[k]
+            positions = self.members[k].training_positions(prompt, answer.shape[1], step)
+            items.append((prompt, answer, positions))
+        losses = self.member_losses(active, items)
+        if step % self.trainer.log_every_n_steps == 0:
+            for k, (prompt, _, _), loss in zip(active, items, losses, strict=True):
+                values = {"train/loss": float(loss), "train/length": float(prompt.shape[1])}
+                self.history[k].append((step, values))
+        total = torch.stack(losses).sum()
+        self.log("train/loss", total / len(losses), prog_bar=True)
+        return total
+
+    def member_losses(
+        self, active: Sequence[int], items: Sequence[tuple[Tensor, Tensor, Tensor]]
+    ) -> list[Tensor]:
+        """The loss of each active member on its ``(prompt, answer, positions)``."""
+        if self.mode == "sequential":
+            return [self.members[k].loss(*item) for k, item in zip(active, items, strict=True)]
+        nets = [self.members[k].net for k in active]
+        return _batched_losses(self.members[active[0]], nets, items, self.mode)
+
+    def configure_gradient_clipping(
+        self,
+        optimizer: torch.optim.Optimizer,
+        gradient_clip_val: float | None = None,
+        gradient_clip_algorithm: str | None = None,
+    ) -> None:
+        """Clip each member's gradient by its own norm, as its single run clips it."""
+        if gradient_clip_val is None:
+            return
+        for k in self.active:
+            params = [p for p in self.members[k].parameters() if p.grad is not None]
+            if gradient_clip_algorithm == "value":
+                torch.nn.utils.clip_grad_value_(params, gradient_clip_val)
+            else:
+                torch.nn.utils.clip_grad_norm_(params, gradient_clip_val)
+
+    def configure_optimizers(self):  # noqa: ANN201 (Lightning's union of return types)
+        """One optimizer with a parameter group per member (elementwise updates: each member's
+        steps are its single run's); the members' shared schedule."""
+        first = self.members[0]
+        groups = [{"params": list(m.net.parameters())} for m in self.members]
+        return first.scheduled(first.optimizer_factory(groups), self.trainer.max_steps)
+
+    def validation_step(
+        self, batch: dict[str, Tensor], batch_idx: int, dataloader_idx: int = 0
+    ) -> None:
+        for k in self.active:
+            self.members[k].validation_step(batch, batch_idx, dataloader_idx)
+
+    def on_validation_epoch_end(self) -> None:
+        step, key = self.global_step, mean_key("val", "id", "exact_match")
+        for k in self.active:
+            member = self.members[k]
+            values = member.epoch_scores("val")
+            self.history[k].append((step, values))
+            best = self.best[k]
+            if best is None or values[key] > best:  # ties keep the earlier, as ModelCheckpoint
+                self.best[k] = values[key]
+                self.save_member(k)
+            if self.competence is not None:
+                self.stopped[k] = self.competence[k].update(step, member.scores["val"], self.task)
+        self.log("val/members_active", float(len(self.active)), prog_bar=True)
+        if not self.active:
+            self.trainer.should_stop = True
+
+    def save_member(self, k: int) -> None:
+        """Member ``k``'s weights as the ``best.ckpt`` a single run saves (what ``eval.py``
+        reads and the test loads), with its identity and criterion."""
+        callbacks: dict[str, Any] = {IDENTITY_KEY: {"identity": self.identities[k]}}
+        if self.competence is not None:
+            callbacks["pelab_learned_stop"] = self.competence[k].state_dict()
+        checkpoint = {
+            "epoch": self.current_epoch,
+            "global_step": self.global_step,
+            "pytorch-lightning_version": L.__version__,
+            "state_dict": self.members[k].state_dict(),
+            "callbacks": callbacks,
+        }
+        AtomicCheckpointIO().save_checkpoint(checkpoint, self.best_paths[k])
+
+    def on_train_start(self) -> None:
+        if not self.active:  # resumed from a checkpoint saved once every member had stopped
+            self.trainer.should_stop = True
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        checkpoint[STATE_KEY] = {
+            "stopped": self.stopped,
+            "best": self.best,
+            "history": self.history,
+            "competence": [c.state_dict() for c in self.competence or []],
+        }
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        state = checkpoint[STATE_KEY]
+        self.stopped, self.best = list(state["stopped"]), list(state["best"])
+        self.history = [[(s, dict(v)) for s, v in h] for h in state["history"]]
+        for c, saved in zip(self.competence or [], state["competence"], strict=True):
+            c.load_state_dict(saved)
+
+    def member_outcome(self, k: int) -> dict[str, Any]:
+        """Member ``k``'s competence fields for its record."""
+        if self.competence is None:
+            return budget_outcome(None)
+        return self.competence[k].outcome()
+
+
+def fit(cfg: DictConfig, configs: Sequence[DictConfig]) -> tuple[MemberStack, str | None]:
+    """Build the members of ``configs`` and train them as one stack in ``cfg``'s output
+    directory (resuming its ``last.ckpt``); returns the stack and the checkpoint resumed."""
+    check_types(cfg)
+    check_budget(cfg.get("learned_at"), cfg.get("learned_patience", 2))
+    if cfg.trainer.max_steps < 1:
+        raise ConfigError(f"trainer.max_steps must be >= 1, got {cfg.trainer.max_steps}")
+    torch.set_float32_matmul_precision("high")
+    members = []
+    for member in configs:  # as its single run: seeded, then built
+        L.seed_everything(member.seed, workers=True)
+        task = build_task(member)
+        members.append(build_model(member, task))
+    task = members[0].task
+    check_eval_memory(cfg, task, members[0])
+    lo = task.train_lengths[0]
+    mode, why = stacking_mode(members[0], task.sample(2, lo, torch.Generator().manual_seed(0)))
+    if why is not None:
+        log.warning(
+            "seeds=%s: pe=%s cannot run under torch.func.vmap (%s); the members train one after "
+            "another in each step",
+            list(cfg.seeds),
+            OmegaConf.select(cfg, "pe._target_"),
+            why,
+        )
+    competence = None
+    if cfg.get("learned_at") is not None:
+        patience = cfg.get("learned_patience", 2)
+        competence = [Competence(cfg.learned_at, patience) for _ in members]
+    stack = MemberStack(
+        members,
+        [Path(m.paths.output_dir) / "checkpoints" / "best.ckpt" for m in configs],
+        [identity(m) for m in configs],
+        competence,
+        mode,
+    )
+    ckpt_path = resume_path(cfg)
+    if ckpt_path is not None:
+        check_compatible(read_checkpoint(ckpt_path), cfg, stack, ckpt_path)
+    datamodule = MemberData(
+        task,
+        [m.seed for m in configs],
+        batch_size=cfg.data.batch_size,
+        num_batches=cfg.trainer.max_steps,
+        eval_batch_size=cfg.data.eval_batch_size,
+        cache_dir=cfg.paths.cache_dir,
+        val_lengths=members[0].lengths["val"],
+    )
+    # each member's best checkpoint is the stack's to save: no monitored ModelCheckpoint
+    callbacks = [
+        c
+        for c in instantiate_all(cfg.get("callbacks"))
+        if not (isinstance(c, ModelCheckpoint) and c.monitor is not None)
+    ]
+    trainer = instantiate(
+        cfg.trainer,
+        callbacks=[*callbacks, ResumeState(identity(cfg))],
+        logger=False,
+        plugins=[AtomicCheckpointIO()],
+    )
+    log.info("training %d members (seeds %s) in one step: %s", len(members), cfg.seeds, mode)
+    with exit_status_on_sigterm():
+        trainer.fit(stack, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
+    return stack, None if ckpt_path is None else str(ckpt_path)
+
+
+def test_member(stack: MemberStack, k: int, cfg: DictConfig, resumed: str | None) -> Outcome:
+    """Member ``k`` after training: its history to its loggers, its best checkpoint tested."""
+    member, notes = stack.members[k], []
+    trainer = make_trainer(cfg, member.net.num_params(), notes)
+    for logger in trainer.loggers:
+        for step, values in stack.history[k]:
+            logger.log_metrics(values, step)
+    if cfg.test:
+        best = stack.best_paths[k] if stack.best_paths[k].is_file() else None
+        data = data_module(cfg, member.task)
+        trainer.test(member, datamodule=data, ckpt_path=best, verbose=False, weights_only=True)
+    return outcome(
+        cfg,
+        member,
+        resumed_from=resumed,
+        warnings=notes,
+        competence=stack.member_outcome(k),
+    )
+
+
+def run(cfg: DictConfig) -> list[dict[str, Any]]:
+    """Train ``cfg.seeds`` as one stack and record every member (see the module docstring):
+    each member's ``results.json`` says ``running`` from the start, and ``completed`` or
+    ``failed`` (with the stack's error) at the end. With ``skip_completed=true`` and every
+    member already completed, their records are returned untrained."""
+    configs = member_configs(cfg)
+    stack_of = {"seeds": [m.seed for m in configs], "dir": str(cfg.paths.output_dir)}
+    if cfg.get("skip_completed"):
+        done = [completed_record(m) for m in configs]
+        if all(r is not None for r in done):
+            return done
+    containers = [OmegaConf.to_container(m, resolve=True) for m in configs]
+    for member, config in zip(configs, containers, strict=True):
+        record = new_record("train", choices(member), config) | {"member_of": stack_of}
+        write_json_atomic(Path(member.paths.output_dir) / RESULTS, record)
+    fitted: tuple[MemberStack, str | None] | BaseException
+    try:
+        fitted = fit(cfg, configs)
+    except BaseException as error:  # every member's record says why
+        fitted = error
+    records, failure = [], None
+    for k, (member, config) in enumerate(zip(configs, containers, strict=True)):
+
+        def work(k: int = k, member: DictConfig = member) -> Outcome:
+            if isinstance(fitted, BaseException):
+                raise fitted
+            return test_member(fitted[0], k, member, fitted[1])
+
+        try:
+            records.append(
+                execute(
+                    "train",
+                    member.paths.output_dir,
+                    choices(member),
+                    config,
+                    work,
+                    member_of=stack_of,
+                )
+            )
+        except BaseException as error:
+            failure = failure or error
+    if failure is not None:
+        raise failure
+    return records
