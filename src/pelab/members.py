@@ -51,6 +51,8 @@ from pelab.data.datamodule import TrainBatches
 from pelab.errors import ConfigError
 from pelab.lit_module import SequenceModel
 from pelab.metrics import mean_key
+from pelab.model_kinds import ModelKind
+from pelab.models.attention import Attention
 from pelab.record import RESULTS, new_record, write_json_atomic
 from pelab.reliability.callbacks import ResumeState, exit_status_on_sigterm
 from pelab.reliability.checkpoints import (
@@ -158,60 +160,102 @@ def padded_teacher_forcing(
     targets[:, answer_slice.start : answer_slice.start + answer.shape[1]] = answer
     inputs = F.pad(inputs, (0, pad), value=BLANK)
     positions = positions[:, :-1]  # the inputs' positions (the last answer token is not fed)
-    tail = positions[:, -1:].expand(-1, pad, *positions.shape[2:])
+    if positions.dim() == 2:  # 1-D: counting on, so contiguous positions stay 0..length-1
+        tail = positions[:, -1:] + torch.arange(1, pad + 1, dtype=positions.dtype)
+    else:  # k-D: the last position repeated
+        tail = positions[:, -1:].expand(-1, pad, *positions.shape[2:])
     return inputs, targets, torch.cat((positions, tail), dim=1)
 
 
-def stacking_mode(member: SequenceModel, batch: tuple[Tensor, Tensor]) -> tuple[str, str | None]:
-    """How this model's members share a step (see the module docstring), and why not batched
-    when they cannot be: a vmapped forward and backward of two copies on ``batch`` is tried."""
+def stacking_mode(
+    member: SequenceModel, batches: Sequence[tuple[Tensor, Tensor]]
+) -> tuple[str, nn.Module, str | None]:
+    """How this model's members share a step (see the module docstring): the mode, the network
+    whose structure the vmapped call runs (``member.net``, or a copy that attends with the eager
+    kernel where the fused one cannot be vmapped with a learned bias) and, for ``sequential``,
+    why. A vmapped forward and backward of copies of ``member``, one per batch of ``batches``
+    (of different lengths), is tried."""
     kind, net = member.kind, member.net
     mode = "padded" if kind.net_options.get("causal") and net.supports_kv_cache else "grouped"
-    prompt, answer = batch
-    positions = member.training_positions(prompt, answer.shape[1], 0)
-    try:
-        losses = _batched_losses(member, [net, net], [(prompt, answer, positions)] * 2, mode)
-        torch.stack(losses).sum().backward()
-    except Exception as error:  # whatever vmap cannot run: one member after another
-        return "sequential", f"{type(error).__name__}: {str(error).splitlines()[0][:200]}"
-    finally:
-        net.zero_grad(set_to_none=True)
-    return mode, None
+    items = [
+        (prompt, answer, member.training_positions(prompt, answer.shape[1], seed))
+        for seed, (prompt, answer) in enumerate(batches)
+    ]
+    why = ""
+    for template in (net, _eager_copy(net)):
+        try:
+            losses = _batched_losses(kind, template, [net] * len(items), items, mode)
+            torch.stack(losses).sum().backward()
+        except Exception as error:  # whatever vmap cannot run: one member after another
+            why = f"{type(error).__name__}: {str(error).splitlines()[0][:200]}"
+        else:
+            return mode, template, None
+        finally:
+            net.zero_grad(set_to_none=True)
+    return "sequential", net, why
+
+
+def _eager_copy(net: nn.Module) -> nn.Module:
+    """A copy of ``net`` whose attention layers use the eager kernel."""
+    eager = copy.deepcopy(net)
+    for module in eager.modules():
+        if isinstance(module, Attention):
+            module.attend = module.attend_eager
+    return eager
 
 
 def _batched_losses(
-    template: SequenceModel,
+    kind: ModelKind,
+    template: nn.Module,
     nets: Sequence[nn.Module],
     items: Sequence[tuple[Tensor, Tensor, Tensor]],
     mode: str,
 ) -> list[Tensor]:
     """The training loss of each of ``nets`` on its ``(prompt, answer, positions)``, in one
-    vmapped call (``padded``) or one per batch shape (``grouped``)."""
-    kind, net = template.kind, template.net
+    vmapped call of ``template``'s structure (``padded``) or one per batch shape (``grouped``)."""
     if mode == "padded":
         length = max(p.shape[1] + a.shape[1] + 1 for p, a, _ in items)
         padded = [padded_teacher_forcing(kind, p, a, pos, length) for p, a, pos in items]
 
         def forward(params: dict[str, Tensor], inputs: Tensor, positions: Tensor) -> Tensor:
-            return functional_call(net, params, (inputs, positions))
+            return functional_call(template, params, (inputs, positions))
 
-        inputs, targets, positions = (torch.stack(parts) for parts in zip(*padded, strict=True))
-        logits = vmap(forward)(stacked(nets), inputs, positions)  # [K, b, length, V]
-        return list(_mean_losses(logits, targets))
+        inputs, targets, positions = zip(*padded, strict=True)
+        positions, in_dim = _shared(positions)
+        logits = vmap(forward, in_dims=(0, 0, in_dim))(
+            stacked(nets), torch.stack(inputs), positions
+        )  # [K, b, length, V]
+        return list(_mean_losses(logits, torch.stack(targets)))
 
     def answer_logits(params: dict[str, Tensor], *args: Tensor) -> Tensor:
-        return kind.answer_logits(lambda *a: functional_call(net, params, a), *args)
+        return kind.answer_logits(lambda *a: functional_call(template, params, a), *args)
 
     groups: dict[tuple, list[int]] = defaultdict(list)
     for i, (p, a, pos) in enumerate(items):
         groups[(p.shape, a.shape, pos.shape)].append(i)
     losses: list[Tensor] = [torch.zeros(())] * len(items)
     for members in groups.values():
-        args = [torch.stack(parts) for parts in zip(*(items[i] for i in members), strict=True)]
-        logits = vmap(answer_logits)(stacked([nets[i] for i in members]), *args)
-        for i, loss in zip(members, _mean_losses(logits, args[1]), strict=True):
+        prompts, answers, positions = zip(*(items[i] for i in members), strict=True)
+        positions, in_dim = _shared(positions)
+        logits = vmap(answer_logits, in_dims=(0, 0, 0, in_dim))(
+            stacked([nets[i] for i in members]),
+            torch.stack(prompts),
+            torch.stack(answers),
+            positions,
+        )
+        for i, loss in zip(members, _mean_losses(logits, torch.stack(answers)), strict=True):
             losses[i] = loss
     return losses
+
+
+def _shared(positions: Sequence[Tensor]) -> tuple[Tensor, int | None]:
+    """The members' positions as ``vmap`` gets them: one tensor for all (``in_dims`` None) when
+    they are equal, as contiguous positions are, so that encodings may inspect their values
+    (e.g. a learned table's range check); stacked ``[K, ...]`` otherwise."""
+    first = positions[0]
+    if all(p.shape == first.shape and torch.equal(p, first) for p in positions[1:]):
+        return first, None
+    return torch.stack(positions), 0
 
 
 def _mean_losses(logits: Tensor, targets: Tensor) -> Tensor:
@@ -239,6 +283,7 @@ class MemberStack(L.LightningModule):
         identities: Sequence[dict[str, Any]],
         competence: Sequence[Competence] | None = None,
         mode: str = "padded",
+        template: nn.Module | None = None,
     ) -> None:
         super().__init__()
         if mode not in MODES:
@@ -247,7 +292,8 @@ class MemberStack(L.LightningModule):
         self.task = members[0].task
         self.best_paths, self.identities = list(best_paths), list(identities)
         self.competence = list(competence) if competence is not None else None
-        self.mode = mode
+        # the structure the vmapped call runs (not a submodule: the members own the weights)
+        self.mode, self._template = mode, (template or members[0].net,)
         self.stopped = [False] * len(members)
         self.best: list[float | None] = [None] * len(members)
         # per member: (step, {logger key: value}) of every logged training step and validation
@@ -280,7 +326,7 @@ class MemberStack(L.LightningModule):
         if self.mode == "sequential":
             return [self.members[k].loss(*item) for k, item in zip(active, items, strict=True)]
         nets = [self.members[k].net for k in active]
-        return _batched_losses(self.members[active[0]], nets, items, self.mode)
+        return _batched_losses(self.members[0].kind, self._template[0], nets, items, self.mode)
 
     def configure_gradient_clipping(
         self,
@@ -383,8 +429,10 @@ def fit(cfg: DictConfig, configs: Sequence[DictConfig]) -> tuple[MemberStack, st
         members.append(build_model(member, task))
     task = members[0].task
     check_eval_memory(cfg, task, members[0])
-    lo = task.train_lengths[0]
-    mode, why = stacking_mode(members[0], task.sample(2, lo, torch.Generator().manual_seed(0)))
+    lo, hi = task.train_lengths
+    probe = [task.sample(2, n, torch.Generator().manual_seed(n)) for n in (lo, hi)]
+    probe += [task.sample(2, hi, torch.Generator().manual_seed(0))]  # two of one shape
+    mode, template, why = stacking_mode(members[0], probe)
     if why is not None:
         log.warning(
             "seeds=%s: pe=%s cannot run under torch.func.vmap (%s); the members train one after "
@@ -403,6 +451,7 @@ def fit(cfg: DictConfig, configs: Sequence[DictConfig]) -> tuple[MemberStack, st
         [identity(m) for m in configs],
         competence,
         mode,
+        template,
     )
     ckpt_path = resume_path(cfg)
     if ckpt_path is not None:

@@ -89,10 +89,14 @@ def directory_records(root: Path) -> list[dict[str, Any]]:
     for path in sorted(root.rglob(RESULTS), key=_natural):
         record = read_record(path)
         if record["kind"] == "train":
-            records.append({**record, "source": str(path.parent), "overrides": _overrides(path)})
+            # a member of a stack (``pelab.members``) belongs to the job that trained the stack
+            job = Path(record["member_of"]["dir"]) if "member_of" in record else path.parent
+            where = {"source": str(path.parent), "job": str(job), "overrides": _overrides(job)}
+            records.append({**record, **where})
+    jobs = {r["job"] for r in records}
     for hydra_dir in sorted(root.rglob(".hydra"), key=_natural):
         job = hydra_dir.parent
-        if not (job / RESULTS).exists() and (record := _crashed(job)) is not None:
+        if str(job) not in jobs and (record := _crashed(job)) is not None:
             records.append(record)
     for multirun in sorted(root.rglob("multirun.yaml")):
         records += _missing(multirun.parent, records)
@@ -104,9 +108,9 @@ def _natural(path: Path) -> list[str | int]:
     return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", str(path))]
 
 
-def _overrides(results: Path) -> list[str]:
-    """The job's command-line overrides, as Hydra saved them beside ``results.json``."""
-    path = results.parent / ".hydra" / "overrides.yaml"
+def _overrides(job: Path) -> list[str]:
+    """The job's command-line overrides, as Hydra saved them in its directory."""
+    path = job / ".hydra" / "overrides.yaml"
     return list(OmegaConf.load(path)) if path.exists() else []
 
 
@@ -121,6 +125,7 @@ def _crashed(job: Path) -> dict[str, Any] | None:
         "choices": _choices(hydra_cfg, config),
         "config": {"task": OmegaConf.to_container(config.task)},
         "source": str(job),
+        "job": str(job),
         "overrides": list(OmegaConf.load(job / ".hydra" / "overrides.yaml")),
     }
 
@@ -163,7 +168,7 @@ def _missing(sweep_dir: Path, found: list[dict[str, Any]]) -> list[dict[str, Any
             "cannot expand the grid of %s (%s): missing jobs not detected", sweep_dir, error
         )
         return []
-    started = {_job_key(r["overrides"]) for r in found if Path(r["source"]).parent == sweep_dir}
+    started = {_job_key(r["overrides"]) for r in found if Path(r["job"]).parent == sweep_dir}
     defaults = _choices(multirun.hydra, multirun)
     return [
         {
@@ -171,6 +176,7 @@ def _missing(sweep_dir: Path, found: list[dict[str, Any]]) -> list[dict[str, Any
             "error": "in the sweep's grid, but no job directory: it never started",
             "choices": {**defaults, **_choice_overrides(job)},
             "source": str(sweep_dir),
+            "job": str(sweep_dir),
             "overrides": job,
         }
         for job in jobs
@@ -190,12 +196,13 @@ def _choice_overrides(overrides: list[str]) -> dict[str, Any]:
 
 def setting_overrides(overrides: list[str]) -> dict[str, str]:
     """``["pe=rope", "model.net.d_model=32"]`` -> ``{"model.net.d_model": "32"}``: the settings a
-    run changed besides its choices, seed and ``BOOKKEEPING``."""
+    run changed besides its choices, seed (or ``seeds``, those of a stack's members) and
+    ``BOOKKEEPING``."""
     parsed = OverridesParser.create().parse_overrides(overrides)
     return {
         o.get_key_element(): o.get_value_element_as_str()
         for o in parsed
-        if o.key_or_group not in (*CHOICES, "seed", *BOOKKEEPING)
+        if o.key_or_group not in (*CHOICES, "seed", "seeds", *BOOKKEEPING)
     }
 
 
