@@ -32,7 +32,8 @@ from __future__ import annotations
 import copy
 import logging
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -289,11 +290,13 @@ class MemberStack(L.LightningModule):
         if mode not in MODES:
             raise ValueError(f"unknown stacking mode {mode!r}; valid choices: {MODES}")
         self.members = nn.ModuleList(members)
-        self.task = members[0].task
+        self.task, self.seeds = members[0].task, [m.seed for m in members]
         self.best_paths, self.identities = list(best_paths), list(identities)
         self.competence = list(competence) if competence is not None else None
         # the structure the vmapped call runs (not a submodule: the members own the weights)
         self.mode, self._template = mode, (template or members[0].net,)
+        # sequential mode: each member's own stream of the global RNG (dropout), from its seed
+        self.rng = [torch.Generator().manual_seed(seed).get_state() for seed in self.seeds]
         self.stopped = [False] * len(members)
         self.best: list[float | None] = [None] * len(members)
         # per member: (step, {logger key: value}) of every logged training step and validation
@@ -313,7 +316,7 @@ class MemberStack(L.LightningModule):
         losses = self.member_losses(active, items)
         if step % self.trainer.log_every_n_steps == 0:
             for k, (prompt, _, _), loss in zip(active, items, losses, strict=True):
-                values = {"train/loss": float(loss), "train/length": float(prompt.shape[1])}
+                values = {"train/loss": float(loss.detach()), "train/length": prompt.shape[1]}
                 self.history[k].append((step, values))
         total = torch.stack(losses).sum()
         self.log("train/loss", total / len(losses), prog_bar=True)
@@ -324,9 +327,24 @@ class MemberStack(L.LightningModule):
     ) -> list[Tensor]:
         """The loss of each active member on its ``(prompt, answer, positions)``."""
         if self.mode == "sequential":
-            return [self.members[k].loss(*item) for k, item in zip(active, items, strict=True)]
+            losses = []
+            for k, item in zip(active, items, strict=True):
+                with self.own_rng(k):
+                    losses.append(self.members[k].loss(*item))
+            return losses
         nets = [self.members[k].net for k in active]
         return _batched_losses(self.members[0].kind, self._template[0], nets, items, self.mode)
+
+    @contextmanager
+    def own_rng(self, k: int) -> Iterator[None]:
+        """Member ``k`` draws from the global RNG (dropout) in its own stream."""
+        outside = torch.get_rng_state()
+        torch.set_rng_state(self.rng[k])
+        try:
+            yield
+        finally:
+            self.rng[k] = torch.get_rng_state()
+            torch.set_rng_state(outside)
 
     def configure_gradient_clipping(
         self,
@@ -397,6 +415,7 @@ class MemberStack(L.LightningModule):
             "stopped": self.stopped,
             "best": self.best,
             "history": self.history,
+            "rng": self.rng,
             "competence": [c.state_dict() for c in self.competence or []],
         }
 
@@ -404,6 +423,7 @@ class MemberStack(L.LightningModule):
         state = checkpoint[STATE_KEY]
         self.stopped, self.best = list(state["stopped"]), list(state["best"])
         self.history = [[(s, dict(v)) for s, v in h] for h in state["history"]]
+        self.rng = list(state["rng"])
         for c, saved in zip(self.competence or [], state["competence"], strict=True):
             c.load_state_dict(saved)
 
@@ -414,19 +434,17 @@ class MemberStack(L.LightningModule):
         return self.competence[k].outcome()
 
 
-def fit(cfg: DictConfig, configs: Sequence[DictConfig]) -> tuple[MemberStack, str | None]:
-    """Build the members of ``configs`` and train them as one stack in ``cfg``'s output
-    directory (resuming its ``last.ckpt``); returns the stack and the checkpoint resumed."""
+def build_stack(cfg: DictConfig, configs: Sequence[DictConfig]) -> MemberStack:
+    """The members of ``configs``, each built as its single run builds it (seeded, then built),
+    in a stack whose mode ``stacking_mode`` probed; every setting checked first."""
     check_types(cfg)
     check_budget(cfg.get("learned_at"), cfg.get("learned_patience", 2))
     if cfg.trainer.max_steps < 1:
         raise ConfigError(f"trainer.max_steps must be >= 1, got {cfg.trainer.max_steps}")
-    torch.set_float32_matmul_precision("high")
     members = []
-    for member in configs:  # as its single run: seeded, then built
+    for member in configs:
         L.seed_everything(member.seed, workers=True)
-        task = build_task(member)
-        members.append(build_model(member, task))
+        members.append(build_model(member, build_task(member)))
     task = members[0].task
     check_eval_memory(cfg, task, members[0])
     lo, hi = task.train_lengths
@@ -435,17 +453,16 @@ def fit(cfg: DictConfig, configs: Sequence[DictConfig]) -> tuple[MemberStack, st
     mode, template, why = stacking_mode(members[0], probe)
     if why is not None:
         log.warning(
-            "seeds=%s: pe=%s cannot run under torch.func.vmap (%s); the members train one after "
-            "another in each step",
+            "seeds=%s: this model cannot run under torch.func.vmap (%s); its members train one "
+            "after another in each step",
             list(cfg.seeds),
-            OmegaConf.select(cfg, "pe._target_"),
             why,
         )
     competence = None
     if cfg.get("learned_at") is not None:
         patience = cfg.get("learned_patience", 2)
         competence = [Competence(cfg.learned_at, patience) for _ in members]
-    stack = MemberStack(
+    return MemberStack(
         members,
         [Path(m.paths.output_dir) / "checkpoints" / "best.ckpt" for m in configs],
         [identity(m) for m in configs],
@@ -453,18 +470,28 @@ def fit(cfg: DictConfig, configs: Sequence[DictConfig]) -> tuple[MemberStack, st
         mode,
         template,
     )
-    ckpt_path = resume_path(cfg)
-    if ckpt_path is not None:
-        check_compatible(read_checkpoint(ckpt_path), cfg, stack, ckpt_path)
-    datamodule = MemberData(
-        task,
-        [m.seed for m in configs],
+
+
+def member_data(cfg: DictConfig, stack: MemberStack) -> MemberData:
+    return MemberData(
+        stack.task,
+        stack.seeds,
         batch_size=cfg.data.batch_size,
         num_batches=cfg.trainer.max_steps,
         eval_batch_size=cfg.data.eval_batch_size,
         cache_dir=cfg.paths.cache_dir,
-        val_lengths=members[0].lengths["val"],
+        val_lengths=stack.members[0].lengths["val"],
     )
+
+
+def fit(cfg: DictConfig, configs: Sequence[DictConfig]) -> tuple[MemberStack, str | None]:
+    """Train the members of ``configs`` as one stack in ``cfg``'s output directory (resuming
+    its ``last.ckpt``); returns the stack and the checkpoint resumed from."""
+    torch.set_float32_matmul_precision("high")
+    stack = build_stack(cfg, configs)
+    ckpt_path = resume_path(cfg)
+    if ckpt_path is not None:
+        check_compatible(read_checkpoint(ckpt_path), cfg, stack, ckpt_path)
     # each member's best checkpoint is the stack's to save: no monitored ModelCheckpoint
     callbacks = [
         c
@@ -477,9 +504,11 @@ def fit(cfg: DictConfig, configs: Sequence[DictConfig]) -> tuple[MemberStack, st
         logger=False,
         plugins=[AtomicCheckpointIO()],
     )
-    log.info("training %d members (seeds %s) in one step: %s", len(members), cfg.seeds, mode)
+    log.info("training %d members (seeds %s) in one step: %s", len(configs), cfg.seeds, stack.mode)
     with exit_status_on_sigterm():
-        trainer.fit(stack, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
+        trainer.fit(
+            stack, datamodule=member_data(cfg, stack), ckpt_path=ckpt_path, weights_only=True
+        )
     return stack, None if ckpt_path is None else str(ckpt_path)
 
 
