@@ -13,6 +13,13 @@
    the same length (target: at least 10x, so generation never limits training).
 4. Greedy exact-match evaluation with the key/value cache against a full forward per step, at
    lengths 64 and 512 (decoder, 2 layers, d_model 64, batch 256).
+5. Members (``seeds=[...]``, ``pelab.members``): the aggregate training throughput of K = 1, 2,
+   4, 8 members in one batched step against K sequential single-model steps (same models, same
+   batches; one torch thread, as one job per core runs), for ``none``, ``rope``, ``alibi`` and
+   ``shaw`` (eager attention), at the CPU presets' shape (d_model 64, 2 layers, batch 32, copy
+   at lengths 1-8), beside the bound: one model with K times the batch.
+6. With ``--ablation``: the wall time of ``experiment=ablation_cpu`` (every job, on this
+   machine) and the share of its (encoding, task) cells learned in distribution.
 
     python scripts/benchmark.py            # full: 4 layers, d_model 128, 64 tokens, batch 64
     python scripts/benchmark.py --quick    # a smoke run in seconds
@@ -23,6 +30,8 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from functools import partial
@@ -34,8 +43,10 @@ import torch.nn.functional as F
 from hydra import compose, initialize_config_dir
 from torch import nn
 
-from pelab.data.datamodule import TaskDataModule
+from pelab.analysis.collect import directory_records, runs_frame
+from pelab.data.datamodule import TaskDataModule, TrainBatches
 from pelab.lit_module import SequenceModel, warmup_cosine
+from pelab.members import MemberStack, stacking_mode
 from pelab.model_kinds import DecoderKind
 from pelab.models.transformer import Transformer
 from pelab.pe import PE_REGISTRY
@@ -387,6 +398,120 @@ def greedy_eval_times(quick: bool) -> dict[str, dict]:
     return {"lengths": rows, "growth": growth}
 
 
+MEMBER_ENCODINGS = ("none", "rope", "alibi", "shaw")  # shaw: one that needs eager attention
+MEMBER_COUNTS = (1, 2, 4, 8)
+
+
+def member_throughput(quick: bool) -> dict[str, dict]:
+    """Member steps per second of K members batched, K sequential single steps and the bound
+    (one model, K x the batch), interleaved by round, one torch thread."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    task = TASK_REGISTRY["copy"](train_lengths=[1, 8], eval_lengths=[8])
+    encodings, counts = (("none", "rope"), (1, 2)) if quick else (MEMBER_ENCODINGS, MEMBER_COUNTS)
+    steps, rounds = (2, 1) if quick else (20, 3)
+    results: dict[str, dict] = {}
+    try:
+        for pe in encodings:
+            results[pe] = {}
+            for k in counts:
+                results[pe][k] = _member_sides(task, pe, k, steps, rounds)
+    finally:
+        torch.set_num_threads(threads)
+    return results
+
+
+def _member_model(task, pe: str, seed: int) -> SequenceModel:
+    L.seed_everything(seed, verbose=False)
+    net = Transformer(
+        task.vocab_size, task.max_sequence_length(), True, partial(PE_REGISTRY[pe]), d_model=64
+    )
+    optimizer = partial(torch.optim.AdamW, lr=1e-3, betas=(0.9, 0.98), weight_decay=0.01)
+    return SequenceModel(net, DecoderKind, task, optimizer, seed=seed)
+
+
+def _member_sides(task, pe: str, k: int, steps: int, rounds: int) -> dict:
+    members = [_member_model(task, pe, seed) for seed in range(k)]
+    lo, hi = task.train_lengths
+    probe = [task.sample(2, n, torch.Generator().manual_seed(n)) for n in (lo, hi, hi)]
+    mode, template, _ = stacking_mode(members[0], probe)
+    stack = MemberStack(members, [Path("unused")] * k, [{}] * k, None, mode, template)
+    together = torch.optim.AdamW([{"params": list(m.parameters())} for m in members], lr=1e-3)
+    apart = [torch.optim.AdamW(m.parameters(), lr=1e-3) for m in members]
+    batches = [TrainBatches(task, 32, steps + 1, seed) for seed in range(k)]
+    big = TrainBatches(task, 32 * k, steps + 1, 0)
+    wide = _member_model(task, pe, 0)
+    wide_opt = torch.optim.AdamW(wide.parameters(), lr=1e-3)
+
+    def items(i: int) -> list:
+        out = []
+        for member, data in zip(members, batches, strict=True):
+            prompt, answer = data[i]
+            out.append((prompt, answer, member.training_positions(prompt, answer.shape[1], i)))
+        return out
+
+    def batched(i: int) -> None:
+        losses = stack.member_losses(list(range(k)), items(i))
+        together.zero_grad(set_to_none=True)
+        torch.stack(losses).sum().backward()
+        stack.configure_gradient_clipping(together, 1.0)
+        together.step()
+
+    def sequential(i: int) -> None:
+        for member, opt, item in zip(members, apart, items(i), strict=True):
+            opt.zero_grad(set_to_none=True)
+            member.loss(*item).backward()
+            torch.nn.utils.clip_grad_norm_(member.parameters(), 1.0)
+            opt.step()
+
+    def bound(i: int) -> None:
+        prompt, answer = big[i]
+        wide_opt.zero_grad(set_to_none=True)
+        wide.loss(prompt, answer, wide.training_positions(prompt, answer.shape[1], i)).backward()
+        torch.nn.utils.clip_grad_norm_(wide.parameters(), 1.0)
+        wide_opt.step()
+
+    sides = {"batched": batched, "sequential": sequential, "bound": bound}
+    times: dict[str, list[float]] = {name: [] for name in sides}
+    for _ in range(rounds):
+        for name, step in sides.items():
+            step(0)  # warm-up
+            for i in range(1, steps + 1):
+                start = time.perf_counter()
+                step(i)
+                times[name].append(time.perf_counter() - start)
+    per_s = {name: k / statistics.median(t) for name, t in times.items()}
+    return {
+        "mode": mode,
+        **{f"{name}_member_steps_per_s": round(v, 1) for name, v in per_s.items()},
+        "batched_vs_sequential": round(per_s["batched"] / per_s["sequential"], 3),
+        "bound_vs_sequential": round(per_s["bound"] / per_s["sequential"], 3),
+    }
+
+
+def ablation_wall_time(out: Path) -> dict:
+    """``experiment=ablation_cpu`` run whole into ``out``: its wall time and learned cells."""
+    start = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, "scripts/train.py", "experiment=ablation_cpu", f"hydra.sweep.dir={out}"],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+    )
+    wall = time.perf_counter() - start
+    runs = runs_frame(directory_records(out))
+    done = runs[runs["status"] == "completed"]
+    cells = done.groupby(["pe", "task"])["learned"].agg(lambda v: bool(v.all()))
+    return {
+        "wall_s": round(wall),
+        "exit_status": proc.returncode,
+        "runs": len(runs),
+        "completed": len(done),
+        "cells": len(cells),
+        "cells_learned": int(cells.sum()),
+    }
+
+
 REQUIRED = ("pelab", "minimal")  # the comparison itself; the other sides are optional
 
 
@@ -395,6 +520,12 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="a few windows: a smoke run")
     parser.add_argument("--rounds", type=int, default=None, help="alternating rounds per side")
     parser.add_argument("--json", type=Path, default=Path("benchmark.json"))
+    parser.add_argument(
+        "--ablation",
+        action="store_true",
+        help="also run experiment=ablation_cpu whole (about 20 minutes on 2 cores) and report "
+        "its wall time and learned cells",
+    )
     args = parser.parse_args()
     torch.set_float32_matmul_precision("high")
     shape = dict(d=128, heads=4, layers=4, batch=64, length=31)  # 1 + 31 + 1 + 31 - 1 = 63 tokens
@@ -493,8 +624,28 @@ def main() -> None:
     data = data_generation(args.quick)
     print(f"\n{'length':>7}{'batch':>7}{'cached s':>12}{'full fwd s':>14}{'speedup':>9}")
     greedy = greedy_eval_times(args.quick)
+    members = member_throughput(args.quick)
+    print(
+        f"\n{'members (1 thread)':<20}{'K':>3}{'mode':>11}{'batched/s':>11}{'sequential/s':>14}"
+        f"{'bound/s':>9}{'batched vs seq':>16}{'bound vs seq':>14}"
+    )
+    for pe, by_k in members.items():
+        for k, r in by_k.items():
+            print(
+                f"{pe:<20}{k:>3}{r['mode']:>11}{r['batched_member_steps_per_s']:>11.1f}"
+                f"{r['sequential_member_steps_per_s']:>14.1f}{r['bound_member_steps_per_s']:>9.1f}"
+                f"{r['batched_vs_sequential']:>16.3f}{r['bound_vs_sequential']:>14.3f}"
+            )
     report = {"shape": shape, "results": results, "encodings": encodings, "data": data}
-    args.json.write_text(json.dumps({**report, "greedy_eval": greedy}, indent=2))
+    report |= {"greedy_eval": greedy, "members": members}
+    if args.ablation:
+        report["ablation_cpu"] = ablation_wall_time(tmp / "ablation_cpu")
+        a = report["ablation_cpu"]
+        print(
+            f"\nexperiment=ablation_cpu: {a['wall_s']} s wall, {a['completed']}/{a['runs']} runs "
+            f"completed, {a['cells_learned']}/{a['cells']} cells learned in distribution"
+        )
+    args.json.write_text(json.dumps(report, indent=2))
     print(f"\nwritten to {args.json}")
 
 
