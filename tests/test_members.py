@@ -7,6 +7,7 @@ import logging
 from pathlib import Path
 
 import lightning as L
+import pandas as pd
 import pytest
 import torch
 from omegaconf import OmegaConf
@@ -161,6 +162,10 @@ def test_a_stack_writes_one_single_run_record_per_member(stacked_run, tmp_path):
         assert (out / f"seed_{seed}" / "results.json").is_file()
         assert (out / f"seed_{seed}" / "checkpoints" / "best.ckpt").is_file()
     assert checkpoint(out / "checkpoints" / "last.ckpt")["global_step"] == 4
+    # each member's loggers get its own training history (a loss at step 0, two validations)
+    logged = pd.read_csv(next((out / "seed_3" / "csv").glob("*/metrics.csv")))
+    assert logged["train/loss"].notna().sum() == 1
+    assert logged.dropna(subset=["val/id/exact_match"])["step"].tolist() == [2, 4]
     # the member of seed 3 is the single run of seed 3
     alone = run(compose_config([*STACK, "seed=3"], tmp_path))
     assert records[1]["metrics"]["test"] == alone["metrics"]["test"]

@@ -144,3 +144,30 @@ def test_a_sweep_rerun_with_skip_completed_is_the_same_grid(tmp_path):
     assert [r["status"] for r in records] == ["completed"]  # not also "missing"
     rerun = {**done, "overrides": ["pe=none", "seed=0", "skip_completed=true"]}
     assert "skip_completed" not in runs_frame([rerun]).columns  # how it ran, not what it trains
+
+
+def test_members_of_a_stack_are_runs_of_their_job_and_a_missing_stack_one_per_seed(tmp_path):
+    """``seeds=[0,1]`` jobs (``pelab.members``): each member's record sits in ``seed_<k>/`` of
+    the job directory; the job is no crashed run, and a stack that never started is missing
+    once per seed."""
+    sweep = tmp_path / "sweep"
+    write_multirun(sweep, {}, ["pe=none,alibi", "seeds=[0,1]"])
+    choices = {"pe": "none", "task": "copy", **CHOICES}
+    job = write_job(sweep / "0_none_copy_s0-1", None, choices, 0, ["pe=none", "seeds=[0,1]"])
+    for seed in (0, 1):
+        member = record("none", "copy", seed, {8: 1.0, 16: 0.5, 32: 0.0})
+        member["member_of"] = {"seeds": [0, 1], "dir": str(job)}
+        (job / f"seed_{seed}").mkdir()
+        (job / f"seed_{seed}" / "results.json").write_text(json.dumps(member))
+
+    records = directory_records(tmp_path)
+    found = {(r["choices"]["pe"], r["choices"]["seed"]): r["status"] for r in records}
+    assert found == {
+        ("none", 0): "completed",
+        ("none", 1): "completed",
+        ("alibi", 0): "missing",
+        ("alibi", 1): "missing",
+    }
+    members = [r for r in records if r["status"] == "completed"]
+    assert all(r["overrides"] == ["pe=none", "seeds=[0,1]"] for r in members)
+    assert "seeds" not in runs_frame(records).columns

@@ -170,18 +170,26 @@ def _missing(sweep_dir: Path, found: list[dict[str, Any]]) -> list[dict[str, Any
         return []
     started = {_job_key(r["overrides"]) for r in found if Path(r["job"]).parent == sweep_dir}
     defaults = _choices(multirun.hydra, multirun)
-    return [
-        {
-            "status": "missing",
-            "error": "in the sweep's grid, but no job directory: it never started",
-            "choices": {**defaults, **_choice_overrides(job)},
-            "source": str(sweep_dir),
-            "job": str(sweep_dir),
-            "overrides": job,
-        }
-        for job in jobs
-        if _job_key(job) not in started
-    ]
+    missing = []
+    for job in jobs:
+        if _job_key(job) in started:
+            continue
+        picked = _choice_overrides(job)
+        choices = {**defaults, **{k: v for k, v in picked.items() if k != "seeds"}}
+        # a job of members (seeds=[...]) would have trained one run per seed
+        seeds = picked.get("seeds", multirun.get("seeds")) or [choices["seed"]]
+        missing += [
+            {
+                "status": "missing",
+                "error": "in the sweep's grid, but no job directory: it never started",
+                "choices": {**choices, "seed": seed},
+                "source": str(sweep_dir),
+                "job": str(sweep_dir),
+                "overrides": job,
+            }
+            for seed in seeds
+        ]
+    return missing
 
 
 def _job_key(overrides: list[str]) -> frozenset[str]:
@@ -191,7 +199,9 @@ def _job_key(overrides: list[str]) -> frozenset[str]:
 
 def _choice_overrides(overrides: list[str]) -> dict[str, Any]:
     parsed = OverridesParser.create().parse_overrides(overrides)
-    return {o.key_or_group: o.value() for o in parsed if o.key_or_group in (*CHOICES, "seed")}
+    return {
+        o.key_or_group: o.value() for o in parsed if o.key_or_group in (*CHOICES, "seed", "seeds")
+    }
 
 
 def setting_overrides(overrides: list[str]) -> dict[str, str]:
