@@ -12,8 +12,8 @@ import torch
 
 from tests.conftest import TINY, compose_config
 
-# 8 steps, validation (and last.ckpt) at steps 4 and 8; dropout and randomized positions draw
-# from the global RNG in training, so an exact resume must restore it.
+# 8 steps, validation (and last.ckpt) at steps 4 and 8; dropout draws from the global RNG in
+# training, so an exact resume must restore it; randomized positions come from (seed, step).
 RESUMABLE = [
     *TINY,
     "logger=csv",

@@ -2,7 +2,7 @@
 
 - ``ResumeState``: stores the run's identity (``checkpoints.identity``) and torch's RNG state in
   every checkpoint and restores the RNG before the first step after a resume (Lightning does not
-  save the global RNG, which dropout and randomized positions draw from in training).
+  save the global RNG, which dropout draws from in training).
 - ``CheckpointOnSigterm``: on SIGTERM (pre-emption, a SLURM time limit, ``kill``) saves
   ``last.ckpt`` at the end of the current step, before Lightning stops the run.
 - ``RequeueAtStepEnd``: runs Lightning's SLURM requeue (checkpoint, ``scontrol requeue``) at the
