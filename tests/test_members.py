@@ -202,3 +202,27 @@ def test_a_killed_stack_resumes_exactly(stacked_run, tmp_path):
     records = run(stack_config(tmp_path))  # the same command again: resumes the stack
     assert all(r["resumed_from"] == str(out / "checkpoints/last.ckpt") for r in records)
     assert [r["metrics"] for r in records] == [r["metrics"] for r in reference]
+
+
+def test_a_stack_with_dropout_and_randomized_positions_resumes_and_repeats_exactly(tmp_path):
+    """Dropout draws each member's own masks from the checkpointed RNG; randomized positions
+    come from ``(seed, step)``: a killed and resumed stack equals an uninterrupted one, which
+    equals a second uninterrupted one."""
+    noisy = ["model.net.dropout=0.1", "positions=randomized", "positions.max_position=64"]
+    runs = []
+    for name, faults in (("a", []), ("b", []), ("killed", fault("raise", 3))):
+        cfg = stack_config(tmp_path / name, *noisy, *faults)
+        if faults:
+            with pytest.raises(RuntimeError, match="injected fault"):
+                run(cfg)
+            cfg = stack_config(tmp_path / name, *noisy)
+        runs.append(run(cfg))
+    assert runs[2][0]["resumed_from"].endswith("last.ckpt")
+    assert [r["metrics"] for r in runs[0]] == [r["metrics"] for r in runs[1]]
+    assert [r["metrics"] for r in runs[0]] == [r["metrics"] for r in runs[2]]
+    weights = [
+        checkpoint(tmp_path / name / "run" / "checkpoints" / "last.ckpt")["state_dict"]
+        for name in ("a", "b", "killed")
+    ]
+    for other in weights[1:]:
+        assert all(torch.equal(weights[0][k], other[k]) for k in weights[0])

@@ -20,6 +20,10 @@ batches meet (``stacking_mode``):
 - ``sequential``: an encoding that ``vmap`` cannot run (it probes one step at start) trains its
   members one after another in the same step, with a log line saying why.
 
+With dropout > 0 a member draws its own dropout masks, from the process's RNG in a batched step
+and from a stream of its own seed in a sequential one: a run of its seed, but not bitwise its
+single run (which draws them from its own process's RNG).
+
 A stopped member gets no gradient (its parameter group is skipped by the optimizer), so it no
 longer changes; training ends when every member has stopped or at ``trainer.max_steps``. The
 stack's own ``checkpoints/last.ckpt`` (every member, the optimizer, the members' criteria and
@@ -76,6 +80,9 @@ log = logging.getLogger(__name__)
 
 IGNORE = -100  # a target the loss skips (``F.cross_entropy``'s ``ignore_index``)
 MODES = ("padded", "grouped", "sequential")
+# dropout under vmap: each member draws its own mask (from the global RNG, which checkpoints
+# save), so a member with dropout > 0 is a run of its seed, not bitwise its single run
+RANDOMNESS = "different"
 STATE_KEY = "pelab_members"  # the stack's own state in its checkpoints
 
 
@@ -223,7 +230,7 @@ def _batched_losses(
 
         inputs, targets, positions = zip(*padded, strict=True)
         positions, in_dim = _shared(positions)
-        logits = vmap(forward, in_dims=(0, 0, in_dim))(
+        logits = vmap(forward, in_dims=(0, 0, in_dim), randomness=RANDOMNESS)(
             stacked(nets), torch.stack(inputs), positions
         )  # [K, b, length, V]
         return list(_mean_losses(logits, torch.stack(targets)))
@@ -238,7 +245,7 @@ def _batched_losses(
     for members in groups.values():
         prompts, answers, positions = zip(*(items[i] for i in members), strict=True)
         positions, in_dim = _shared(positions)
-        logits = vmap(answer_logits, in_dims=(0, 0, 0, in_dim))(
+        logits = vmap(answer_logits, in_dims=(0, 0, 0, in_dim), randomness=RANDOMNESS)(
             stacked([nets[i] for i in members]),
             torch.stack(prompts),
             torch.stack(answers),
