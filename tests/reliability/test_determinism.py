@@ -17,7 +17,8 @@ from pelab.train import build_model, build_task, run
 from tests.conftest import TINY, compose_config
 from tests.reliability.runs import checkpoint, same_weights
 
-# dropout draws from the seeded RNG, randomized positions from (seed, step); short evaluation keeps runs fast
+# dropout draws from the seeded RNG, randomized positions from (seed, step); short evaluation
+# keeps runs fast
 RANDOM_PARTS = [
     "model.net.dropout=0.1",
     "positions=randomized",
