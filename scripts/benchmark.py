@@ -512,38 +512,23 @@ def ablation_wall_time(out: Path) -> dict:
     }
 
 
-REQUIRED = ("pelab", "minimal")  # the comparison itself; the other sides are optional
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="a few windows: a smoke run")
-    parser.add_argument("--rounds", type=int, default=None, help="alternating rounds per side")
-    parser.add_argument("--json", type=Path, default=Path("benchmark.json"))
-    parser.add_argument(
-        "--ablation",
-        action="store_true",
-        help="also run experiment=ablation_cpu whole (about 20 minutes on 2 cores) and report "
-        "its wall time and learned cells",
-    )
-    args = parser.parse_args()
-    torch.set_float32_matmul_precision("high")
-    shape = dict(d=128, heads=4, layers=4, batch=64, length=31)  # 1 + 31 + 1 + 31 - 1 = 63 tokens
-    if args.quick:
-        shape.update(d=32, layers=1, batch=16)
-    window, windows, warmup = (5, 4, 1) if args.quick else (20, 4, 1)
-    rounds = args.rounds or (1 if args.quick else 4)
-    steps = window * (windows + warmup) + 1
-    n = shape["length"]
-    task = TASK_REGISTRY["copy"](train_lengths=[n, n], eval_lengths=[n])
+def throughput(
+    task,
+    shape: dict,
+    batches,
+    steps: int,
+    window: int,
+    warmup: int,
+    tokens: int,
+    rounds: int,
+    quick: bool,
+    tmp: Path,
+) -> dict[str, dict]:
+    """Section 1: pelab against the minimal loop and x-transformers (and pelab's options)."""
     vocab = task.vocab_size
-    tokens = shape["batch"] * (2 * n + 1)
-    batches = TaskDataModule(task, shape["batch"], steps, seed=0).train_dataloader().dataset
-    print(f"shape: {shape}, {tokens} tokens/step, torch threads: {torch.get_num_threads()}")
-    results = {}
-    tmp = Path(".cache/benchmark")
+    results: dict[str, dict] = {}
     sides = {"none": ("pelab", "minimal"), "rope": ("pelab", "minimal", "x-transformers")}
-    if not args.quick:  # pelab's options, on the same RoPE run
+    if not quick:  # pelab's options, on the same RoPE run
         sides["rope"] += ("pelab bf16-mixed", "pelab compile")
     for pe, names in sides.items():
         speeds: dict[str, list[float]] = {name: [] for name in names}
@@ -607,37 +592,87 @@ def main() -> None:
                 print(f"{'':<10}pelab {option}: {r[f'{option}_vs_fp32']:.3f}x the fp32 throughput")
         for name, error in r.get("failed", {}).items():
             print(f"{'':<10}{name}: failed ({error})")
-    steps_per_round, enc_rounds = (2, 1) if args.quick else (5, 3)
-    encodings = encoding_step_times(
-        batches, {**shape, "vocab": vocab}, steps_per_round, enc_rounds
+    return results
+
+
+SECTIONS = ("throughput", "encodings", "data", "greedy", "members")
+REQUIRED = ("pelab", "minimal")  # the comparison itself; the other sides are optional
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="a few windows: a smoke run")
+    parser.add_argument("--rounds", type=int, default=None, help="alternating rounds per side")
+    parser.add_argument("--json", type=Path, default=Path("benchmark.json"))
+    parser.add_argument(
+        "--only",
+        nargs="+",
+        choices=SECTIONS,
+        default=list(SECTIONS),
+        help="run only these sections (default: all)",
     )
-    print(f"\n{'encoding':<20}{'attention':>10}{'ms/step':>10}{'vs none':>9}{'PE params':>11}")
-    for name, r in encodings.items():
-        print(
-            f"{name:<20}{r['attention']:>10}{r['ms_per_step']:>10.1f}{r['vs_none']:>9.3f}"
-            f"{r['pe_params']:>11,}"
+    parser.add_argument(
+        "--ablation",
+        action="store_true",
+        help="also run experiment=ablation_cpu whole (about 20 minutes on 2 cores) and report "
+        "its wall time and learned cells",
+    )
+    args = parser.parse_args()
+    torch.set_float32_matmul_precision("high")
+    shape = dict(d=128, heads=4, layers=4, batch=64, length=31)  # 1 + 31 + 1 + 31 - 1 = 63 tokens
+    if args.quick:
+        shape.update(d=32, layers=1, batch=16)
+    window, windows, warmup = (5, 4, 1) if args.quick else (20, 4, 1)
+    rounds = args.rounds or (1 if args.quick else 4)
+    steps = window * (windows + warmup) + 1
+    n = shape["length"]
+    task = TASK_REGISTRY["copy"](train_lengths=[n, n], eval_lengths=[n])
+    vocab = task.vocab_size
+    tokens = shape["batch"] * (2 * n + 1)
+    batches = TaskDataModule(task, shape["batch"], steps, seed=0).train_dataloader().dataset
+    print(f"shape: {shape}, {tokens} tokens/step, torch threads: {torch.get_num_threads()}")
+    results: dict = {}
+    tmp = Path(".cache/benchmark")
+    if "throughput" in args.only:
+        results = throughput(
+            task, shape, batches, steps, window, warmup, tokens, rounds, args.quick, tmp
         )
-    print(
-        f"\n{'task (data generation)':<34}{'length':>7}{'generated/s':>14}{'trained/s':>12}"
-        f"{'ratio':>9}"
-    )
-    data = data_generation(args.quick)
-    print(f"\n{'length':>7}{'batch':>7}{'cached s':>12}{'full fwd s':>14}{'speedup':>9}")
-    greedy = greedy_eval_times(args.quick)
-    members = member_throughput(args.quick)
-    print(
-        f"\n{'members (1 thread)':<20}{'K':>3}{'mode':>11}{'batched/s':>11}{'sequential/s':>14}"
-        f"{'bound/s':>9}{'batched vs seq':>16}{'bound vs seq':>14}"
-    )
-    for pe, by_k in members.items():
-        for k, r in by_k.items():
+    report: dict = {"shape": shape, "results": results}
+    if "encodings" in args.only:
+        steps_per_round, enc_rounds = (2, 1) if args.quick else (5, 3)
+        encodings = encoding_step_times(
+            batches, {**shape, "vocab": vocab}, steps_per_round, enc_rounds
+        )
+        print(f"\n{'encoding':<20}{'attention':>10}{'ms/step':>10}{'vs none':>9}{'PE params':>11}")
+        for name, r in encodings.items():
             print(
-                f"{pe:<20}{k:>3}{r['mode']:>11}{r['batched_member_steps_per_s']:>11.1f}"
-                f"{r['sequential_member_steps_per_s']:>14.1f}{r['bound_member_steps_per_s']:>9.1f}"
-                f"{r['batched_vs_sequential']:>16.3f}{r['bound_vs_sequential']:>14.3f}"
+                f"{name:<20}{r['attention']:>10}{r['ms_per_step']:>10.1f}{r['vs_none']:>9.3f}"
+                f"{r['pe_params']:>11,}"
             )
-    report = {"shape": shape, "results": results, "encodings": encodings, "data": data}
-    report |= {"greedy_eval": greedy, "members": members}
+        report["encodings"] = encodings
+    if "data" in args.only:
+        print(
+            f"\n{'task (data generation)':<34}{'length':>7}{'generated/s':>14}{'trained/s':>12}"
+            f"{'ratio':>9}"
+        )
+        report["data"] = data_generation(args.quick)
+    if "greedy" in args.only:
+        print(f"\n{'length':>7}{'batch':>7}{'cached s':>12}{'full fwd s':>14}{'speedup':>9}")
+        report["greedy_eval"] = greedy_eval_times(args.quick)
+    if "members" in args.only:
+        report["members"] = members = member_throughput(args.quick)
+        print(
+            f"\n{'members (1 thread)':<20}{'K':>3}{'mode':>11}{'batched/s':>11}"
+            f"{'sequential/s':>14}{'bound/s':>9}{'batched vs seq':>16}{'bound vs seq':>14}"
+        )
+        for pe, by_k in members.items():
+            for k, r in by_k.items():
+                print(
+                    f"{pe:<20}{k:>3}{r['mode']:>11}{r['batched_member_steps_per_s']:>11.1f}"
+                    f"{r['sequential_member_steps_per_s']:>14.1f}"
+                    f"{r['bound_member_steps_per_s']:>9.1f}"
+                    f"{r['batched_vs_sequential']:>16.3f}{r['bound_vs_sequential']:>14.3f}"
+                )
     if args.ablation:
         report["ablation_cpu"] = ablation_wall_time(tmp / "ablation_cpu")
         a = report["ablation_cpu"]
