@@ -52,7 +52,8 @@ def test_an_ablation_runs_every_encoding_that_reads_1d_positions(experiment):
     params = grid(experiment)
     assert params["pe"] == FLAT
     assert set(params["task"]) <= set(options("task"))
-    assert len(params["seed"]) >= 2  # a standard deviation needs two seeds
+    assert "seed" not in params  # the seeds are each job's members (pelab.members)
+    assert len(composed(f"experiment={experiment}").seeds) >= 3
     assert (
         len({frozenset(job) for job in jobs}) == len(jobs) == math.prod(map(len, params.values()))
     )
@@ -68,13 +69,13 @@ def test_the_ablation_grids_are_a_glob_over_the_encoding_configs():
 def test_missing_jobs_of_a_glob_sweep_come_from_its_saved_config_tree(tmp_path):
     """``multirun.yaml`` as Hydra saves it keeps ``pe: glob(...)`` and the config sources; the
     jobs of a sweep that never started are every 1-D encoding x task x seed, all missing."""
-    multirun = composed("experiment=ablation_cpu", "seed=0")
+    multirun = composed("experiment=ablation_cpu", "seeds=[0,5]")
     OmegaConf.save(multirun, tmp_path / "multirun.yaml")
     records = directory_records(tmp_path)
     assert {r["status"] for r in records} == {"missing"}
     assert sorted({r["choices"]["pe"] for r in records}) == FLAT
-    assert len(records) == len(FLAT) * 2  # copy and sort, the command line's seed
-    assert all(r["choices"]["seed"] == 0 for r in records)
+    assert len(records) == len(FLAT) * 2 * 2  # copy and reverse, the command line's seeds
+    assert sorted({r["choices"]["seed"] for r in records}) == [0, 5]
 
 
 def test_a_glob_sweep_whose_config_tree_is_gone_warns_and_detects_no_missing_job(tmp_path, caplog):
