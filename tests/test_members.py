@@ -29,7 +29,13 @@ from pelab.train import build_model, build_task, run
 from tests.conftest import TINY, compose_config
 from tests.reliability.runs import checkpoint, fault
 
-STACK = [*TINY, "logger=csv", "task.train_lengths=[1,8]", "task.eval_lengths=[4,8,12]"]
+STACK = [
+    *TINY,
+    "logger=csv",
+    "task.train_lengths=[1,8]",
+    "task.eval_lengths=[4,8,12]",
+    "members_step=batched",  # the vmapped step (auto steps the members one by one on the CPU)
+]
 
 
 def stack_config(tmp_path: Path, *overrides: str):
@@ -86,6 +92,18 @@ def test_a_member_starts_as_its_single_run(tmp_path):
         torch.testing.assert_close(loss, expected, rtol=1e-5, atol=1e-6)
         for (name, p), q in zip(member.named_parameters(), alone.parameters(), strict=True):
             torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-6, msg=name)
+
+
+@pytest.mark.parametrize(("step", "mode"), [("auto", "sequential"), ("sequential", "sequential")])
+def test_on_the_cpu_members_step_one_after_another_unless_batched(tmp_path, step, mode):
+    cfg = stack_config(tmp_path, f"members_step={step}")
+    assert build_stack(cfg, member_configs(cfg)).mode == mode
+
+
+def test_an_unknown_members_step_is_a_clear_error(tmp_path):
+    cfg = stack_config(tmp_path, "members_step=vectorised")
+    with pytest.raises(ConfigError, match="members_step='vectorised'; valid choices: auto"):
+        build_stack(cfg, member_configs(cfg))
 
 
 def test_padding_keeps_the_answer_targets_and_counts_positions_on():

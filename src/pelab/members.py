@@ -8,9 +8,11 @@ recorded in its own directory ``<output_dir>/seed_<k>/`` with the ``results.json
 and W&B run of a single run (``member_of`` names the stack). Tables, ``skip_completed`` and
 ``eval.py`` treat a member as the run of its seed.
 
-One step evaluates every active member with ``torch.func``: the members' parameters are stacked
-(``[K, ...]``) and the network is called once under ``vmap(functional_call)``. How the members'
-batches meet (``stacking_mode``):
+A batched step (``members_step=batched``; ``auto``, the default, batches on an accelerator and
+steps the members one after another on the CPU, where batching measured no faster) evaluates
+every active member with ``torch.func``: the members' parameters are stacked (``[K, ...]``) and
+the network is called once under ``vmap(functional_call)``. How the members' batches meet
+(``stacking_mode``):
 
 - ``padded``: a causal decoder whose encoding decodes with a key/value cache computes each
   position from the tokens before it only, so every member's teacher-forced sequence is padded
@@ -18,7 +20,8 @@ batches meet (``stacking_mode``):
 - ``grouped``: other models (bidirectional attention, encodings that depend on the whole
   sequence) batch the members whose batches have the same shape, one call per shape.
 - ``sequential``: an encoding that ``vmap`` cannot run (it probes one step at start) trains its
-  members one after another in the same step, with a log line saying why.
+  members one after another in the same step, with a log line saying why, as
+  ``members_step=sequential`` does.
 
 With dropout > 0 a member draws its own dropout masks, from the process's RNG in a batched step
 and from a stream of its own seed in a sequential one: a run of its seed, but not bitwise its
@@ -80,6 +83,10 @@ log = logging.getLogger(__name__)
 
 IGNORE = -100  # a target the loss skips (``F.cross_entropy``'s ``ignore_index``)
 MODES = ("padded", "grouped", "sequential")
+# ``members_step``: ``batched`` (vmap; padded or grouped), ``sequential``, or ``auto``: batched on
+# an accelerator, sequential on the CPU, where a batched step is no faster (the small matrix
+# products are already compute-bound) and padding adds tokens (docs/performance.md)
+STEPS = ("auto", "batched", "sequential")
 # dropout under vmap: each member draws its own mask (from the global RNG, which checkpoints
 # save), so a member with dropout > 0 is a run of its seed, not bitwise its single run
 RANDOMNESS = "different"
@@ -454,17 +461,24 @@ def build_stack(cfg: DictConfig, configs: Sequence[DictConfig]) -> MemberStack:
         members.append(build_model(member, build_task(member)))
     task = members[0].task
     check_eval_memory(cfg, task, members[0])
-    lo, hi = task.train_lengths
-    probe = [task.sample(2, n, torch.Generator().manual_seed(n)) for n in (lo, hi)]
-    probe += [task.sample(2, hi, torch.Generator().manual_seed(0))]  # two of one shape
-    mode, template, why = stacking_mode(members[0], probe)
-    if why is not None:
-        log.warning(
-            "seeds=%s: this model cannot run under torch.func.vmap (%s); its members train one "
-            "after another in each step",
-            list(cfg.seeds),
-            why,
-        )
+    step = cfg.get("members_step", "auto")
+    if step not in STEPS:
+        raise ConfigError(f"members_step={step!r}; valid choices: {', '.join(STEPS)}")
+    if step == "auto":
+        step = "sequential" if cfg.trainer.accelerator == "cpu" else "batched"
+    mode, template = "sequential", members[0].net
+    if step == "batched":
+        lo, hi = task.train_lengths
+        probe = [task.sample(2, n, torch.Generator().manual_seed(n)) for n in (lo, hi)]
+        probe += [task.sample(2, hi, torch.Generator().manual_seed(0))]  # two of one shape
+        mode, template, why = stacking_mode(members[0], probe)
+        if why is not None:
+            log.warning(
+                "seeds=%s: this model cannot run under torch.func.vmap (%s); its members train "
+                "one after another in each step",
+                list(cfg.seeds),
+                why,
+            )
     competence = None
     if cfg.get("learned_at") is not None:
         patience = cfg.get("learned_patience", 2)
