@@ -61,7 +61,7 @@ from pelab.lit_module import SequenceModel
 from pelab.metrics import mean_key
 from pelab.model_kinds import ModelKind
 from pelab.models.attention import Attention
-from pelab.record import RESULTS, new_record, write_json_atomic
+from pelab.record import RESULTS, member_dir, new_record, write_json_atomic
 from pelab.reliability.callbacks import ResumeState, exit_status_on_sigterm
 from pelab.reliability.checkpoints import (
     IDENTITY_KEY,
@@ -104,10 +104,6 @@ def check_seeds(seeds: Any) -> list[int]:
     if len(set(values)) != len(values):
         raise ConfigError(f"seeds={values} repeats a seed; each member needs its own")
     return values
-
-
-def member_dir(output_dir: str | Path, seed: int) -> Path:
-    return Path(output_dir) / f"seed_{seed}"
 
 
 def member_configs(cfg: DictConfig) -> list[DictConfig]:

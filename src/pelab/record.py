@@ -15,6 +15,8 @@ Keys (``SCHEMA_VERSION`` 2; a record without ``schema_version`` is version 1, re
   ``warnings`` when there are any;
 - training runs: ``learned`` (``null`` without ``learned_at``), ``steps_to_learn`` and
   ``stop_reason`` (``learned``, ``max_steps`` or ``failed``; ``pelab.competence``);
+- a member of a stack (``seeds=[...]``, ``pelab.members``): ``member_of`` (the stack's
+  ``seeds`` and directory); its run lies in ``member_dir(<stack dir>, seed)``;
 - ``wall_time_s``, library ``versions``, ``python``, ``git_commit`` and ``git_dirty``.
 """
 
@@ -43,6 +45,20 @@ RESULTS = "results.json"  # the record's file name in a run's output directory
 COMPETENCE_KEYS = ("learned", "steps_to_learn", "stop_reason")
 # the config groups whose choices a record keeps (``choices``, beside the seed)
 CHOICE_GROUPS = ("model", "pe", "task", "positions", "trainer", "experiment")
+
+
+def member_dir(job_dir: str | Path, seed: int) -> Path:
+    """Where the member of ``seed`` of a stack (``pelab.members``) in ``job_dir`` keeps its run:
+    its ``results.json`` says ``member_of``."""
+    return Path(job_dir) / f"seed_{seed}"
+
+
+def job_dir(results: str | Path, record: dict[str, Any]) -> Path:
+    """The directory of the job that wrote the record at ``results``: the run's own directory,
+    or for a member of a stack the stack's (found from where the record lies, so a moved or
+    copied sweep directory still reads)."""
+    run = Path(results).parent
+    return run.parent if "member_of" in record else run
 
 
 def new_record(kind: str, choices: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:

@@ -156,7 +156,8 @@ def test_members_of_a_stack_are_runs_of_their_job_and_a_missing_stack_one_per_se
     job = write_job(sweep / "0_none_copy_s0-1", None, choices, 0, ["pe=none", "seeds=[0,1]"])
     for seed in (0, 1):
         member = record("none", "copy", seed, {8: 1.0, 16: 0.5, 32: 0.0})
-        member["member_of"] = {"seeds": [0, 1], "dir": str(job)}
+        # written where the sweep ran before it was moved here: the layout finds the job
+        member["member_of"] = {"seeds": [0, 1], "dir": "/elsewhere/sweep/0_none_copy_s0-1"}
         (job / f"seed_{seed}").mkdir()
         (job / f"seed_{seed}" / "results.json").write_text(json.dumps(member))
 
@@ -170,4 +171,5 @@ def test_members_of_a_stack_are_runs_of_their_job_and_a_missing_stack_one_per_se
     }
     members = [r for r in records if r["status"] == "completed"]
     assert all(r["overrides"] == ["pe=none", "seeds=[0,1]"] for r in members)
+    assert {r["job"] for r in members} == {str(job)}
     assert "seeds" not in runs_frame(records).columns

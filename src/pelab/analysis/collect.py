@@ -35,7 +35,7 @@ from pelab.errors import ConfigError
 from pelab.metrics import GROUPS as SPLITS
 from pelab.metrics import METRICS
 from pelab.record import CHOICE_GROUPS as CHOICES
-from pelab.record import COMPETENCE_KEYS, RESULTS, read_record
+from pelab.record import COMPETENCE_KEYS, RESULTS, job_dir, read_record
 
 log = logging.getLogger(__name__)
 
@@ -89,8 +89,7 @@ def directory_records(root: Path) -> list[dict[str, Any]]:
     for path in sorted(root.rglob(RESULTS), key=_natural):
         record = read_record(path)
         if record["kind"] == "train":
-            # a member of a stack (``pelab.members``) belongs to the job that trained the stack
-            job = Path(record["member_of"]["dir"]) if "member_of" in record else path.parent
+            job = job_dir(path, record)  # a member of a stack: the job that trained the stack
             where = {"source": str(path.parent), "job": str(job), "overrides": _overrides(job)}
             records.append({**record, **where})
     jobs = {r["job"] for r in records}
