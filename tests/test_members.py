@@ -176,7 +176,8 @@ def test_a_stack_writes_one_single_run_record_per_member(stacked_run, tmp_path):
     out = Path(cfg.paths.output_dir)
     for record, seed in zip(records, (0, 3), strict=True):
         assert record["status"] == "completed" and record["config"]["seed"] == seed
-        assert record["member_of"] == {"seeds": [0, 3], "dir": str(out)}
+        assert record["member_of"]["seeds"] == [0, 3] and record["member_of"]["dir"] == str(out)
+        assert record["member_of"]["fit_time_s"] > 0
         assert (out / f"seed_{seed}" / "results.json").is_file()
         assert (out / f"seed_{seed}" / "checkpoints" / "best.ckpt").is_file()
     assert checkpoint(out / "checkpoints" / "last.ckpt")["global_step"] == 4

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import time
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -565,10 +566,13 @@ def run(cfg: DictConfig) -> list[dict[str, Any]]:
         record = new_record("train", choices(member), config) | {"member_of": stack_of}
         write_json_atomic(Path(member.paths.output_dir) / RESULTS, record)
     fitted: tuple[MemberStack, str | None] | BaseException
+    start = time.perf_counter()
     try:
         fitted = fit(cfg, configs)
     except BaseException as error:  # every member's record says why
         fitted = error
+    # the members' shared training time (each record's wall_time_s is its own test)
+    stack_of["fit_time_s"] = round(time.perf_counter() - start, 1)
     records, failure = [], None
     for k, (member, config) in enumerate(zip(configs, containers, strict=True)):
 

@@ -16,7 +16,8 @@ Keys (``SCHEMA_VERSION`` 2; a record without ``schema_version`` is version 1, re
 - training runs: ``learned`` (``null`` without ``learned_at``), ``steps_to_learn`` and
   ``stop_reason`` (``learned``, ``max_steps`` or ``failed``; ``pelab.competence``);
 - a member of a stack (``seeds=[...]``, ``pelab.members``): ``member_of`` (the stack's
-  ``seeds`` and directory); its run lies in ``member_dir(<stack dir>, seed)``;
+  ``seeds``, directory and ``fit_time_s``, the members' shared training time; the member's own
+  ``wall_time_s`` is its test); its run lies in ``member_dir(<stack dir>, seed)``;
 - ``wall_time_s``, library ``versions``, ``python``, ``git_commit`` and ``git_dirty``.
 """
 
