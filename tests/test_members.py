@@ -27,7 +27,7 @@ from pelab.model_kinds import DecoderKind
 from pelab.pe.base import PE_REGISTRY
 from pelab.train import build_model, build_task, run
 from tests.conftest import TINY, compose_config
-from tests.reliability.runs import checkpoint, fault
+from tests.reliability.runs import checkpoint, fault, same_weights
 
 STACK = [
     *TINY,
@@ -245,3 +245,14 @@ def test_a_stack_with_dropout_and_randomized_positions_resumes_and_repeats_exact
     ]
     for other in weights[1:]:
         assert all(torch.equal(weights[0][k], other[k]) for k in weights[0])
+
+
+def test_a_sequential_member_is_bitwise_its_single_run(tmp_path):
+    """``members_step=sequential`` (the CPU's default): the member's weights after training are
+    exactly the single run's."""
+    stack = run(stack_config(tmp_path / "stack", "members_step=sequential"))
+    alone = run(compose_config([*STACK, "seed=3"], tmp_path / "alone"))
+    assert stack[1]["metrics"] == alone["metrics"]
+    mine = tmp_path / "stack" / "run" / "seed_3" / "checkpoints" / "best.ckpt"
+    theirs = tmp_path / "alone" / "run" / "checkpoints" / "best.ckpt"
+    assert same_weights(mine, theirs)
