@@ -40,7 +40,7 @@ import copy
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -55,7 +55,7 @@ from torch import Tensor, nn
 from torch.func import functional_call, vmap
 from torch.utils.data import Dataset
 
-from pelab.competence import Competence, budget_outcome, check_budget
+from pelab.competence import Competence, budget_outcome
 from pelab.data.datamodule import TrainBatches
 from pelab.errors import ConfigError
 from pelab.lit_module import SequenceModel
@@ -73,12 +73,11 @@ from pelab.reliability.checkpoints import (
     resume_path,
 )
 from pelab.reliability.completed import completed_record
-from pelab.reliability.data import ResumableLoader, ResumableTaskData
+from pelab.reliability.data import ResumableTaskData
 from pelab.reliability.memory import check_eval_memory
-from pelab.reliability.validate import check_types
 from pelab.runner import Outcome, choices, execute, instantiate_all, make_trainer, outcome
 from pelab.tokens import BLANK
-from pelab.train import build_model, build_task, data_module
+from pelab.train import build_model, build_task, check_training, data_module
 
 log = logging.getLogger(__name__)
 
@@ -123,7 +122,7 @@ def member_configs(cfg: DictConfig) -> list[DictConfig]:
 class MemberBatches(Dataset):
     """Item ``i``: the tuple of every member's batch ``i`` (``TrainBatches`` of its seed)."""
 
-    def __init__(self, members: Sequence[TrainBatches]) -> None:
+    def __init__(self, members: Iterable[TrainBatches]) -> None:
         self.members = list(members)
 
     def __len__(self) -> int:
@@ -141,14 +140,10 @@ class MemberData(ResumableTaskData):
         super().__init__(task, seed=seeds[0], **options)
         self.seeds = list(seeds)
 
-    def train_dataloader(self) -> ResumableLoader:
-        def processed() -> int:
-            return self.trainer.fit_loop.epoch_loop.batch_progress.current.processed
-
-        batches = [
+    def train_batches(self) -> MemberBatches:
+        return MemberBatches(
             TrainBatches(self.task, self.batch_size, self.num_batches, seed) for seed in self.seeds
-        ]
-        return ResumableLoader(MemberBatches(batches), processed)
+        )
 
 
 def stacked(nets: Sequence[nn.Module]) -> dict[str, Tensor]:
@@ -194,7 +189,8 @@ def stacking_mode(
         for seed, (prompt, answer) in enumerate(batches)
     ]
     why = ""
-    for template in (net, _eager_copy(net)):
+    for make_template in (lambda: net, lambda: _eager_copy(net)):
+        template = make_template()
         try:
             losses = _batched_losses(kind, template, [net] * len(items), items, mode)
             torch.stack(losses).sum().backward()
@@ -448,10 +444,7 @@ class MemberStack(L.LightningModule):
 def build_stack(cfg: DictConfig, configs: Sequence[DictConfig]) -> MemberStack:
     """The members of ``configs``, each built as its single run builds it (seeded, then built),
     in a stack whose mode ``stacking_mode`` probed; every setting checked first."""
-    check_types(cfg)
-    check_budget(cfg.get("learned_at"), cfg.get("learned_patience", 2))
-    if cfg.trainer.max_steps < 1:
-        raise ConfigError(f"trainer.max_steps must be >= 1, got {cfg.trainer.max_steps}")
+    check_training(cfg)
     members = []
     for member in configs:
         L.seed_everything(member.seed, workers=True)

@@ -91,6 +91,17 @@ def data_module(cfg: DictConfig, task: Task) -> ResumableTaskData:
     )
 
 
+def check_training(cfg: DictConfig) -> None:
+    """A ``ConfigError`` for a setting no training run can use (types, the budget)."""
+    check_types(cfg)
+    if cfg.trainer.max_steps < 1:
+        raise ConfigError(
+            f"trainer.max_steps must be >= 1, got {cfg.trainer.max_steps}: pelab trains by steps, "
+            "with a fresh batch every step (epochs have no meaning here)"
+        )
+    check_budget(cfg.get("learned_at"), cfg.get("learned_patience", 2))
+
+
 def train(cfg: DictConfig) -> Outcome:
     """Fit, then test on every evaluation length.
 
@@ -98,15 +109,9 @@ def train(cfg: DictConfig) -> Outcome:
     ``resume_path(cfg)`` (``ckpt_path``, or with ``resume=true`` the newest checkpoint already in
     its output directory) once that checkpoint is known to come from the same settings.
     """
-    check_types(cfg)
+    check_training(cfg)
     L.seed_everything(cfg.seed, workers=True)
     torch.set_float32_matmul_precision("high")
-    if cfg.trainer.max_steps < 1:
-        raise ConfigError(
-            f"trainer.max_steps must be >= 1, got {cfg.trainer.max_steps}: pelab trains by steps, "
-            "with a fresh batch every step (epochs have no meaning here)"
-        )
-    check_budget(cfg.get("learned_at"), cfg.get("learned_patience", 2))
     task = build_task(cfg)
     model = build_model(cfg, task)
     check_eval_memory(cfg, task, model)

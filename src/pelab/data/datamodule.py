@@ -58,9 +58,12 @@ class TaskDataModule(L.LightningDataModule):
         self.eval_batch_size, self.cache_dir = eval_batch_size, cache_dir
         self.val_lengths = task.eval_lengths if val_lengths is None else val_lengths
 
+    def train_batches(self) -> Dataset:
+        """The training set: item ``i`` is training step ``i``'s batch."""
+        return TrainBatches(self.task, self.batch_size, self.num_batches, self.seed)
+
     def train_dataloader(self) -> DataLoader:
-        data = TrainBatches(self.task, self.batch_size, self.num_batches, self.seed)
-        return DataLoader(data, batch_size=None, shuffle=False)
+        return DataLoader(self.train_batches(), batch_size=None, shuffle=False)
 
     def _eval_loaders(self, split: str, n: int, lengths: list[int]) -> list[DataLoader]:
         return [

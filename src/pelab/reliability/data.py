@@ -55,4 +55,4 @@ class ResumableTaskData(TaskDataModule):
         def processed() -> int:
             return self.trainer.fit_loop.epoch_loop.batch_progress.current.processed
 
-        return ResumableLoader(super().train_dataloader().dataset, processed)
+        return ResumableLoader(self.train_batches(), processed)
