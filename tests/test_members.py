@@ -18,6 +18,7 @@ from pelab.data.datamodule import TrainBatches
 from pelab.errors import ConfigError
 from pelab.members import (
     build_stack,
+    check_learning_rates,
     check_seeds,
     member_configs,
     member_data,
@@ -52,6 +53,32 @@ def single(cfg, seed: int):
 def test_seeds_must_be_a_list_of_distinct_ints(seeds):
     with pytest.raises(ConfigError, match="seeds="):
         check_seeds(OmegaConf.create({"s": OmegaConf.create(f"v: {seeds}").v}).s)
+
+
+@pytest.mark.parametrize("rates", ["[]", "[0.001,0.001]", "[0.001,0]", "[x]", "0.1"])
+def test_learning_rates_must_be_a_list_of_distinct_positive_numbers(rates):
+    with pytest.raises(ConfigError, match="learning_rates="):
+        check_learning_rates(OmegaConf.create({"s": OmegaConf.create(f"v: {rates}").v}).s)
+
+
+def test_members_over_seeds_and_learning_rates_are_each_a_single_run(tmp_path):
+    cfg = stack_config(tmp_path, "learning_rates=[1e-3,3e-3]")
+    members = member_configs(cfg)
+    assert [(m.seed, m.model.optimizer.lr) for m in members] == [
+        (0, 1e-3),
+        (3, 1e-3),
+        (0, 3e-3),
+        (3, 3e-3),
+    ]
+    assert all(m.seeds is None and m.learning_rates is None for m in members)
+    out = Path(cfg.paths.output_dir)
+    assert [Path(m.paths.output_dir) for m in members] == [
+        out / "lr_0.001_seed_0",
+        out / "lr_0.001_seed_3",
+        out / "lr_0.003_seed_0",
+        out / "lr_0.003_seed_3",
+    ]
+    assert len(member_configs(compose_config([*STACK, "learning_rates=[0.01]"], tmp_path))) == 1
 
 
 def test_each_member_config_is_its_single_run_in_its_own_directory(tmp_path):
@@ -245,6 +272,24 @@ def test_a_stack_with_dropout_and_randomized_positions_resumes_and_repeats_exact
     ]
     for other in weights[1:]:
         assert all(torch.equal(weights[0][k], other[k]) for k in weights[0])
+
+
+def test_a_member_of_a_learning_rate_is_bitwise_its_single_run_and_a_row_of_the_table(tmp_path):
+    """``learning_rates=[...]``: each member optimises at its own learning rate (a parameter
+    group of its own) and is exactly the single run with that ``model.optimizer.lr``."""
+    cfg = compose_config(
+        [*STACK, "members_step=sequential", "learning_rates=[1e-3,2e-2]"], tmp_path
+    )
+    stack = run(cfg)
+    assert [r["member_of"]["learning_rates"] for r in stack] == [[1e-3, 2e-2]] * 2
+    alone = run(compose_config([*STACK, "model.optimizer.lr=2e-2"], tmp_path / "alone"))
+    assert stack[1]["metrics"] == alone["metrics"]
+    theirs = tmp_path / "alone" / "run" / "checkpoints" / "best.ckpt"
+    for lr, same in (("0.02", True), ("0.001", False)):
+        mine = Path(cfg.paths.output_dir) / f"lr_{lr}_seed_0" / "checkpoints" / "best.ckpt"
+        assert same_weights(mine, theirs) == same
+    runs = runs_frame(directory_records(Path(cfg.paths.output_dir)))
+    assert sorted(runs["model.optimizer.lr"]) == ["0.001", "0.02"]
 
 
 def test_a_sequential_member_is_bitwise_its_single_run(tmp_path):

@@ -1,12 +1,15 @@
-"""Many runs in one process: ``seeds=[0,1,2]`` trains one model per seed, all in one training step.
+"""Many runs in one process: ``seeds=[0,1,2]`` trains one model per seed, all in one training step;
+``learning_rates=[1e-3,3e-3]`` one per learning rate (both: one per seed and learning rate).
 
-Each *member* is the single run of its seed: initialised as ``seed=<k>`` would initialise it,
-fed that run's batches and positions (both pure functions of ``(seed, step)``), optimised by its
-own AdamW state (one parameter group per member, so its moments and weight decay are its own)
-with its own gradient clipping, stopped by its own competence criterion (``learned_at``), and
-recorded in its own directory ``<output_dir>/seed_<k>/`` with the ``results.json``, ``best.ckpt``
-and W&B run of a single run (``member_of`` names the stack). Tables, ``skip_completed`` and
-``eval.py`` treat a member as the run of its seed.
+Each *member* is the single run of its seed (and learning rate, as ``model.optimizer.lr``):
+initialised as ``seed=<k>`` would initialise it, fed that run's batches and positions (both pure
+functions of ``(seed, step)``), optimised by its own AdamW state (one parameter group per member,
+at its learning rate, so its moments and weight decay are its own) with its own gradient
+clipping, stopped by its own competence criterion (``learned_at``), and recorded in its own
+directory ``<output_dir>/seed_<k>/`` (``lr_<lr>_seed_<k>/`` with learning rates;
+``record.member_dir``) with the ``results.json``, ``best.ckpt`` and W&B run of a single run
+(``member_of`` names the stack). Tables, ``skip_completed`` and ``eval.py`` treat a member as the
+run of its seed (and of the setting ``model.optimizer.lr``).
 
 A batched step (``members_step=batched``; ``auto``, the default, batches on an accelerator and
 steps the members one after another on the CPU, where batching measured no faster) evaluates
@@ -62,7 +65,14 @@ from pelab.lit_module import SequenceModel
 from pelab.metrics import mean_key
 from pelab.model_kinds import ModelKind
 from pelab.models.attention import Attention
-from pelab.record import RESULTS, member_dir, new_record, write_json_atomic
+from pelab.record import (
+    MEMBER_KEYS,
+    RESULTS,
+    member_dir,
+    member_grid,
+    new_record,
+    write_json_atomic,
+)
 from pelab.reliability.callbacks import ResumeState, exit_status_on_sigterm
 from pelab.reliability.checkpoints import (
     IDENTITY_KEY,
@@ -106,15 +116,37 @@ def check_seeds(seeds: Any) -> list[int]:
     return values
 
 
+def check_learning_rates(learning_rates: Any) -> list[float]:
+    """``learning_rates`` as a list of distinct positive numbers; a ``ConfigError`` otherwise."""
+    values = list(learning_rates) if isinstance(learning_rates, ListConfig | list | tuple) else []
+    numbers = all(isinstance(v, int | float) and not isinstance(v, bool) for v in values)
+    if not values or not numbers or min(values) <= 0:
+        raise ConfigError(
+            f"learning_rates={learning_rates!r} is not a list of positive learning rates, e.g. "
+            "learning_rates=[1e-3,3e-3] (null: model.optimizer.lr)"
+        )
+    if len({float(v) for v in values}) != len(values):
+        raise ConfigError(f"learning_rates={values} repeats a learning rate")
+    return [float(v) for v in values]
+
+
 def member_configs(cfg: DictConfig) -> list[DictConfig]:
-    """The config of each member: ``cfg`` with ``seed=<k>``, no ``seeds``, and its own output
-    directory; what a single run of that seed would use, up to its directory."""
+    """The config of each member (``record.member_grid``: seeds x learning rates): ``cfg`` with
+    its ``seed`` (and ``model.optimizer.lr``), no member lists, and its own output directory;
+    what a single run of that seed and learning rate would use, up to its directory."""
+    seeds = None if cfg.get("seeds") is None else check_seeds(cfg.seeds)
+    rates = cfg.get("learning_rates")
+    rates = None if rates is None else check_learning_rates(rates)
     configs = []
-    for seed in check_seeds(cfg.seeds):
+    for seed, lr in member_grid(cfg.seed, seeds, rates):
         member = copy.deepcopy(cfg)
         with open_dict(member):
-            member.seed, member.seeds = seed, None
-            member.paths.output_dir = str(member_dir(cfg.paths.output_dir, seed))
+            member.seed = seed
+            for key in MEMBER_KEYS:
+                member[key] = None
+            if lr is not None:
+                member.model.optimizer.lr = lr
+            member.paths.output_dir = str(member_dir(cfg.paths.output_dir, seed, lr))
         configs.append(member)
     return configs
 
@@ -370,10 +402,14 @@ class MemberStack(L.LightningModule):
                 torch.nn.utils.clip_grad_norm_(params, gradient_clip_val)
 
     def configure_optimizers(self):  # noqa: ANN201 (Lightning's union of return types)
-        """One optimizer with a parameter group per member (elementwise updates: each member's
-        steps are its single run's); the members' shared schedule."""
+        """One optimizer with a parameter group per member, at the member's learning rate
+        (elementwise updates: each member's steps are its single run's); the members' shared
+        schedule (it scales each group's own learning rate)."""
         first = self.members[0]
-        groups = [{"params": list(m.net.parameters())} for m in self.members]
+        groups = [
+            {"params": list(m.net.parameters()), **_learning_rate(m.optimizer_factory)}
+            for m in self.members
+        ]
         return first.scheduled(first.optimizer_factory(groups), self.trainer.max_steps)
 
     def validation_step(
@@ -441,6 +477,12 @@ class MemberStack(L.LightningModule):
         return self.competence[k].outcome()
 
 
+def _learning_rate(optimizer_factory: Any) -> dict[str, float]:
+    """``{"lr": ...}`` of a member's optimizer (a ``functools.partial``), ``{}`` without one."""
+    keywords = getattr(optimizer_factory, "keywords", {})
+    return {"lr": keywords["lr"]} if "lr" in keywords else {}
+
+
 def build_stack(cfg: DictConfig, configs: Sequence[DictConfig]) -> MemberStack:
     """The members of ``configs``, each built as its single run builds it (seeded, then built),
     in a stack whose mode ``stacking_mode`` probed; every setting checked first."""
@@ -464,10 +506,10 @@ def build_stack(cfg: DictConfig, configs: Sequence[DictConfig]) -> MemberStack:
         mode, template, why = stacking_mode(members[0], probe)
         if why is not None:
             log.warning(
-                "seeds=%s: this model cannot run under torch.func.vmap (%s); its members train "
-                "one after another in each step",
-                list(cfg.seeds),
+                "this model cannot run under torch.func.vmap (%s); its %d members train one "
+                "after another in each step",
                 why,
+                len(members),
             )
     competence = None
     if cfg.get("learned_at") is not None:
@@ -515,7 +557,12 @@ def fit(cfg: DictConfig, configs: Sequence[DictConfig]) -> tuple[MemberStack, st
         logger=False,
         plugins=[AtomicCheckpointIO()],
     )
-    log.info("training %d members (seeds %s) in one step: %s", len(configs), cfg.seeds, stack.mode)
+    log.info(
+        "training %d members (%s) in one step: %s",
+        len(configs),
+        ", ".join(f"{k}={cfg[k]}" for k in MEMBER_KEYS if cfg.get(k) is not None),
+        stack.mode,
+    )
     with exit_status_on_sigterm():
         trainer.fit(
             stack, datamodule=member_data(cfg, stack), ckpt_path=ckpt_path, weights_only=True
@@ -544,12 +591,16 @@ def test_member(stack: MemberStack, k: int, cfg: DictConfig, resumed: str | None
 
 
 def run(cfg: DictConfig) -> list[dict[str, Any]]:
-    """Train ``cfg.seeds`` as one stack and record every member (see the module docstring):
+    """Train ``cfg``'s members as one stack and record each (see the module docstring):
     each member's ``results.json`` says ``running`` from the start, and ``completed`` or
     ``failed`` (with the stack's error) at the end. With ``skip_completed=true`` and every
     member already completed, their records are returned untrained."""
-    configs = member_configs(cfg)
-    stack_of = {"seeds": [m.seed for m in configs], "dir": str(cfg.paths.output_dir)}
+    configs, rates = member_configs(cfg), cfg.get("learning_rates")
+    stack_of = {
+        "seeds": list(dict.fromkeys(m.seed for m in configs)),
+        "learning_rates": None if rates is None else check_learning_rates(rates),
+        "dir": str(cfg.paths.output_dir),
+    }
     if cfg.get("skip_completed"):
         done = [completed_record(m) for m in configs]
         if all(r is not None for r in done):

@@ -15,9 +15,10 @@ Keys (``SCHEMA_VERSION`` 2; a record without ``schema_version`` is version 1, re
   ``warnings`` when there are any;
 - training runs: ``learned`` (``null`` without ``learned_at``), ``steps_to_learn`` and
   ``stop_reason`` (``learned``, ``max_steps`` or ``failed``; ``pelab.competence``);
-- a member of a stack (``seeds=[...]``, ``pelab.members``): ``member_of`` (the stack's
-  ``seeds``, directory and ``fit_time_s``, the members' shared training time; the member's own
-  ``wall_time_s`` is its test); its run lies in ``member_dir(<stack dir>, seed)``;
+- a member of a stack (``seeds=[...]`` and/or ``learning_rates=[...]``, ``pelab.members``):
+  ``member_of`` (the stack's ``seeds``, ``learning_rates`` (null: the config's one), directory
+  and ``fit_time_s``, the members' shared training time; the member's own ``wall_time_s`` is its
+  test); its run lies in ``member_dir(<stack dir>, seed, lr)``;
 - ``wall_time_s``, library ``versions``, ``python``, ``git_commit`` and ``git_dirty``.
 """
 
@@ -48,10 +49,37 @@ COMPETENCE_KEYS = ("learned", "steps_to_learn", "stop_reason")
 CHOICE_GROUPS = ("model", "pe", "task", "positions", "trainer", "experiment")
 
 
-def member_dir(job_dir: str | Path, seed: int) -> Path:
-    """Where the member of ``seed`` of a stack (``pelab.members``) in ``job_dir`` keeps its run:
-    its ``results.json`` says ``member_of``."""
-    return Path(job_dir) / f"seed_{seed}"
+# the keys whose lists make a job a stack of members (``pelab.members``), one per combination
+MEMBER_KEYS = ("seeds", "learning_rates")
+LR_KEY = "model.optimizer.lr"  # the setting a member of ``learning_rates`` changes
+
+
+def is_stack(config: Any) -> bool:
+    """Whether a run's config trains a stack of members (a list in one of ``MEMBER_KEYS``)."""
+    return any(config.get(key) is not None for key in MEMBER_KEYS)
+
+
+def member_grid(
+    seed: int, seeds: list[int] | None = None, learning_rates: list[float] | None = None
+) -> list[tuple[int, float | None]]:
+    """The ``(seed, learning rate)`` of each member of a job: ``seeds`` (or ``[seed]``) x
+    ``learning_rates`` (or the config's one: ``None``), learning rates outermost."""
+    return [(s, lr) for lr in learning_rates or [None] for s in seeds or [seed]]
+
+
+def member_dir(job_dir: str | Path, seed: int, lr: float | None = None) -> Path:
+    """Where the member of ``seed`` (and learning rate ``lr``, if the stack has a list of them) of
+    a stack (``pelab.members``) in ``job_dir`` keeps its run: its ``results.json`` says
+    ``member_of``."""
+    return Path(job_dir) / (f"seed_{seed}" if lr is None else f"lr_{lr:g}_seed_{seed}")
+
+
+def member_settings(record: dict[str, Any]) -> dict[str, str]:
+    """The setting a member of a stack over ``learning_rates`` has on its own, as an override
+    would name it (``{"model.optimizer.lr": "0.001"}``); ``{}`` for every other record."""
+    if not (record.get("member_of") or {}).get("learning_rates"):
+        return {}
+    return {LR_KEY: f"{record['config']['model']['optimizer']['lr']:g}"}
 
 
 def job_dir(results: str | Path, record: dict[str, Any]) -> Path:

@@ -152,9 +152,10 @@ def choices(cfg: DictConfig) -> dict[str, Any]:
 
 def finish_wandb(record: dict[str, Any]) -> None:
     """Close this job's W&B run with its outcome, which ``make_table.py wandb:<project>`` reads:
-    ``status``, ``error``, the command-line ``overrides`` and the record's ``metrics`` section
-    (as data) in the summary, the chance levels of the means beside ``test/id/*`` and
-    ``test/ood/*``, and exit code 1 for a failure (W&B then shows the run as failed)."""
+    ``status``, ``error``, the command-line ``overrides``, a member's ``member_of`` and the
+    record's ``metrics`` section (as data) in the summary, the chance levels of the means beside
+    ``test/id/*`` and ``test/ood/*``, and exit code 1 for a failure (W&B then shows the run as
+    failed)."""
     import wandb
 
     if wandb.run is None:
@@ -174,6 +175,7 @@ def finish_wandb(record: dict[str, Any]) -> None:
             "overrides": overrides,
             "metrics": metrics,
             **competence,
+            **({"member_of": record["member_of"]} if "member_of" in record else {}),
             **chance,
         }
     )

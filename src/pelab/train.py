@@ -24,7 +24,7 @@ from pelab.model_kinds import get_model_kind
 from pelab.models.encoder_decoder import EncoderDecoder
 from pelab.models.transformer import Transformer
 from pelab.positions import build_sampler
-from pelab.record import RESULTS
+from pelab.record import RESULTS, is_stack
 from pelab.reliability.callbacks import ResumeState, exit_status_on_sigterm
 from pelab.reliability.checkpoints import check_compatible, identity, read_checkpoint, resume_path
 from pelab.reliability.completed import completed_record
@@ -144,8 +144,9 @@ def run(cfg: DictConfig) -> dict[str, Any] | list[dict[str, Any]]:
     """``train`` inside its run record (``results.json``, always, atomically), with the
     per-length table, and ``wandb.finish()`` so the next job of a multirun opens its own W&B run.
     With ``skip_completed=true`` a completed record of the same config is returned untrained.
-    ``seeds=[...]``: one member per seed in one batched step (``pelab.members``), a record each."""
-    if cfg.get("seeds") is not None:
+    ``seeds=[...]`` and/or ``learning_rates=[...]``: one member per seed and learning rate in one
+    step (``pelab.members``), a record each."""
+    if is_stack(cfg):
         from pelab.members import run as run_members  # members build on this module
 
         return run_members(cfg)

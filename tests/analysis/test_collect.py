@@ -173,3 +173,30 @@ def test_members_of_a_stack_are_runs_of_their_job_and_a_missing_stack_one_per_se
     assert all(r["overrides"] == ["pe=none", "seeds=[0,1]"] for r in members)
     assert {r["job"] for r in members} == {str(job)}
     assert "seeds" not in runs_frame(records).columns
+
+
+def test_members_over_learning_rates_are_rows_of_their_learning_rate(tmp_path):
+    """``learning_rates=[...]`` jobs: each member's learning rate is its setting
+    ``model.optimizer.lr`` (a row of the table, as a sweep over it would give), found or
+    missing alike; the list itself is no setting."""
+    sweep = tmp_path / "sweep"
+    lists = "learning_rates=[0.001,0.003]"
+    write_multirun(sweep, {}, ["pe=none,alibi", lists])
+    choices = {"pe": "none", "task": "copy", **CHOICES}
+    job = write_job(sweep / "0_none_copy_s0", None, choices, 0, ["pe=none", lists])
+    for lr in (0.001, 0.003):
+        member = record("none", "copy", 0, {8: 1.0, 16: 0.5, 32: 0.0})
+        member["config"]["model"] = {"optimizer": {"lr": lr}}
+        member["member_of"] = {"seeds": [0], "learning_rates": [0.001, 0.003], "dir": str(job)}
+        (job / f"lr_{lr:g}_seed_0").mkdir()
+        (job / f"lr_{lr:g}_seed_0" / "results.json").write_text(json.dumps(member))
+
+    runs = runs_frame(directory_records(tmp_path))
+    found = {(r["pe"], r["model.optimizer.lr"]): r["status"] for _, r in runs.iterrows()}
+    assert found == {
+        ("none", "0.001"): "completed",
+        ("none", "0.003"): "completed",
+        ("alibi", "0.001"): "missing",
+        ("alibi", "0.003"): "missing",
+    }
+    assert "learning_rates" not in runs.columns and set(runs["seed"]) == {0}

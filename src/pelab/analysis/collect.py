@@ -35,7 +35,15 @@ from pelab.errors import ConfigError
 from pelab.metrics import GROUPS as SPLITS
 from pelab.metrics import METRICS
 from pelab.record import CHOICE_GROUPS as CHOICES
-from pelab.record import COMPETENCE_KEYS, RESULTS, job_dir, read_record
+from pelab.record import (
+    COMPETENCE_KEYS,
+    MEMBER_KEYS,
+    RESULTS,
+    job_dir,
+    member_grid,
+    member_settings,
+    read_record,
+)
 
 log = logging.getLogger(__name__)
 
@@ -174,9 +182,9 @@ def _missing(sweep_dir: Path, found: list[dict[str, Any]]) -> list[dict[str, Any
         if _job_key(job) in started:
             continue
         picked = _choice_overrides(job)
-        choices = {**defaults, **{k: v for k, v in picked.items() if k != "seeds"}}
-        # a job of members (seeds=[...]) would have trained one run per seed
-        seeds = picked.get("seeds", multirun.get("seeds")) or [choices["seed"]]
+        choices = {**defaults, **{k: v for k, v in picked.items() if k not in MEMBER_KEYS}}
+        # a job of members (seeds=[...], learning_rates=[...]) would have trained one run each
+        lists = {k: picked.get(k, multirun.get(k)) for k in MEMBER_KEYS}
         missing += [
             {
                 "status": "missing",
@@ -186,9 +194,15 @@ def _missing(sweep_dir: Path, found: list[dict[str, Any]]) -> list[dict[str, Any
                 "job": str(sweep_dir),
                 "overrides": job,
             }
-            for seed in seeds
+            | ({} if lr is None else _lr_member(lists, lr))
+            for seed, lr in member_grid(choices["seed"], **lists)
         ]
     return missing
+
+
+def _lr_member(lists: dict[str, Any], lr: float) -> dict[str, Any]:
+    """What a missing member of a stack over learning rates needs for ``member_settings``."""
+    return {"member_of": lists, "config": {"model": {"optimizer": {"lr": lr}}}}
 
 
 def _job_key(overrides: list[str]) -> frozenset[str]:
@@ -199,19 +213,21 @@ def _job_key(overrides: list[str]) -> frozenset[str]:
 def _choice_overrides(overrides: list[str]) -> dict[str, Any]:
     parsed = OverridesParser.create().parse_overrides(overrides)
     return {
-        o.key_or_group: o.value() for o in parsed if o.key_or_group in (*CHOICES, "seed", "seeds")
+        o.key_or_group: o.value()
+        for o in parsed
+        if o.key_or_group in (*CHOICES, "seed", *MEMBER_KEYS)
     }
 
 
 def setting_overrides(overrides: list[str]) -> dict[str, str]:
     """``["pe=rope", "model.net.d_model=32"]`` -> ``{"model.net.d_model": "32"}``: the settings a
-    run changed besides its choices, seed (or ``seeds``, those of a stack's members) and
-    ``BOOKKEEPING``."""
+    run changed besides its choices, seed (or the ``MEMBER_KEYS`` of a stack of members, whose
+    own settings ``record.member_settings`` gives) and ``BOOKKEEPING``."""
     parsed = OverridesParser.create().parse_overrides(overrides)
     return {
         o.get_key_element(): o.get_value_element_as_str()
         for o in parsed
-        if o.key_or_group not in (*CHOICES, "seed", "seeds", *BOOKKEEPING)
+        if o.key_or_group not in (*CHOICES, "seed", *MEMBER_KEYS, *BOOKKEEPING)
     }
 
 
@@ -245,6 +261,7 @@ def wandb_record(run: Any) -> dict[str, Any]:
         "train_lengths": (config.get("task") or {}).get("train_lengths"),
         "config": config,
         "overrides": summary.get("overrides") or [],
+        **({"member_of": summary["member_of"]} if summary.get("member_of") else {}),
         "source": run.url,
     }
 
@@ -256,7 +273,7 @@ def runs_frame(records: list[dict[str, Any]]) -> pd.DataFrame:
     True/False under a competence budget, None without one) and when (``steps_to_learn``)."""
     rows, settings = [], {}
     for record in records:
-        changed = setting_overrides(record.get("overrides") or [])
+        changed = setting_overrides(record.get("overrides") or []) | member_settings(record)
         settings |= dict.fromkeys(changed)
         choices = record.get("choices") or {}
         metrics = record.get("metrics") or {}
