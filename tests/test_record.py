@@ -1,4 +1,6 @@
 import json
+import os
+import stat
 
 import pytest
 
@@ -11,6 +13,17 @@ def test_json_is_written_atomically_and_leaves_no_temporary_files(tmp_path):
     results.write_json_atomic(path, {"status": "failed"})
     assert json.loads(path.read_text()) == {"status": "failed"}
     assert [p.name for p in path.parent.iterdir()] == ["results.json"]
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077])
+def test_a_record_gets_the_mode_of_any_new_file(tmp_path, umask):
+    """Readable by the group and others under the usual umask (not ``mkstemp``'s 0600)."""
+    old = os.umask(umask)
+    try:
+        path = results.write_json_atomic(tmp_path / "results.json", {"status": "completed"})
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~umask
 
 
 def test_a_failed_write_keeps_the_previous_file(tmp_path):

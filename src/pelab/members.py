@@ -85,7 +85,14 @@ from pelab.reliability.checkpoints import (
 from pelab.reliability.completed import completed_record
 from pelab.reliability.data import ResumableTaskData
 from pelab.reliability.memory import check_eval_memory
-from pelab.runner import Outcome, choices, execute, instantiate_all, make_trainer, outcome
+from pelab.runner import (
+    Outcome,
+    choices,
+    configured_callbacks,
+    execute,
+    make_trainer,
+    outcome,
+)
 from pelab.tokens import BLANK
 from pelab.train import build_model, build_task, check_training, data_module
 
@@ -548,7 +555,7 @@ def fit(cfg: DictConfig, configs: Sequence[DictConfig]) -> tuple[MemberStack, st
     # each member's best checkpoint is the stack's to save: no monitored ModelCheckpoint
     callbacks = [
         c
-        for c in instantiate_all(cfg.get("callbacks"))
+        for c in configured_callbacks(cfg)
         if not (isinstance(c, ModelCheckpoint) and c.monitor is not None)
     ]
     trainer = instantiate(

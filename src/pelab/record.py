@@ -114,11 +114,13 @@ def read_record(path: str | Path) -> dict[str, Any]:
 
 def write_json_atomic(path: str | Path, data: dict[str, Any]) -> Path:
     """Write ``data`` as JSON via a temporary file and ``os.replace``: readers see the old file or
-    the complete new one, never a partial write."""
+    the complete new one, never a partial write. The file gets the mode any new file gets
+    (``0o666`` less the umask), not ``mkstemp``'s private ``0o600``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "w") as f:
             json.dump(data, f, indent=2, sort_keys=False, default=str)
             f.flush()
@@ -128,6 +130,12 @@ def write_json_atomic(path: str | Path, data: dict[str, Any]) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def environment() -> dict[str, Any]:

@@ -14,6 +14,7 @@ from typing import Any
 import lightning as L
 from hydra.core.hydra_config import HydraConfig
 from hydra.utils import instantiate
+from lightning.pytorch.callbacks import ProgressBar
 from omegaconf import DictConfig, OmegaConf
 
 from pelab.lit_module import SequenceModel
@@ -107,7 +108,7 @@ def make_trainer(
     loggers = working_loggers(instantiate_all(cfg.get("logger")), cfg, params, notes)
     return instantiate(
         cfg.trainer,
-        callbacks=[*instantiate_all(cfg.get("callbacks")), *callbacks],
+        callbacks=[*configured_callbacks(cfg), *callbacks],
         logger=loggers or False,
         plugins=[AtomicCheckpointIO()],
     )
@@ -118,6 +119,15 @@ def instantiate_all(section: DictConfig | None) -> list[Any]:
     if not section:
         return []
     return [instantiate(c) for c in section.values() if c is not None and "_target_" in c]
+
+
+def configured_callbacks(cfg: DictConfig) -> list[L.Callback]:
+    """``cfg.callbacks``, instantiated; without the progress bar when
+    ``trainer.enable_progress_bar=false`` (Lightning refuses a bar callback then)."""
+    callbacks = instantiate_all(cfg.get("callbacks"))
+    if cfg.trainer.get("enable_progress_bar", True):
+        return callbacks
+    return [c for c in callbacks if not isinstance(c, ProgressBar)]
 
 
 def working_loggers(

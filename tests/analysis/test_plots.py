@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+from matplotlib.colors import same_color, to_rgba_array
 from matplotlib.patches import Rectangle
 
 from pelab.analysis.collect import lengths_frame, runs_frame
@@ -45,3 +46,28 @@ def test_heatmap_annotates_means_and_names_the_failed_cells(result, tmp_path):
     paths = save(fig, tmp_path / "heatmap")
     assert [p.name for p in paths] == ["heatmap.png", "heatmap.pdf"]
     assert paths[0].read_bytes().startswith(b"\x89PNG") and paths[1].read_bytes()[:4] == b"%PDF"
+
+
+def test_a_row_keeps_its_colour_in_every_panel_and_the_legend_names_it():
+    """Every seed of ``none`` failed on reverse: the reverse panel draws ``rope`` alone, in
+    rope's colour, and the legend (built from every panel) gives each name its line's colour;
+    the labels name the settings."""
+    records = [
+        record(pe, task, seed, {8: 1.0, 32: 0.5}, overrides=[f"pe={pe}", "trainer.max_steps=200"])
+        for pe in ("none", "rope")
+        for task in ("copy", "reverse")
+        for seed in (0, 1)
+        if (pe, task) != ("none", "reverse")
+    ] + [record("none", "reverse", seed, status="failed") for seed in (0, 1)]
+    result = ablation(runs_frame(records), lengths_frame(records))
+    fig = length_curves(result.runs, result.lengths, result.rows, "exact_match")
+    copy, reverse = fig.axes
+    colour = {c.get_label(): c.lines[0].get_color() for c in copy.containers}
+    assert set(colour) == {"none · trainer.max_steps=200", "rope · trainer.max_steps=200"}
+    [(name, line)] = [(c.get_label(), c.lines[0]) for c in reverse.containers]
+    assert name == "rope · trainer.max_steps=200" and line.get_color() == colour[name]
+    [legend] = fig.legends
+    for text, handle in zip(legend.get_texts(), legend.legend_handles, strict=True):
+        if text.get_text() != "chance level":
+            assert same_color(to_rgba_array(handle.get_color())[0], colour[text.get_text()])
+    assert [t.get_text() for t in legend.get_texts()] == list(colour)

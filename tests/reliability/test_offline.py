@@ -3,8 +3,8 @@ local ``results.json``; offline runs are found by the documented ``wandb sync`` 
 
 from __future__ import annotations
 
-import glob
 import os
+import re
 import subprocess
 import sys
 
@@ -33,7 +33,7 @@ def offline_env(tmp_path) -> dict[str, str]:
 
 
 def test_no_network_and_no_credentials_never_hang_or_prompt(tmp_path, repo_root):
-    out, env = tmp_path / "run", offline_env(tmp_path)
+    out, env = tmp_path / "logs" / "train" / "runs" / "now", offline_env(tmp_path)
     cmd = [sys.executable, "scripts/train.py", *RESUMABLE, "logger=wandb", "trainer.max_steps=4"]
     cmd += [f"hydra.run.dir={out}", f"paths.cache_dir={tmp_path / 'cache'}"]
     proc = subprocess.run(  # closed stdin: a prompt would fail; the timeout catches a hang
@@ -47,11 +47,15 @@ def test_no_network_and_no_credentials_never_hang_or_prompt(tmp_path, repo_root)
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert results(out)["status"] == "completed"
-    # the sync command of docs/reliability.md and the README finds the run (--dry-run: no upload)
-    runs = glob.glob(str(tmp_path / "**" / "wandb" / "offline-run-*"), recursive=True)
-    assert len(runs) == 1
+    # the README's sync command, run by bash as written, finds the run (--dry-run: no upload)
+    command = re.search(
+        r"`(find logs [^`]*wandb sync[^`]*)`", (repo_root / "README.md").read_text()
+    )
+    assert command and command.group(1) in (repo_root / "docs" / "reliability.md").read_text()
+    wandb_cli = os.path.join(os.path.dirname(sys.executable), "wandb")
     sync = subprocess.run(
-        [os.path.join(os.path.dirname(sys.executable), "wandb"), "sync", "--dry-run", *runs],
+        ["bash", "-c", command.group(1).replace("wandb sync", f"{wandb_cli} sync --dry-run")],
+        cwd=tmp_path,
         env=env,
         stdin=subprocess.DEVNULL,
         capture_output=True,

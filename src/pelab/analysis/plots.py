@@ -14,9 +14,30 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
+from pelab.analysis.collect import NOT_SET  # noqa: E402
 
-def _label(key: object) -> str:
-    return " · ".join(map(str, key)) if isinstance(key, tuple) else str(key)
+_PALETTE = plt.get_cmap("tab20").colors
+COLORS = _PALETTE[::2] + _PALETTE[1::2]  # the 10 strong colours first, then their light twins
+
+
+def label(key: object, rows: list[str]) -> str:
+    """A row of the table in words: the encoding, then each other setting by name
+    (``rope · model.optimizer.lr=0.001``; ``=default``: the run did not set it)."""
+    values = key if isinstance(key, tuple) else (key,)
+    words = [
+        str(value) if row == "pe" else f"{row}={'default' if value == NOT_SET else value}"
+        for row, value in zip(rows, values, strict=True)
+    ]
+    return " · ".join(words)
+
+
+def row_colors(runs: pd.DataFrame, rows: list[str]) -> dict[object, tuple[float, ...]]:
+    """One colour per row of the table, the same in every panel and figure of a sweep: rows in
+    their order of appearance in ``runs`` (whatever became of their runs), colours in turn."""
+    keys = runs[rows].drop_duplicates().itertuples(index=False, name=None)
+    return {
+        key if len(rows) > 1 else key[0]: COLORS[i % len(COLORS)] for i, key in enumerate(keys)
+    }
 
 
 def length_curves(
@@ -24,7 +45,8 @@ def length_curves(
 ) -> Figure:
     """One panel per task: the mean ``metric`` over completed seeds at each evaluation length
     (error bars: standard deviation), one line per row of the table, the chance level dotted;
-    the lengths seen in training are shaded."""
+    the lengths seen in training are shaded. A row keeps its colour in every panel
+    (``row_colors``), and the legend lists every row drawn in any panel."""
     data = lengths.drop(columns="task", errors="ignore").merge(
         runs[[*rows, "task", "status", "train_min", "train_max"]], left_on="run", right_index=True
     )
@@ -33,12 +55,12 @@ def length_curves(
     fig, axes = plt.subplots(
         1, max(len(tasks), 1), figsize=(4.2 * max(len(tasks), 1) + 2.5, 3.8), squeeze=False
     )
-    palette = plt.get_cmap("tab20").colors
-    colors = palette[::2] + palette[1::2]  # the 10 strong colours first, then their light twins
+    colors = row_colors(runs, rows)
+    legend: dict[str, object] = {}
     for ax, task in zip(axes[0], tasks, strict=False):
         part = data[data["task"] == task]
         ax.axvspan(part["train_min"].min(), part["train_max"].max(), color="0.9", zorder=0)
-        for i, (key, group) in enumerate(part.groupby(rows, sort=False)):
+        for key, group in part.groupby(rows if len(rows) > 1 else rows[0], sort=False):
             curve = group.groupby("length")[metric].agg(["mean", "std"])
             ax.errorbar(
                 curve.index,
@@ -47,12 +69,14 @@ def length_curves(
                 marker="o",
                 markersize=3,
                 capsize=2,
-                color=colors[i % len(colors)],
-                label=_label(key),
+                color=colors[key],
+                label=label(key, rows),
             )
         chance = part.groupby("length")[f"chance/{metric}"].mean().dropna()
         if len(chance):
             ax.plot(chance.index, chance * 100, ":", color="0.4", label="chance level")
+        handles, labels = ax.get_legend_handles_labels()
+        legend |= {name: handle for name, handle in zip(labels, handles, strict=True)}
         ticks = sorted(part["length"].unique())
         ax.set_xscale("log", base=2)
         ax.set_xticks(ticks, labels=ticks)
@@ -61,8 +85,16 @@ def length_curves(
         ax.set_title(task)
         ax.set_xlabel("evaluation length (shaded: training lengths)")
     axes[0][0].set_ylabel(f"{metric.replace('_', ' ')} (%)")
-    handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize="small")
+    chance = legend.pop("chance level", None)
+    if chance is not None:  # last, after the rows
+        legend["chance level"] = chance
+    fig.legend(
+        list(legend.values()),
+        list(legend),
+        loc="center left",
+        bbox_to_anchor=(1.0, 0.5),
+        fontsize="small",
+    )
     fig.tight_layout()
     return fig
 
@@ -104,7 +136,7 @@ def heatmap(stats: pd.DataFrame, rows: list[str], metric: str) -> Figure:
                 color="white" if dark else "black",
             )
         ax.set_xticks(range(mean.shape[1]), labels=list(mean.columns), rotation=30, ha="right")
-        ax.set_yticks(range(mean.shape[0]), labels=[_label(k) for k in mean.index])
+        ax.set_yticks(range(mean.shape[0]), labels=[label(k, rows) for k in mean.index])
         ax.set_title(f"{split}: {metric.replace('_', ' ')} (%)")
         ax.label_outer()
     fig.colorbar(image, ax=axes[0].tolist(), shrink=0.8)
