@@ -2,14 +2,17 @@
 
 import pytest
 import torch
+from hydra.utils import instantiate
 
 from pelab.data.eval_sets import load_eval_set
 from pelab.metrics import (
+    SELECTION_KEY,
     chance_levels,
     constant_answers,
     eval_chance,
     group_means,
     logged_values,
+    selection_score,
     summary,
 )
 from pelab.tasks import TASK_REGISTRY
@@ -115,3 +118,27 @@ def test_logged_values_and_the_summary_come_from_the_same_scores():
     assert section["test_id"] == scores[4] and section["test_ood"] == scores[16]
     assert section["chance"]["4"] == chance[4]
     assert section["chance_id"] == chance[4] and section["chance_ood"] == chance[16]
+
+
+def test_the_best_checkpoint_is_chosen_by_exact_match_then_token_accuracy():
+    """Equal exact match (0 everywhere, early on): the better token accuracy wins, so the later,
+    better model is tested; one more exact answer beats any token accuracy."""
+    n, inside = 4, lambda length: length <= 8  # 4 samples per length, lengths 4 and 8 inside
+
+    def score(em4, em8, tok4, tok8):
+        scores = {
+            4: {"exact_match": em4, "token_acc": tok4},
+            8: {"exact_match": em8, "token_acc": tok8},
+        }
+        return selection_score(scores | {16: {"exact_match": 1.0, "token_acc": 1.0}}, inside, n)
+
+    early, later = score(0, 0, 0.2, 0.1), score(0, 0, 0.6, 0.3)
+    assert later > early
+    assert score(0.25, 0, 0.0, 0.0) > score(0, 0, 1.0, 1.0)  # one exact answer in 8 more
+    assert score(1.0, 0.75, 1.0, 0.9) > score(1.0, 0.5, 1.0, 1.0)
+    assert score(0.5, 0.5, 0.7, 0.7) == pytest.approx(0.5 + 0.7 / (10 * n * 2))
+
+
+def test_checkpoints_are_selected_by_the_logged_selection_score(tiny_cfg):
+    cfg = tiny_cfg()
+    assert instantiate(cfg.callbacks.model_checkpoint).monitor == SELECTION_KEY

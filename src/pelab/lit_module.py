@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torchmetrics import MeanMetric
 
-from pelab.metrics import METRICS, Scores, logged_values, mean_key
+from pelab.metrics import METRICS, SELECTION_KEY, Scores, logged_values, mean_key, selection_score
 from pelab.model_kinds import ModelKind
 from pelab.positions import ContiguousPositions, PositionSampler
 from pelab.tasks.base import Task
@@ -162,7 +162,11 @@ class SequenceModel(L.LightningModule):
                 scores[length][metric] = float(state.compute())
                 state.reset()
         self.scores[split] = scores
-        return logged_values(split, scores, self.task.in_distribution)
+        values = logged_values(split, scores, self.task.in_distribution)
+        if split == "val":
+            in_distribution = self.task.in_distribution
+            values[SELECTION_KEY] = selection_score(scores, in_distribution, self.task.n_val)
+        return values
 
     def _log_epoch(self, split: str) -> None:
         shown = mean_key(split, "id", "exact_match")

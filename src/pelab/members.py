@@ -62,7 +62,7 @@ from pelab.competence import Competence, budget_outcome
 from pelab.data.datamodule import TrainBatches
 from pelab.errors import ConfigError
 from pelab.lit_module import SequenceModel
-from pelab.metrics import mean_key
+from pelab.metrics import SELECTION_KEY
 from pelab.model_kinds import ModelKind
 from pelab.models.attention import Attention
 from pelab.record import (
@@ -319,7 +319,7 @@ class MemberStack(L.LightningModule):
     """Trains ``members`` (``SequenceModel``s of one config, one per seed) in one step.
 
     ``competence``: each member's criterion (None without ``learned_at``); ``best_paths``: where
-    each member's best checkpoint goes (by in-distribution exact match, as ``best.ckpt`` of a
+    each member's best checkpoint goes (by ``metrics.selection_score``, as ``best.ckpt`` of a
     single run); ``identities``: each member's ``checkpoints.identity`` for that checkpoint.
     """
 
@@ -426,7 +426,7 @@ class MemberStack(L.LightningModule):
             self.members[k].validation_step(batch, batch_idx, dataloader_idx)
 
     def on_validation_epoch_end(self) -> None:
-        step, key = self.global_step, mean_key("val", "id", "exact_match")
+        step, key = self.global_step, SELECTION_KEY
         for k in self.active:
             member = self.members[k]
             values = member.epoch_scores("val")

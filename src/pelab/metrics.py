@@ -73,6 +73,24 @@ def logged_values(
     return values
 
 
+# the score that picks a run's best checkpoint (``best.ckpt``), logged at every validation
+SELECTION_KEY = "val/id/selection"
+
+
+def selection_score(
+    scores: Scores, in_distribution: Callable[[int], bool], samples_per_length: int
+) -> float:
+    """What picks a run's best checkpoint: the in-distribution exact match, ties broken by the
+    in-distribution token accuracy (so that among validations with equal exact match, e.g. 0
+    everywhere early on, the better model wins, not the first). The exact match over ``L``
+    lengths of ``n`` samples is a multiple of ``1/(nL)``; the token accuracy enters scaled by
+    ``1/(10nL)``, below that step, so the order is lexicographic:
+    ``EM + token_acc / (10 n L)``."""
+    means = group_means(scores, in_distribution)["id"]
+    lengths = sum(1 for n in scores if in_distribution(n))
+    return means["exact_match"] + means["token_acc"] / (10 * samples_per_length * lengths)
+
+
 def as_json(scores: Scores) -> dict[str, dict[str, float]]:
     """Scores with string length keys, in increasing length (how ``results.json`` holds them)."""
     return {str(length): dict(scores[length]) for length in sorted(scores)}

@@ -7,6 +7,8 @@
   ``last.ckpt`` at the end of the current step, before Lightning stops the run.
 - ``RequeueAtStepEnd``: runs Lightning's SLURM requeue (checkpoint, ``scontrol requeue``) at the
   end of a step rather than mid-step.
+- ``ValidateLastStep``: validates (and so checkpoints) the last step when the validation
+  interval does not divide ``trainer.max_steps``: a short run always saves its model.
 - ``StopOnNonFiniteLoss``: fails the run at the first NaN or infinite training loss.
 - ``InjectFault``: a test hook that signals, kills or raises at a chosen step.
 """
@@ -31,6 +33,22 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from pelab.reliability.checkpoints import IDENTITY_KEY
 
 log = logging.getLogger(__name__)
+
+
+class ValidateLastStep(Callback):
+    """Validates the last step of training when ``trainer.val_check_interval`` does not divide
+    ``trainer.max_steps`` (e.g. 150 steps with validation every 200): otherwise such a run ends
+    with no validation, no ``best.ckpt`` and nothing to test or resume, and a longer one loses
+    its last steps. Asking the trainer to stop at that step makes Lightning validate it
+    (``Trainer.should_stop`` allows a validation at once, as early stopping does)."""
+
+    def on_train_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any, **kwargs: Any
+    ) -> None:
+        interval = trainer.val_check_batch
+        last = trainer.max_steps > 0 and trainer.global_step >= trainer.max_steps
+        if last and isinstance(interval, int) and trainer.global_step % interval:
+            trainer.should_stop = True
 
 
 class TrainingDiverged(RuntimeError):
