@@ -5,10 +5,13 @@ from pathlib import Path
 
 import pytest
 from hydra.core.global_hydra import GlobalHydra
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
+from pelab.analysis.collect import directory_records
+from pelab.analysis.report import main as make_table
+from pelab.analysis.sweep import SweepSummary
 from pelab.errors import ConfigError
-from pelab.evaluate import evaluate
+from pelab.evaluate import eval_overrides, evaluate, job
 from pelab.train import build_model, build_task, run
 from tests.conftest import TINY, compose_config
 
@@ -158,3 +161,48 @@ def test_the_training_context_length_counts_the_prompt_at_the_longest_training_l
     expected = task.prompt_length(hi) + task.answer_length(hi) + 2
     assert model.net.dims.train_max_len == task.max_train_sequence_length() == expected
     assert model.net.pe.original_max_len == expected  # what the scaling stretches from
+
+
+def test_an_evaluation_sweep_is_summarised_and_tabulated_by_its_settings(
+    rope_ckpt, tmp_path, monkeypatch, capsys
+):
+    """``scripts/eval.py -m pe.scaling=linear,ntk,none pe.scaling_factor=2``, simulated: each job
+    links its Hydra directory to its record; a failing job is recorded and the sweep goes on;
+    the summary counts the jobs (one failed before its record), finds no phantom training runs,
+    and ``make_table.py <sweep dir>`` writes the evaluation table: a row per scaling strategy
+    with the chance level."""
+    sweep, hydra = (
+        tmp_path / "sweep",
+        OmegaConf.create({"hydra": {"job": {"config_name": "eval"}}}),
+    )
+    sweep.mkdir()
+    OmegaConf.save(hydra, sweep / "multirun.yaml")
+    monkeypatch.setattr("pelab.runner.in_sweep", lambda: True)
+    for num, scaling in enumerate(["linear", "ntk", "none", "early failure"]):
+        job_dir = sweep / str(num)
+        (job_dir / ".hydra").mkdir(parents=True)
+        OmegaConf.save(hydra, job_dir / ".hydra" / "hydra.yaml")
+        monkeypatch.setattr("pelab.evaluate.sweep_job_dir", lambda d=job_dir: d)
+        ckpt = rope_ckpt if scaling != "early failure" else tmp_path / "absent.ckpt"
+        overrides = [f"ckpt_path='{ckpt}'", "pe.scaling_factor=2", "task.eval_lengths=[8,16]"]
+        cfg = compose_eval([*overrides, f"pe.scaling={scaling.split()[0]}"], tmp_path)
+        job(cfg)  # none with a factor fails inside its job: recorded, and the sweep goes on
+    assert eval_overrides(cfg) == [
+        "pe.scaling=early",
+        "pe.scaling_factor=2",
+        "task.eval_lengths=[8,16]",
+    ]
+    assert directory_records(sweep) == []  # no training run is missing from an eval sweep
+    with pytest.raises(SystemExit, match="2 of 4 jobs did not complete"):
+        SweepSummary().on_multirun_end(
+            OmegaConf.create(
+                {"hydra": {"sweep": {"dir": str(sweep)}, "job": {"config_name": "eval"}}}
+            )
+        )
+    err = capsys.readouterr().err
+    assert "4 jobs: 2 completed, 2 failed" in err and "no effect with pe.scaling=none" in err
+    assert make_table([str(sweep), "--no-wandb"]) == 0
+    table = (sweep / "summary" / "eval" / "table_tasks.md").read_text()
+    rows = [line.split("|")[2].strip() for line in table.splitlines() if line.startswith("| rope")]
+    assert rows == ["linear", "ntk", "none"] and "| pe.scaling" in table
+    assert "| chance" in table and not (sweep / "summary" / "table_tasks.md").exists()

@@ -105,7 +105,9 @@ def test_a_member_starts_as_its_single_run(tmp_path):
             torch.equal(a, b)
             for a, b in zip(member.state_dict().values(), alone.state_dict().values(), strict=True)
         )
-        prompt, answer = TrainBatches(alone.task, cfg.data.batch_size, 4, c.seed)[0]
+        prompt, answer = TrainBatches(
+            alone.task, cfg.data.batch_size, 4, c.seed, cfg.data.length_sampling
+        )[0]
         positions = alone.training_positions(prompt, answer.shape[1], 0)
         items.append((prompt, answer, positions, alone))
     assert items[0][0].shape != items[1][0].shape  # different lengths: padding is used
@@ -162,7 +164,9 @@ def test_every_encoding_runs_batched_or_falls_back_with_a_reason(tmp_path, pe, m
         assert stack.mode == ("padded" if model == "decoder" else "grouped")
     items = []
     for member, c in zip(stack.members, configs, strict=True):
-        prompt, answer = TrainBatches(member.task, cfg.data.batch_size, 4, c.seed)[1]
+        prompt, answer = TrainBatches(
+            member.task, cfg.data.batch_size, 4, c.seed, cfg.data.length_sampling
+        )[1]
         items.append((prompt, answer, member.training_positions(prompt, answer.shape[1], 1)))
     losses = stack.member_losses([0, 1], items)
     for member, loss, item in zip(stack.members, losses, items, strict=True):

@@ -8,7 +8,10 @@ size). Any option of the checkpoint's encoding (``pe.<option>``, checked against
 like every setting), ``task.eval_lengths`` and ``seed`` may be changed; evaluation knows no
 encoding. It runs through the same executor as training (``pelab.runner``): the record goes to
 ``<run dir>/eval/<timestamp>_<pe overrides>/results.json`` with training's schema,
-``kind: eval`` and the ``checkpoint``.
+``kind: eval``, the ``checkpoint`` and the ``eval_overrides``. In a sweep (``-m``, e.g. over
+``pe.scaling=none,linear,yarn``) each job's Hydra directory links to its record
+(``results.json``), so the sweep summary and ``make_table.py <eval sweep dir>`` find them;
+``make_table.py`` tabulates re-evaluations apart from training runs (``eval/`` tables).
 """
 
 from __future__ import annotations
@@ -24,13 +27,13 @@ import lightning as L
 import torch
 from hydra.core.config_store import ConfigStore
 from hydra.utils import get_class, instantiate
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
 from pelab.errors import ConfigError
 from pelab.pe import PE_REGISTRY
 from pelab.record import RESULTS, read_record
 from pelab.reliability.validate import check_types
-from pelab.runner import execute, make_trainer, outcome
+from pelab.runner import execute, make_trainer, outcome, sweep_job, sweep_job_dir
 from pelab.train import build_model, build_task, data_module
 
 log = logging.getLogger(__name__)
@@ -85,6 +88,19 @@ def pe_overrides(cfg: DictConfig) -> dict[str, Any]:
     return {k: v for k, v in (cfg.get("pe") or {}).items() if v is not None}
 
 
+def eval_overrides(cfg: DictConfig) -> list[str]:
+    """What this evaluation changed, as overrides (``pe.scaling=yarn``,
+    ``task.eval_lengths=[16,64]``, ``seed=1``): what tells its row of an evaluation table from
+    the others."""
+    changed = {f"pe.{k}": v for k, v in pe_overrides(cfg).items()}
+    changed |= {k: OmegaConf.select(cfg, k) for k in OTHER_OVERRIDABLE}
+    return [
+        f"{k}=[{','.join(map(str, v))}]" if isinstance(v, ListConfig | list) else f"{k}={v}"
+        for k, v in changed.items()
+        if v is not None
+    ]
+
+
 def eval_config(cfg: DictConfig, train_cfg: DictConfig, output_dir: Path) -> DictConfig:
     """The training config with this evaluation's encoding options, ``OTHER_OVERRIDABLE``
     settings, trainer, logger, callbacks (none by default) and paths; a ``ConfigError`` for an
@@ -105,6 +121,8 @@ def eval_config(cfg: DictConfig, train_cfg: DictConfig, output_dir: Path) -> Dic
                 OmegaConf.update(merged, key, value)
         for key in ("trainer", "logger", "callbacks", "paths"):
             merged[key] = cfg.get(key)
+        if OmegaConf.select(merged, "logger.wandb") is not None:  # a W&B run of job type eval
+            merged.logger.wandb.job_type = "eval"
         merged.paths.output_dir = str(output_dir)
         merged.ckpt_path = cfg.ckpt_path
         merged.test = True
@@ -156,6 +174,10 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     merged = eval_config(cfg, train_cfg, output_dir)
     sizes = trained_sizes(train_record, train_cfg)
     ckpt = Path(cfg.ckpt_path)
+    if (job_dir := sweep_job_dir()) is not None:  # it links to the record (written on entry)
+        link = job_dir / RESULTS
+        link.unlink(missing_ok=True)
+        link.symlink_to(output_dir / RESULTS)
 
     def work():
         L.seed_everything(merged.seed, workers=True)
@@ -174,4 +196,12 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
         OmegaConf.to_container(merged, resolve=True),
         work,
         checkpoint=str(ckpt.resolve()),
+        eval_overrides=eval_overrides(cfg),
     )
+
+
+def job(cfg: DictConfig) -> None:
+    """One job of ``scripts/eval.py``: ``evaluate(cfg)``, a failure in a sweep recorded and the
+    sweep going on (``runner.sweep_job``)."""
+    where = Path(str(cfg.get("ckpt_path"))).parent.parent / "eval"
+    sweep_job(lambda: evaluate(cfg), f"{where}/, if it got that far")

@@ -181,7 +181,8 @@ class MemberData(ResumableTaskData):
 
     def train_batches(self) -> MemberBatches:
         return MemberBatches(
-            TrainBatches(self.task, self.batch_size, self.num_batches, seed) for seed in self.seeds
+            TrainBatches(self.task, self.batch_size, self.num_batches, seed, self.length_sampling)
+            for seed in self.seeds
         )
 
 
@@ -541,6 +542,7 @@ def member_data(cfg: DictConfig, stack: MemberStack) -> MemberData:
         eval_batch_size=cfg.data.eval_batch_size,
         cache_dir=cfg.paths.cache_dir,
         val_lengths=stack.members[0].lengths["val"],
+        length_sampling=cfg.data.get("length_sampling", "uniform"),
     )
 
 

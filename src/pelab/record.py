@@ -7,7 +7,8 @@ Keys (``SCHEMA_VERSION`` 2; a record without ``schema_version`` is version 1, re
 - ``status``: ``running`` (written on entry: a job killed outright keeps it), ``completed`` or
   ``failed``, with ``error`` (one line) when failed;
 - ``choices``: the config-group choices (model, pe, task, ...) and the seed; ``config``: the
-  resolved config; ``checkpoint``: the checkpoint a re-evaluation tested (``eval`` only);
+  resolved config; ``checkpoint``: the checkpoint a re-evaluation tested and
+  ``eval_overrides``: what it changed (``["pe.scaling=yarn"]``) (``eval`` only);
 - ``metrics``: ``pelab.metrics.summary`` (test per length, its in- and out-of-distribution
   means, the last validation, the chance levels);
 - ``train_lengths``; ``params`` (``total``, ``pe``); ``model_dims``: the ``ModelDims`` the

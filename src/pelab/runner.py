@@ -13,6 +13,7 @@ from typing import Any
 
 import lightning as L
 from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from hydra.utils import instantiate
 from lightning.pytorch.callbacks import ProgressBar
 from omegaconf import DictConfig, OmegaConf
@@ -40,6 +41,28 @@ class Outcome:
     resumed_from: str | None = None
     warnings: list[str] = field(default_factory=list)
     competence: dict[str, Any] | None = None  # training: pelab.competence.budget_outcome
+
+
+def in_sweep() -> bool:
+    """Whether this process runs a job of a Hydra sweep (``-m``)."""
+    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+
+
+def sweep_job_dir() -> Path | None:
+    """The Hydra directory of this job of a sweep; None outside a sweep."""
+    return Path(HydraConfig.get().runtime.output_dir) if in_sweep() else None
+
+
+def sweep_job(work: Callable[[], Any], record_path: str | Path) -> None:
+    """One job of a script: ``work()``. A single run's failure propagates (exit status 1); in a
+    sweep (``-m``) a failed job is recorded (its ``results.json`` at ``record_path`` says
+    ``failed`` and why, its log has the traceback) and the sweep goes on."""
+    try:
+        work()
+    except Exception:
+        if not in_sweep():
+            raise
+        log.exception("this job failed (recorded in %s); the sweep goes on", record_path)
 
 
 def execute(

@@ -10,8 +10,6 @@ from typing import Any
 
 import lightning as L
 import torch
-from hydra.core.hydra_config import HydraConfig
-from hydra.types import RunMode
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
@@ -31,7 +29,7 @@ from pelab.reliability.completed import completed_record
 from pelab.reliability.data import ResumableTaskData
 from pelab.reliability.memory import check_eval_memory
 from pelab.reliability.validate import check_types
-from pelab.runner import Outcome, choices, execute, make_trainer, outcome
+from pelab.runner import Outcome, choices, execute, make_trainer, outcome, sweep_job
 from pelab.tasks.base import Task
 
 log = logging.getLogger(__name__)
@@ -88,6 +86,7 @@ def data_module(cfg: DictConfig, task: Task) -> ResumableTaskData:
         eval_batch_size=cfg.data.eval_batch_size,
         cache_dir=cfg.paths.cache_dir,
         val_lengths=validation_lengths(task, cfg.get("learned_at")),
+        length_sampling=cfg.data.get("length_sampling", "uniform"),
     )
 
 
@@ -157,15 +156,6 @@ def run(cfg: DictConfig) -> dict[str, Any] | list[dict[str, Any]]:
 
 
 def job(cfg: DictConfig) -> None:
-    """One job of ``scripts/train.py``: ``run(cfg)``. A single run's failure propagates (exit
-    status 1); in a sweep (``-m``) a failed job is recorded (its ``results.json`` says ``failed``
-    and why, its log has the traceback) and the sweep goes on."""
-    try:
-        run(cfg)
-    except Exception:
-        if HydraConfig.get().mode != RunMode.MULTIRUN:
-            raise
-        log.exception(
-            "this job failed (recorded in %s); the sweep goes on",
-            Path(cfg.paths.output_dir) / RESULTS,
-        )
+    """One job of ``scripts/train.py``: ``run(cfg)``, a failure in a sweep recorded and the
+    sweep going on (``runner.sweep_job``)."""
+    sweep_job(lambda: run(cfg), Path(cfg.paths.output_dir) / RESULTS)

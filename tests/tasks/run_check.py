@@ -27,6 +27,7 @@ def learn(
             f"trainer.max_steps={steps}",
             f"trainer.val_check_interval={steps}",
             "learned_at=null",  # a fixed budget, as each caller measured it
+            "data.length_sampling=uniform",  # each length equally often, as measured
             "task.n_val=64",
             "task.n_test=256",
             *overrides,

@@ -71,17 +71,20 @@ WANDB_STATES = {"finished": "completed", "failed": "failed", "crashed": "crashed
 
 
 def load_records(
-    sources: Iterable[str | Path], filters: dict[str, str] | None = None
+    sources: Iterable[str | Path], filters: dict[str, str] | None = None, kind: str = "train"
 ) -> list[dict[str, Any]]:
-    """The run records of every source: a directory, or ``wandb:<entity>/<project>`` (online;
-    ``filters`` select runs as W&B's API does, e.g. ``{"group": ...}``, ``{"sweep": <id>}``,
+    """The records of every source of one ``kind`` (``train``: training runs, ``eval``:
+    re-evaluations): a directory, or ``wandb:<entity>/<project>`` (online; ``filters`` select
+    runs as W&B's API does, e.g. ``{"group": ...}``, ``{"sweep": <id>}``,
     ``{"config.run_name": "ablation_cpu"}``)."""
     records: list[dict[str, Any]] = []
     for source in sources:
         if str(source).startswith(WANDB_PREFIX):
-            records += wandb_records(str(source)[len(WANDB_PREFIX) :], filters)
+            records += wandb_records(str(source)[len(WANDB_PREFIX) :], filters, kind)
         elif Path(source).is_dir():
-            records += directory_records(Path(source))
+            records += (
+                directory_records(Path(source)) if kind == "train" else eval_records(Path(source))
+            )
         else:
             raise ConfigError(
                 f"{source} is neither a directory of runs (a sweep directory, logs/...) nor "
@@ -107,6 +110,29 @@ def directory_records(root: Path) -> list[dict[str, Any]]:
             records.append(record)
     for multirun in sorted(root.rglob("multirun.yaml")):
         records += _missing(multirun.parent, records)
+    return records
+
+
+def eval_records(root: Path) -> list[dict[str, Any]]:
+    """Every re-evaluation under ``root`` (``scripts/eval.py``: beside its checkpoint's run, or
+    linked from an evaluation sweep's job directory; each counted once). Its settings are the
+    training job's overrides followed by what the evaluation changed (``eval_overrides``), so a
+    table tells apart the runs and the ways they were re-evaluated."""
+    records, seen = [], set()
+    for path in sorted(root.rglob(RESULTS), key=_natural):
+        resolved = path.resolve()
+        if resolved in seen or not resolved.is_file():
+            continue
+        seen.add(resolved)
+        record = read_record(resolved)
+        if record["kind"] != "eval":
+            continue
+        trained = resolved.parents[2] / RESULTS  # <run dir>/eval/<name>/results.json
+        job = job_dir(trained, read_record(trained)) if trained.is_file() else trained.parent
+        overrides = _overrides(job) + list(record.get("eval_overrides") or [])
+        records.append(
+            {**record, "source": str(resolved.parent), "job": str(job)} | {"overrides": overrides}
+        )
     return records
 
 
@@ -168,6 +194,8 @@ def sweep_jobs(multirun: DictConfig) -> list[list[str]]:
 
 def _missing(sweep_dir: Path, found: list[dict[str, Any]]) -> list[dict[str, Any]]:
     multirun = OmegaConf.load(sweep_dir / "multirun.yaml")
+    if OmegaConf.select(multirun, "hydra.job.config_name", default="train") != "train":  # eval
+        return []
     try:
         jobs = sweep_jobs(multirun)
     except HydraException as error:  # e.g. a glob(*) whose config tree is gone
@@ -231,13 +259,16 @@ def setting_overrides(overrides: list[str]) -> dict[str, str]:
     }
 
 
-def wandb_records(path: str, filters: dict[str, str] | None = None) -> list[dict[str, Any]]:
-    """The training runs of the W&B project ``path`` (``entity/project``), as records."""
+def wandb_records(
+    path: str, filters: dict[str, str] | None = None, kind: str = "train"
+) -> list[dict[str, Any]]:
+    """The runs of one ``kind`` (their W&B job type) of the W&B project ``path``
+    (``entity/project``), as records."""
     import wandb
 
     try:
         runs = wandb.Api().runs(path, filters=filters or None)
-        return [wandb_record(run) for run in runs if run.job_type == "train"]
+        return [wandb_record(run) for run in runs if run.job_type == kind]
     except (wandb.errors.CommError, wandb.errors.UsageError, ValueError) as error:
         raise ConfigError(
             f"cannot read the W&B project {path!r} ({error}); it needs `wandb login` and a "

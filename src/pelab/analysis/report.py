@@ -9,6 +9,8 @@ Sources: directories (a sweep directory, ``logs/``, any tree of ``results.json``
 - ``table_lengths.{md,tex,csv}``: encodings x evaluation lengths;
 - ``table_steps.{md,csv}``: steps to learn, encodings x tasks (runs with ``learned_at`` only);
 - ``length_curves.{png,pdf}`` and ``heatmap.{png,pdf}``;
+- the same for the re-evaluations found (``scripts/eval.py``) in ``eval/``: one row per
+  training setting and evaluation setting (e.g. ``pe.scaling``), with their chance levels;
 
 and logged as one W&B run (``job_type=summary``, the runs' project and group; offline unless
 you are logged in; ``pelab.analysis.wandb_summary``) unless ``--no-wandb``. Prints the task
@@ -65,13 +67,25 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     try:
         records = load_records(args.sources, dict(args.filter))
+        evaluations = load_records(args.sources, dict(args.filter), kind="eval")
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    if not records:
+    if not records and not evaluations:
         print(f"error: no runs (results.json) under {' '.join(args.sources)}", file=sys.stderr)
         return 2
     out = args.out or default_out(args.sources[0])
+    written = []
+    for found, where in ((records, out), (evaluations, out / "eval")):
+        if found:
+            written += tables_and_figures(found, where, args)
+    print(f"{len(written)} files written to {out}")
+    return 0
+
+
+def tables_and_figures(records: list[dict], out: Path, args: argparse.Namespace) -> list[Path]:
+    """The tables and figures of ``records`` (all of one kind) in ``out``, logged to W&B unless
+    ``--no-wandb``; prints the task table."""
     result = ablation(runs_frame(records), lengths_frame(records), args.metric)
     written = write_tables(result, out)
     figures = save(
@@ -81,5 +95,4 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_wandb:
         log_summary(result, records, out, figures)
     print((out / "table_tasks.md").read_text())
-    print(f"{len(written) + len(figures)} files written to {out}")
-    return 0
+    return written + figures

@@ -1,6 +1,7 @@
-"""The end of a sweep (``python scripts/train.py -m ...``): a Hydra callback that counts the
-jobs by status, lists every one that did not complete with its error, prints the command that
-makes the table, and ends the process with exit status 1 if any job did not complete."""
+"""The end of a sweep (``python scripts/train.py -m ...``, or ``scripts/eval.py -m``): a Hydra
+callback that counts the jobs by status, lists every one that did not complete with its error,
+prints the command that makes the table, and ends the process with exit status 1 if any job did
+not complete."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 
 class SweepSummary(Callback):
@@ -17,10 +18,13 @@ class SweepSummary(Callback):
     that launched the sweep, whatever the launcher."""
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        from pelab.analysis.collect import directory_records, runs_frame
+        from pelab.analysis.collect import directory_records, eval_records, runs_frame
 
         sweep_dir = Path(config.hydra.sweep.dir)
-        runs = runs_frame(directory_records(sweep_dir))
+        if OmegaConf.select(config, "hydra.job.config_name") == "eval":  # jobs link to records
+            runs = runs_frame(eval_records(sweep_dir) + _unrecorded(sweep_dir))
+        else:
+            runs = runs_frame(directory_records(sweep_dir))
         failed = runs[runs["status"] != "completed"]
         counts = ", ".join(f"{n} {status}" for status, n in runs["status"].value_counts().items())
         lines = [f"Sweep {sweep_dir}: {len(runs)} jobs: {counts}"]
@@ -31,3 +35,17 @@ class SweepSummary(Callback):
         print("\n".join(lines), file=sys.stderr)
         if len(failed):
             raise SystemExit(f"{len(failed)} of {len(runs)} jobs did not complete")
+
+
+def _unrecorded(sweep_dir: Path) -> list[dict[str, Any]]:
+    """The jobs of an evaluation sweep that failed before writing a record (e.g. a checkpoint
+    that does not exist): their job directory has no ``results.json``."""
+    return [
+        {
+            "status": "failed",
+            "error": f"no record: it failed before evaluating (see {job / 'eval.log'})",
+            "source": str(job),
+        }
+        for job in sorted(p.parent for p in sweep_dir.glob("*/.hydra"))
+        if not (job / "results.json").exists()
+    ]
