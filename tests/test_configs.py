@@ -9,6 +9,7 @@ from hydra.utils import get_class, instantiate
 from pelab.errors import ConfigError
 from pelab.model_kinds import MODEL_KINDS
 from pelab.pe import PE_REGISTRY
+from pelab.runner import instantiate_all
 from pelab.tasks import TASK_REGISTRY
 from pelab.tasks.from_dataset import write_example
 from pelab.train import build_model
@@ -97,6 +98,8 @@ def test_every_trainer_logger_and_callback_option_instantiates(group, tmp_path):
                 assert cfg.trainer.precision == "bf16-mixed"  # no GPU here to build it on
                 continue
             assert instantiate(cfg.trainer, logger=False).max_steps == cfg.trainer.max_steps
+        elif option == "none":  # logger=none: no logger at all
+            assert instantiate_all(cfg[group]) == []
         else:
             built = [instantiate(c) for c in cfg[group].values()]
             assert built and all(b is not None for b in built)
