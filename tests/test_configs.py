@@ -3,12 +3,15 @@
 from pathlib import Path
 
 import pytest
+from hydra.core.hydra_config import HydraConfig
 from hydra.errors import MissingConfigException
 from hydra.utils import get_class, instantiate
+from omegaconf import open_dict
 
 from pelab.errors import ConfigError
 from pelab.model_kinds import MODEL_KINDS
 from pelab.pe import PE_REGISTRY
+from pelab.record import job_key
 from pelab.runner import instantiate_all
 from pelab.tasks import TASK_REGISTRY
 from pelab.tasks.from_dataset import write_example
@@ -125,3 +128,16 @@ def test_unknown_group_option_names_the_valid_choices():
         compose_config(["pe=rotary"])
     message = str(info.value)
     assert "pe/rotary" in message and "rope" in message and "alibi" in message
+
+
+def test_a_jobs_directory_is_named_by_its_choices_and_key_and_keeps_it_when_the_sweep_grows():
+    """``<pe>_<task>_s<seed>_<job_key>``: no job number, so extending ``seed=0,1`` to
+    ``seed=0,1,2`` (or adding an encoding) leaves every job's directory where it was."""
+    cfg = compose_config(["pe=alibi", "task=sort", "seed=1", "model.net.d_model=32"])
+    with open_dict(cfg):
+        cfg.hydra = HydraConfig.get()
+    name = cfg.hydra.sweep.subdir
+    assert (
+        name
+        == f"alibi_sort_s1_{job_key(['pe=alibi', 'task=sort', 'seed=1', 'model.net.d_model=32'])}"
+    )

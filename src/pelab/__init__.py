@@ -2,6 +2,7 @@
 
 from omegaconf import OmegaConf
 
+from pelab.record import job_key
 from pelab.utils.wandb_mode import wandb_mode
 
 OmegaConf.register_new_resolver("wandb_mode", wandb_mode, replace=True)
@@ -10,6 +11,11 @@ OmegaConf.register_new_resolver(
     "seeds_label",
     lambda seed, seeds=None: "-".join(map(str, seeds)) if seeds else str(seed),
     replace=True,
+)
+
+# a job's key in its sweep directory's names (pelab.record.job_key)
+OmegaConf.register_new_resolver(
+    "job_key", lambda overrides: job_key(list(overrides)), replace=True
 )
 
 __version__ = "0.1.0"

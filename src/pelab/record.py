@@ -25,6 +25,7 @@ Keys (``SCHEMA_VERSION`` 2; a record without ``schema_version`` is version 1, re
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -48,6 +49,30 @@ RESULTS = "results.json"  # the record's file name in a run's output directory
 COMPETENCE_KEYS = ("learned", "steps_to_learn", "stop_reason")
 # the config groups whose choices a record keeps (``choices``, beside the seed)
 CHOICE_GROUPS = ("model", "pe", "task", "positions", "trainer", "experiment")
+
+
+# overrides that say how a job runs, not what it trains
+BOOKKEEPING = ("skip_completed", "resume", "ckpt_path")
+# settings that change neither the training nor the evaluation (top-level keys, and keys of
+# ``trainer``): a re-run may change them and is the same job (``reliability.completed``), in the
+# same directory (``job_key``), in the same row of a table (``analysis.collect``)
+RUN_ONLY = (*BOOKKEEPING, "paths", "logger", "callbacks", "tags")
+RUN_ONLY_TRAINER = ("enable_progress_bar", "log_every_n_steps", "enable_model_summary")
+
+
+def run_only(key: str) -> bool:
+    """Whether the config key (or override key, ``+`` / ``~`` allowed) is a ``RUN_ONLY`` one."""
+    first, _, rest = key.lstrip("+~").partition(".")
+    return first in RUN_ONLY or (first == "trainer" and rest in RUN_ONLY_TRAINER)
+
+
+def job_key(overrides: list[str]) -> str:
+    """A job's key in its sweep: a short hash of its overrides but the ``RUN_ONLY`` ones, in any
+    order. It names the job's directory (``configs/hydra/default.yaml``), so a job keeps its
+    directory when the sweep grows (``seed=0,1`` -> ``seed=0,1,2``) and ``skip_completed=true``
+    finds what it finished; ``collect`` matches a sweep's planned jobs to its directories by it."""
+    kept = sorted(o for o in overrides if not run_only(o.split("=")[0]))
+    return hashlib.sha1("\n".join(kept).encode()).hexdigest()[:8]
 
 
 # the keys whose lists make a job a stack of members (``pelab.members``), one per combination

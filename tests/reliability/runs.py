@@ -10,6 +10,7 @@ from pathlib import Path
 
 import torch
 
+from pelab.record import job_key
 from tests.conftest import TINY, compose_config
 
 # 8 steps, validation (and last.ckpt) at steps 4 and 8; dropout draws from the global RNG in
@@ -29,7 +30,9 @@ RESUMABLE = [
 ]
 
 
-def fault(action: str, at_step: int, marker: Path | None = None, name="fault") -> list[str]:
+def fault(
+    action: str, at_step: int, marker: Path | None = None, name="fault", seed: int | None = None
+) -> list[str]:
     """Overrides that add ``InjectFault`` (a test hook) to a run as ``callbacks.<name>``."""
     hook = f"+callbacks.{name}."
     out = [
@@ -37,7 +40,14 @@ def fault(action: str, at_step: int, marker: Path | None = None, name="fault") -
         f"{hook}at_step={at_step}",
         f"{hook}action={action}",
     ]
-    return out + ([f"{hook}marker={marker}"] if marker else [])
+    out += [f"{hook}marker={marker}"] if marker else []
+    return out + ([f"{hook}seed={seed}"] if seed is not None else [])
+
+
+def sweep_job(sweep_dir: Path, pe: str, task: str, seed: int, *overrides: str) -> Path:
+    """The directory of the job of ``sweep_cli`` whose overrides (besides ``RESUMABLE``) are
+    ``overrides``: ``<pe>_<task>_s<seed>_<job_key>`` (``configs/hydra/default.yaml``)."""
+    return sweep_dir / f"{pe}_{task}_s{seed}_{job_key([*RESUMABLE, *overrides])}"
 
 
 def config(tmp_path: Path, output_dir: Path, *overrides: str):

@@ -10,7 +10,7 @@ import pytest
 
 from pelab.reliability.callbacks import TrainingDiverged
 from pelab.train import run
-from tests.reliability.runs import checkpoint, config, fault, results, sweep_cli
+from tests.reliability.runs import checkpoint, config, fault, results, sweep_cli, sweep_job
 
 DIVERGING = ["model.optimizer.lr=1e30", "model.schedule.warmup_steps=1"]
 
@@ -30,8 +30,10 @@ def test_rerunning_a_sweep_skips_completed_jobs_resumes_killed_ones_and_records_
 ):
     sweep = tmp_path / "sweep"
     lrs = ["3e-3", "2e-3", "1e30"]  # job 0: finished before, job 1: killed before, job 2: diverges
-    done, killed = sweep / "0_rope_copy_s0", sweep / "1_rope_copy_s0"
     warmup = "model.schedule.warmup_steps=1"
+    done, killed, diverging = (
+        sweep_job(sweep, "rope", "copy", 0, f"model.optimizer.lr={lr}", warmup) for lr in lrs
+    )
     run(config(tmp_path, done, f"model.optimizer.lr={lrs[0]}", warmup))
     finished = (done / "results.json").read_bytes()
     with pytest.raises(RuntimeError, match="injected"):
@@ -51,9 +53,9 @@ def test_rerunning_a_sweep_skips_completed_jobs_resumes_killed_ones_and_records_
     assert resumed["status"] == "completed"
     assert resumed["resumed_from"] == str(killed / "checkpoints" / "last.ckpt")
     assert checkpoint(killed / "checkpoints" / "last.ckpt")["global_step"] == 8
-    diverged = results(sweep / "2_rope_copy_s0")
+    diverged = results(diverging)
     assert diverged["status"] == "failed" and "training diverged" in diverged["error"]
-    assert "2_rope_copy_s0" in proc.stderr and "training diverged" in proc.stderr  # the summary
+    assert diverging.name in proc.stderr and "training diverged" in proc.stderr  # the summary
 
 
 def test_a_job_killed_in_a_live_parallel_sweep_loses_nothing_after_a_rerun(tmp_path, repo_root):
@@ -64,30 +66,27 @@ def test_a_job_killed_in_a_live_parallel_sweep_loses_nothing_after_a_rerun(tmp_p
 
     def launch(*extra: str) -> subprocess.CompletedProcess:
         parallel = ["hydra/launcher=parallel", "hydra.launcher.n_jobs=2"]
-        # the fault is swept by the caller: one at_step per job
-        return sweep_cli(repo_root, tmp_path, sweep, *parallel, *fault("sigkill", 0), *extra)
+        return sweep_cli(repo_root, tmp_path, sweep, *parallel, "seed=0,1,2", *extra)
 
-    # job 0 kills itself at step 2; job 1 runs beside it; job 2 waits for a worker
-    first = launch("callbacks.fault.at_step=2,99998,99999")
+    # the job of seed 0 kills itself at step 2; seed 1 runs beside it; seed 2 waits for a worker
+    first = launch(*fault("sigkill", 2, seed=0))
     assert first.returncode != 0 and "TerminatedWorkerError" in first.stderr
-    statuses = {
-        d.name: results(d)["status"] for d in sweep.iterdir() if (d / "results.json").exists()
-    }
-    assert statuses.get("0_rope_copy_s0") == "running"  # killed outright: never looks finished
+    jobs = [sweep_job(sweep, "rope", "copy", seed, f"seed={seed}") for seed in range(3)]
+    statuses = {d.name: results(d)["status"] for d in jobs if (d / "results.json").exists()}
+    assert statuses.get(jobs[0].name) == "running"  # killed outright: never looks finished
     before = {
         name: (sweep / name / "results.json").read_bytes()
         for name, status in statuses.items()
         if status == "completed"
     }
-    # callbacks are not part of a job's identity: the same jobs, none of them killed this time
-    second = launch("callbacks.fault.at_step=99997,99998,99999", "skip_completed=true")
+    # callbacks are not part of a job's identity (nor of its directory): the same jobs, none of
+    # them killed this time
+    second = launch(*fault("sigkill", 99999), "skip_completed=true")
     assert second.returncode == 0, second.stderr[-3000:]
-    assert sorted(d.name for d in sweep.iterdir() if d.name[0].isdigit()) == [
-        "0_rope_copy_s0",
-        "1_rope_copy_s0",
-        "2_rope_copy_s0",
-    ]
-    assert all(results(sweep / f"{i}_rope_copy_s0")["status"] == "completed" for i in range(3))
+    assert sorted(d.name for d in sweep.iterdir() if (d / ".hydra").is_dir()) == sorted(
+        d.name for d in jobs
+    )
+    assert all(results(d)["status"] == "completed" for d in jobs)
     assert all(
         (sweep / name / "results.json").read_bytes() == data for name, data in before.items()
     )

@@ -40,16 +40,16 @@ from pelab.record import (
     MEMBER_KEYS,
     RESULTS,
     job_dir,
+    job_key,
     member_grid,
     member_settings,
     read_record,
+    run_only,
 )
 
 log = logging.getLogger(__name__)
 
 NOT_SET = "-"  # a choice or an override that a run did not set
-# overrides that say how a job ran, not what it trains: a re-run with them is the same job
-BOOKKEEPING = ("skip_completed", "resume", "ckpt_path")
 WANDB_PREFIX = "wandb:"
 # the columns of ``runs_frame`` besides the choices and the setting overrides
 RUN_FIELDS = (
@@ -203,11 +203,11 @@ def _missing(sweep_dir: Path, found: list[dict[str, Any]]) -> list[dict[str, Any
             "cannot expand the grid of %s (%s): missing jobs not detected", sweep_dir, error
         )
         return []
-    started = {_job_key(r["overrides"]) for r in found if Path(r["job"]).parent == sweep_dir}
+    started = {job_key(r["overrides"]) for r in found if Path(r["job"]).parent == sweep_dir}
     defaults = _choices(multirun.hydra, multirun)
     missing = []
     for job in jobs:
-        if _job_key(job) in started:
+        if job_key(job) in started:
             continue
         picked = _choice_overrides(job)
         choices = {**defaults, **{k: v for k, v in picked.items() if k not in MEMBER_KEYS}}
@@ -233,11 +233,6 @@ def _lr_member(lists: dict[str, Any], lr: float) -> dict[str, Any]:
     return {"member_of": lists, "config": {"model": {"optimizer": {"lr": lr}}}}
 
 
-def _job_key(overrides: list[str]) -> frozenset[str]:
-    """A job's overrides without the ``BOOKKEEPING`` ones."""
-    return frozenset(o for o in overrides if o.lstrip("+~").split("=")[0] not in BOOKKEEPING)
-
-
 def _choice_overrides(overrides: list[str]) -> dict[str, Any]:
     parsed = OverridesParser.create().parse_overrides(overrides)
     return {
@@ -250,12 +245,13 @@ def _choice_overrides(overrides: list[str]) -> dict[str, Any]:
 def setting_overrides(overrides: list[str]) -> dict[str, str]:
     """``["pe=rope", "model.net.d_model=32"]`` -> ``{"model.net.d_model": "32"}``: the settings a
     run changed besides its choices, seed (or the ``MEMBER_KEYS`` of a stack of members, whose
-    own settings ``record.member_settings`` gives) and ``BOOKKEEPING``."""
+    own settings ``record.member_settings`` gives) and the ``record.RUN_ONLY`` settings (paths,
+    loggers, callbacks, ...: they do not change what a run trains)."""
     parsed = OverridesParser.create().parse_overrides(overrides)
     return {
         o.get_key_element(): o.get_value_element_as_str()
         for o in parsed
-        if o.key_or_group not in (*CHOICES, "seed", *MEMBER_KEYS, *BOOKKEEPING)
+        if o.key_or_group not in (*CHOICES, "seed", *MEMBER_KEYS) and not run_only(o.key_or_group)
     }
 
 

@@ -194,14 +194,19 @@ class InjectFault(Callback):
     ``+callbacks.fault._target_=pelab.reliability.callbacks.InjectFault
     +callbacks.fault.at_step=3 +callbacks.fault.action=sigterm``."""
 
-    def __init__(self, at_step: int, action: str, marker: str | None = None) -> None:
-        """``marker``: a file created when the fault fires, for a test to wait on."""
+    def __init__(
+        self, at_step: int, action: str, marker: str | None = None, seed: int | None = None
+    ) -> None:
+        """``marker``: a file created when the fault fires, for a test to wait on; ``seed``: fire
+        only in the run of this seed (one job of a sweep)."""
         if action not in FAULTS:
             raise ValueError(f"unknown fault {action!r}; valid choices: {FAULTS}")
-        self.at_step, self.action, self.marker = at_step, action, marker
+        self.at_step, self.action, self.marker, self.seed = at_step, action, marker, seed
 
     def on_train_batch_start(self, trainer: L.Trainer, pl_module, batch, batch_idx) -> None:
         if trainer.global_step != self.at_step:
+            return
+        if self.seed is not None and getattr(pl_module, "seed", None) != self.seed:
             return
         log.warning("injecting fault %r at step %d", self.action, self.at_step)
         if self.marker:

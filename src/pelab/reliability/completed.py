@@ -1,8 +1,8 @@
 """Re-running a sweep without repeating finished work: with ``skip_completed=true``, a job whose
 output directory already holds a ``completed`` ``results.json`` of the same config returns that
-record without training. Hydra names each job's directory after the sweep directory and the job,
-so a sweep re-run with the same fixed ``hydra.sweep.dir`` finds its finished jobs; unfinished ones
-resume from their last checkpoint (``resume=true``)."""
+record without training. Hydra names each job's directory after its choices and overrides
+(``record.job_key``), so a sweep re-run, or grown, with the same fixed ``hydra.sweep.dir`` finds
+its finished jobs; unfinished ones resume from their last checkpoint (``resume=true``)."""
 
 from __future__ import annotations
 
@@ -14,26 +14,23 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from pelab.errors import ConfigError
+from pelab.record import RUN_ONLY, RUN_ONLY_TRAINER
 from pelab.reliability.checkpoints import TRAJECTORY_KEYS, differences
 
 log = logging.getLogger(__name__)
 
-# Settings that change neither the training nor the evaluation, so may differ on a re-run.
-IGNORED = ("paths", "logger", "callbacks", "skip_completed", "resume", "ckpt_path", "tags")
-IGNORED_TRAINER = ("enable_progress_bar", "log_every_n_steps", "enable_model_summary")
-
 
 def comparable(config: dict[str, Any]) -> dict[str, Any]:
-    """``config`` without the ``IGNORED`` settings."""
-    kept = {k: v for k, v in config.items() if k not in IGNORED}
+    """``config`` without the settings that may differ on a re-run (``record.RUN_ONLY``)."""
+    kept = {k: v for k, v in config.items() if k not in RUN_ONLY}
     if isinstance(kept.get("trainer"), dict):
-        kept["trainer"] = {k: v for k, v in kept["trainer"].items() if k not in IGNORED_TRAINER}
+        kept["trainer"] = {k: v for k, v in kept["trainer"].items() if k not in RUN_ONLY_TRAINER}
     return kept
 
 
 def completed_record(cfg: DictConfig) -> dict[str, Any] | None:
     """The output directory's ``completed`` record when its config equals ``cfg`` (up to the
-    ``IGNORED`` settings); ``None`` when the job still has to run (no record, not completed, or
+    ``RUN_ONLY`` settings); ``None`` when the job still has to run (no record, not completed, or
     only evaluation settings changed: it then resumes from its last checkpoint and re-tests).
     A ``ConfigError`` when the directory holds a completed run with other training settings,
     which this job must not overwrite."""
