@@ -1,6 +1,7 @@
 """from_dataset: vocabularies of strings, tokens and ids, ragged targets, splits by length and by
 the dataset's own splits, clear errors, and a learning run on the example dataset."""
 
+import json
 from collections import Counter
 
 import datasets
@@ -179,3 +180,41 @@ def test_a_small_model_learns_the_example_dataset_in_distribution(tmp_path):
     lengths = ("task.train_lengths=[1,8]", "task.eval_lengths=[8]")
     record = learn(tmp_path, "from_dataset", 2000, f"task.path={path}", *lengths)
     assert record["metrics"]["test_id"]["exact_match"] >= 0.9
+
+
+def test_a_csv_or_json_lines_file_is_read_directly(tmp_path):
+    """A user's file, no save_to_disk: CSV cells are strings (a token per character); JSON Lines
+    keeps lists. The examples and vocabulary are those of the same table saved to disk."""
+    inputs, targets = ["ba", "ab", "bb", "aa"] * 3, ["ab", "ba", "bb", "aa"] * 3
+    pairs = list(zip(inputs, targets, strict=True))
+    csv = tmp_path / "data.csv"
+    csv.write_text("input,target\n" + "".join(f"{i},{t}\n" for i, t in pairs))
+    lines = tmp_path / "data.jsonl"
+    rows = [json.dumps({"input": list(i), "target": list(t)}) for i, t in pairs]
+    lines.write_text("\n".join(rows) + "\n")
+    saved = FromDatasetTask(
+        save(tmp_path, table(inputs, targets)), train_lengths=[2, 2], eval_lengths=[2]
+    )
+    for path in (csv, lines):
+        task = FromDatasetTask(str(path), train_lengths=[2, 2], eval_lengths=[2])
+        assert task.vocabulary == saved.vocabulary == ["a", "b"]
+        for pool in ("train", "eval"):
+            for a, b in zip(task.pools[pool][2], saved.pools[pool][2], strict=True):
+                assert torch.equal(a, b), (path.name, pool)
+
+
+def test_a_data_file_with_the_wrong_columns_or_format_is_a_clear_error(tmp_path):
+    csv = tmp_path / "data.csv"
+    csv.write_text("text,label\nab,ba\n")
+    with pytest.raises(
+        ConfigError, match=r"no column 'input'; its columns are \['text', 'label'\]"
+    ):
+        FromDatasetTask(str(csv), train_lengths=[2, 2], eval_lengths=[2])
+    parquet = tmp_path / "data.parquet"
+    parquet.write_bytes(b"PAR1")
+    with pytest.raises(ConfigError, match=r"a \.parquet file; pelab reads \.csv, \.json, \.jsonl"):
+        FromDatasetTask(str(parquet))
+    broken = tmp_path / "data.jsonl"
+    broken.write_text('{"input": "ab", "target": \n')
+    with pytest.raises(ConfigError, match="cannot read .*data.jsonl.* as JSON"):
+        FromDatasetTask(str(broken))

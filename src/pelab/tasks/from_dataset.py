@@ -1,4 +1,5 @@
-"""Your own data: input and target sequences from a ``datasets`` dataset saved on disk."""
+"""Your own data: input and target sequences from a ``datasets`` dataset saved on disk, or from
+a CSV or JSON Lines file."""
 
 from __future__ import annotations
 
@@ -23,9 +24,11 @@ class FromDatasetTask(Task):
     is the input's length, so the usual protocol applies: train on the input lengths in
     ``train_lengths``, evaluate at every ``eval_lengths``. ``BOS <input> SEP`` -> ``<target>``.
 
-    Data. ``path`` holds a ``Dataset`` or a ``DatasetDict`` written by ``save_to_disk``, with
-    the columns ``input_column`` and ``target_column``. Each cell is a sequence: a string (one
-    token per character), a list of strings (one token per item) or a list of integers.
+    Data. ``path`` holds a ``Dataset`` or a ``DatasetDict`` written by ``save_to_disk``, or is a
+    ``.csv``, ``.json`` or ``.jsonl`` file (one ``Dataset``, read by ``datasets``), with the
+    columns ``input_column`` and ``target_column``. Each cell is a sequence: a string (one
+    token per character), a list of strings (one token per item) or a list of integers (CSV
+    cells are strings).
 
     Vocabulary. Every distinct item of both columns, over all splits, sorted (by ``sorted``:
     strings alphabetically, integers numerically), is one symbol: the ``i``-th item is token
@@ -261,12 +264,33 @@ class FromDatasetTask(Task):
         return list(self._target_of[tuple(prompt)])
 
 
+# a data file's suffix -> the ``datasets`` loader that reads it (one ``Dataset``, no splits)
+FILE_FORMATS = {".csv": "csv", ".json": "json", ".jsonl": "json"}
+
+
 def _read(path: str) -> datasets.Dataset | datasets.DatasetDict:
-    if not Path(path).exists():
+    """``path``: a directory written by ``save_to_disk``, or a CSV or JSON Lines file (read by
+    ``datasets``' own CSV and JSON loaders)."""
+    where = Path(path)
+    if not where.exists():
         raise ConfigError(
-            f"from_dataset: task.path {path!r} does not exist; give the directory written by "
-            "datasets' save_to_disk"
+            f"from_dataset: task.path {path!r} does not exist; give a directory written by "
+            f"datasets' save_to_disk or a data file ({', '.join(FILE_FORMATS)})"
         )
+    if where.is_file():
+        loader = FILE_FORMATS.get(where.suffix.lower())
+        if loader is None:
+            raise ConfigError(
+                f"from_dataset: task.path {path!r} is a {where.suffix or 'suffix-less'} file; "
+                f"pelab reads {', '.join(FILE_FORMATS)} files and save_to_disk directories"
+            )
+        try:
+            return datasets.load_dataset(loader, data_files=str(where), split="train")
+        except Exception as error:  # the loader's own parse errors, whatever their type
+            raise ConfigError(
+                f"from_dataset: cannot read {path!r} as {loader.upper()}: "
+                f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+            ) from None
     try:
         return datasets.load_from_disk(path)
     except FileNotFoundError as error:
