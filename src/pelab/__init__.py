@@ -19,3 +19,12 @@ OmegaConf.register_new_resolver(
 )
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):  # noqa: ANN202 (lazy: ``import pelab`` stays light)
+    """``pelab.load_run``: a trained run in Python (``pelab.load``)."""
+    if name == "load_run":
+        from pelab.load import load_run
+
+        return load_run
+    raise AttributeError(f"module 'pelab' has no attribute {name!r}")

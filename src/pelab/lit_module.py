@@ -134,15 +134,18 @@ class SequenceModel(L.LightningModule):
     def _evaluate(
         self, split: str, batch: dict[str, Tensor], batch_idx: int, dataloader_idx: int
     ) -> None:
-        prompt, answer = batch["prompt"], batch["answer"]
         length = self.lengths[split][dataloader_idx]
-        b, m = answer.shape
-        # evaluation positions are a pure function of (length, batch): the same every epoch
-        generator = torch.Generator().manual_seed(length * 100_003 + batch_idx)
-        positions = self.sequence_positions(prompt, m, generator)
-        correct = self.kind.predict(self.net, prompt, m, positions) == answer
+        correct = self.correct(batch["prompt"], batch["answer"], length, batch_idx)
         self.metrics[_state("exact_match", length)].update(correct.all(dim=-1).float())
         self.metrics[_state("token_acc", length)].update(correct.float().mean(dim=-1))
+
+    def correct(self, prompt: Tensor, answer: Tensor, length: int, batch_idx: int) -> Tensor:
+        """Which greedy answer tokens are right, ``[b, m]``, for batch ``batch_idx`` of an
+        evaluation set at ``length`` (its positions are a pure function of ``(length,
+        batch_idx)``: the same every epoch, and for ``pelab.load_run``)."""
+        generator = torch.Generator().manual_seed(length * 100_003 + batch_idx)
+        positions = self.sequence_positions(prompt, answer.shape[1], generator)
+        return self.kind.predict(self.net, prompt, answer.shape[1], positions) == answer
 
     def validation_step(
         self, batch: dict[str, Tensor], batch_idx: int, dataloader_idx: int = 0
