@@ -16,6 +16,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from hydra.utils import instantiate
 from lightning.pytorch.callbacks import ProgressBar
+from lightning.pytorch.loggers import WandbLogger
 from omegaconf import DictConfig, OmegaConf
 
 from pelab.lit_module import SequenceModel
@@ -24,6 +25,7 @@ from pelab.record import CHOICE_GROUPS, COMPETENCE_KEYS, RESULTS, new_record, re
 from pelab.reliability.checkpoints import AtomicCheckpointIO
 from pelab.tasks.base import Task
 from pelab.utils.report import print_results
+from pelab.utils.wandb_mode import wandb_choice
 
 log = logging.getLogger(__name__)
 
@@ -165,6 +167,12 @@ def working_loggers(
         "choices": choices(cfg),
     }
     working = []
+    if any(isinstance(logger, WandbLogger) for logger in loggers):  # say which mode, and why
+        mode, why = wandb_choice()
+        configured = OmegaConf.select(cfg, "logger.wandb.mode", default=mode)
+        log.info(
+            "W&B: %s mode (%s)", configured, why if configured == mode else "logger.wandb.mode"
+        )
     for logger in loggers:
         try:
             logger.log_hyperparams(hparams)
