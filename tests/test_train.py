@@ -4,6 +4,9 @@ resume: ``tests/reliability/``)."""
 import json
 from pathlib import Path
 
+import pandas as pd
+
+from pelab.runner import PER_LENGTH_COLUMNS, per_length_rows
 from pelab.train import run
 
 
@@ -43,7 +46,24 @@ def test_wandb_logs_offline_into_the_run_directory(tiny_cfg):
     run(cfg)
     runs = list(Path(cfg.paths.output_dir, "wandb").glob("offline-run-*"))
     assert len(runs) == 1 and any(runs[0].glob("*.wandb"))
-    assert read_results(cfg)["params"]["pe"] == 32 * cfg.model.net.n_heads
+    record = read_results(cfg)
+    assert record["params"]["pe"] == 32 * cfg.model.net.n_heads
+    # saved with the run: its record, and its test per length as a W&B table
+    files = runs[0] / "files"
+    assert json.loads((files / "results.json").read_text()) == record
+    [table] = (files / "media" / "table" / "test").glob("per_length_*.table.json")
+    logged = json.loads(table.read_text())
+    assert logged["columns"] == list(PER_LENGTH_COLUMNS)
+    assert logged["data"] == per_length_rows(record)
+
+
+def test_the_learning_rate_of_every_step_is_logged(tiny_cfg):
+    cfg = tiny_cfg("trainer.log_every_n_steps=1")
+    run(cfg)
+    [csv] = Path(cfg.paths.output_dir, "csv").glob("*/metrics.csv")
+    lr = pd.read_csv(csv).dropna(subset=["lr-AdamW"])["lr-AdamW"]
+    assert len(lr) == cfg.trainer.max_steps and lr.is_monotonic_increasing  # in the warm-up
+    assert 0 < lr.iloc[-1] < cfg.model.optimizer.lr
 
 
 def test_encoder_runs_end_to_end(tiny_cfg):

@@ -557,7 +557,7 @@ def fit(cfg: DictConfig, configs: Sequence[DictConfig]) -> tuple[MemberStack, st
     # each member's best checkpoint is the stack's to save: no monitored ModelCheckpoint
     callbacks = [
         c
-        for c in configured_callbacks(cfg)
+        for c in configured_callbacks(cfg, logged=False)
         if not (isinstance(c, ModelCheckpoint) and c.monitor is not None)
     ]
     trainer = instantiate(

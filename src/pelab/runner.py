@@ -15,7 +15,7 @@ import lightning as L
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from hydra.utils import instantiate
-from lightning.pytorch.callbacks import ProgressBar
+from lightning.pytorch.callbacks import LearningRateMonitor, ProgressBar
 from lightning.pytorch.loggers import WandbLogger
 from omegaconf import DictConfig, OmegaConf
 
@@ -104,7 +104,7 @@ def execute(
             print_results(record, task)
         return record
     finally:
-        finish_wandb(record)
+        finish_wandb(record, Path(output_dir) / RESULTS)
 
 
 def outcome(cfg: DictConfig, model: SequenceModel, **notes: Any) -> Outcome:
@@ -133,7 +133,7 @@ def make_trainer(
     loggers = working_loggers(instantiate_all(cfg.get("logger")), cfg, params, notes)
     return instantiate(
         cfg.trainer,
-        callbacks=[*configured_callbacks(cfg), *callbacks],
+        callbacks=[*configured_callbacks(cfg, logged=bool(loggers)), *callbacks],
         logger=loggers or False,
         plugins=[AtomicCheckpointIO()],
     )
@@ -146,13 +146,16 @@ def instantiate_all(section: DictConfig | None) -> list[Any]:
     return [instantiate(c) for c in section.values() if c is not None and "_target_" in c]
 
 
-def configured_callbacks(cfg: DictConfig) -> list[L.Callback]:
+def configured_callbacks(cfg: DictConfig, logged: bool = True) -> list[L.Callback]:
     """``cfg.callbacks``, instantiated; without the progress bar when
-    ``trainer.enable_progress_bar=false`` (Lightning refuses a bar callback then)."""
+    ``trainer.enable_progress_bar=false``, and without the learning-rate monitor when nothing is
+    ``logged`` (Lightning refuses either callback then)."""
     callbacks = instantiate_all(cfg.get("callbacks"))
-    if cfg.trainer.get("enable_progress_bar", True):
-        return callbacks
-    return [c for c in callbacks if not isinstance(c, ProgressBar)]
+    if not cfg.trainer.get("enable_progress_bar", True):
+        callbacks = [c for c in callbacks if not isinstance(c, ProgressBar)]
+    if not logged:
+        callbacks = [c for c in callbacks if not isinstance(c, LearningRateMonitor)]
+    return callbacks
 
 
 def working_loggers(
@@ -191,12 +194,14 @@ def choices(cfg: DictConfig) -> dict[str, Any]:
     return {**{k: picked.get(k) for k in CHOICE_GROUPS}, "seed": cfg.seed}
 
 
-def finish_wandb(record: dict[str, Any]) -> None:
+def finish_wandb(record: dict[str, Any], results: Path | None = None) -> None:
     """Close this job's W&B run with its outcome, which ``make_table.py wandb:<project>`` reads:
     ``status``, ``error``, the command-line ``overrides``, a member's ``member_of`` and the
     record's ``metrics`` section (as data) in the summary, the chance levels of the means beside
     ``test/id/*`` and ``test/ood/*``, and exit code 1 for a failure (W&B then shows the run as
-    failed)."""
+    failed). For a reader of the run: the test per length as a table (``test/per_length``) and
+    its exact match against length as a chart, and ``results`` (``results.json``) saved with
+    the run."""
     import wandb
 
     if wandb.run is None:
@@ -209,6 +214,12 @@ def finish_wandb(record: dict[str, Any]) -> None:
         for split in ("chance_id", "chance_ood")
         for metric, value in metrics.get(split, {}).items()
     }
+    if metrics.get("test"):
+        table = wandb.Table(columns=list(PER_LENGTH_COLUMNS), data=per_length_rows(record))
+        chart = wandb.plot.line(table, "length", "exact_match", title="test exact match by length")
+        wandb.log({"test/per_length": table, "test/exact_match_by_length": chart})
+    if results is not None and results.is_file():
+        wandb.save(str(results), base_path=str(results.parent), policy="now")
     wandb.run.summary.update(
         {
             "status": record["status"],
@@ -221,3 +232,31 @@ def finish_wandb(record: dict[str, Any]) -> None:
         }
     )
     wandb.finish(exit_code=0 if record["status"] == "completed" else 1)
+
+
+PER_LENGTH_COLUMNS = (
+    "length",
+    "split",
+    "exact_match",
+    "token_acc",
+    "chance_exact",
+    "chance_token",
+)
+
+
+def per_length_rows(record: dict[str, Any]) -> list[list[Any]]:
+    """A completed record's test, one row per length (``PER_LENGTH_COLUMNS``; chance None where
+    the record has none)."""
+    lo, hi = record["train_lengths"]
+    chance = record["metrics"].get("chance", {})
+    return [
+        [
+            int(length),
+            "ID" if lo <= int(length) <= hi else "OOD",
+            values["exact_match"],
+            values["token_acc"],
+            chance.get(length, {}).get("exact_match"),
+            chance.get(length, {}).get("token_acc"),
+        ]
+        for length, values in record["metrics"]["test"].items()
+    ]
