@@ -12,6 +12,7 @@ from pelab.analysis.collect import (
     directory_records,
     lengths_frame,
     load_records,
+    matches,
     runs_frame,
     sweep_jobs,
     wandb_record,
@@ -200,3 +201,27 @@ def test_members_over_learning_rates_are_rows_of_their_learning_rate(tmp_path):
         ("alibi", "0.003"): "missing",
     }
     assert "learning_rates" not in runs.columns and set(runs["seed"]) == {0}
+
+
+def test_local_sources_are_filtered_like_wandb_runs():
+    rope = record("rope", "copy", 0, {8: 1.0})
+    rope["config"] |= {
+        "tags": ["cpu"],
+        "run_name": "ablation_cpu",
+        "model": {"net": {"d_model": 32}},
+    }
+    alibi = record("alibi", "sort", 1, {8: 1.0})
+    assert matches(rope, {"pe": "rope", "task": "copy", "seed": "0"})
+    assert not matches(alibi, {"pe": "rope"}) and not matches(alibi, {"seed": "0"})
+    assert matches(rope, {"tag": "cpu", "config.run_name": "ablation_cpu"})
+    assert matches(rope, {"config.model.net.d_model": "32"}) and not matches(alibi, {"tag": "cpu"})
+    with pytest.raises(ConfigError, match=r"unknown key 'colour'; valid keys: model, pe, task"):
+        matches(rope, {"colour": "red"})
+
+
+def test_a_filtered_directory_keeps_the_matching_runs(tmp_path):
+    for pe in ("rope", "alibi"):
+        (tmp_path / pe).mkdir()
+        (tmp_path / pe / "results.json").write_text(json.dumps(record(pe, "copy", 0, {8: 1.0})))
+    found = load_records([tmp_path], {"pe": "alibi"})
+    assert [r["choices"]["pe"] for r in found] == ["alibi"]

@@ -82,9 +82,10 @@ def load_records(
         if str(source).startswith(WANDB_PREFIX):
             records += wandb_records(str(source)[len(WANDB_PREFIX) :], filters, kind)
         elif Path(source).is_dir():
-            records += (
+            found = (
                 directory_records(Path(source)) if kind == "train" else eval_records(Path(source))
             )
+            records += [r for r in found if matches(r, filters or {})]
         else:
             raise ConfigError(
                 f"{source} is neither a directory of runs (a sweep directory, logs/...) nor "
@@ -111,6 +112,35 @@ def directory_records(root: Path) -> list[dict[str, Any]]:
     for multirun in sorted(root.rglob("multirun.yaml")):
         records += _missing(multirun.parent, records)
     return records
+
+
+# ``--filter`` keys of local sources beside the choices, ``seed`` and ``config.<key>``
+FILTER_KEYS = ("tag", "group")
+
+
+def matches(record: dict[str, Any], filters: dict[str, str]) -> bool:
+    """Whether a record passes every filter, as W&B's filters select runs: a choice (``pe``,
+    ``task``, ``model``, ...) or ``seed`` equal to the value, ``tag`` among its tags, ``group``
+    its W&B group (its sweep), ``config.<key>`` a config value (``config.run_name=ablation_cpu``,
+    ``config.model.net.d_model=32``); a ``ConfigError`` for another key."""
+    config = OmegaConf.create(record.get("config") or {})
+    for key, want in filters.items():
+        if key in (*CHOICES, "seed"):
+            have = (record.get("choices") or {}).get(key)
+        elif key == "tag":
+            if want not in (OmegaConf.select(config, "tags") or []):
+                return False
+            continue
+        elif key == "group":
+            have = OmegaConf.select(config, "logger.wandb.group")
+        elif key.startswith("config."):
+            have = OmegaConf.select(config, key.removeprefix("config."))
+        else:
+            valid = ", ".join([*CHOICES, "seed", *FILTER_KEYS, "config.<key>"])
+            raise ConfigError(f"--filter {key}=...: unknown key {key!r}; valid keys: {valid}")
+        if str(have) != want:
+            return False
+    return True
 
 
 def eval_records(root: Path) -> list[dict[str, Any]]:

@@ -2,8 +2,10 @@
 
 Sources: directories (a sweep directory, ``logs/``, any tree of ``results.json`` files) or
 ``wandb:<entity>/<project>`` (online; ``--filter group=<W&B group>`` keeps one sweep, as do
-``--filter sweep=<W&B sweep id>`` or ``--filter config.run_name=ablation_cpu``). Written to
-``--out`` (default ``<first directory>/summary``, or ``logs/summary/<project>`` for W&B):
+``--filter sweep=<W&B sweep id>`` or ``--filter config.run_name=ablation_cpu``). Directories take
+``--filter`` too (``pe=rope``, ``task=copy``, ``tag=cpu``, ``group=<sweep>``, ``config.<key>=..``;
+``collect.matches``), so ``make_table.py logs --filter task=copy`` browses every copy run.
+Written to ``--out`` (default ``<first directory>/summary``; ``logs/summary/<project>`` for W&B):
 
 - ``table_tasks.{md,tex,csv}``: encodings x tasks, in- and out-of-distribution;
 - ``table_lengths.{md,tex,csv}``: encodings x evaluation lengths;
@@ -49,7 +51,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         default=[],
         type=key_value,
         metavar="KEY=VALUE",
-        help="W&B sources: keep the runs with this value (group=..., sweep=..., config.x=...)",
+        help="keep the runs with this value: pe=rope, task=copy, seed=0, tag=cpu, group=<sweep>, "
+        "config.<key>=<value> (W&B sources: W&B's own filter keys, e.g. sweep=<id>)",
     )
     parser.add_argument("--no-wandb", action="store_true", help="do not log the summary to W&B")
     return parser.parse_args(argv)

@@ -3,9 +3,10 @@ per task and split (in- / out-of-distribution mean) or per task and evaluation l
 
 A cell aggregates the seeds of its setting: the mean and the sample standard deviation
 (``ddof=1``; undefined for one seed), the best seed, and ``k/n``: seeds with a result out of the
-seeds in the grid. The grid is every row x task x seed seen in the runs (plus the jobs a sweep
-planned), so a failed, crashed or missing run is counted in its cell and listed under the
-table, never dropped. The best mean of each column (at the displayed precision) is bold.
+seeds in the cell's grid: the runs found and the jobs their sweep planned (``collect``), so a
+failed, crashed or missing run is counted in its cell and listed under the table, never dropped;
+no run is invented where no sweep planned one (a cell without runs reads ``–``). The best mean
+of each column (at the displayed precision) is bold.
 
 Runs under a competence budget (``learned_at``, ``pelab.competence``) say whether they learned
 their task in distribution. An out-of-distribution score of a model that never learned the task
@@ -26,6 +27,7 @@ import pandas as pd
 from pelab.analysis.collect import NOT_SET, RUN_FIELDS, SPLITS
 
 SPLIT_NAMES = {"id": "ID", "ood": "OOD"}
+NO_RUNS = "–"  # a cell no run belongs to
 
 
 def settings(runs: pd.DataFrame) -> list[str]:
@@ -49,26 +51,16 @@ def fixed_settings(runs: pd.DataFrame) -> dict[str, str]:
 
 
 def complete(runs: pd.DataFrame, rows: list[str]) -> pd.DataFrame:
-    """``runs`` plus a ``missing`` run for every row x task x seed without one; duplicates of a
-    (row, task, seed) keep the last completed run (``source`` order: newest sweep last). The
-    index stays the run id that ``collect.lengths_frame`` refers to."""
+    """``runs`` with one run per (row, task, seed): duplicates keep the last completed run
+    (``source`` order: newest sweep last). Nothing is invented: a sweep's planned jobs that
+    never ran are already there as ``missing`` runs (``collect``), and a cell no run belongs to
+    (runs browsed from unrelated sources) stays empty (``NO_RUNS``). The index stays the run id
+    that ``collect.lengths_frame`` refers to."""
     keys = [*rows, "task", "seed"]
     ranked = runs.assign(_done=runs["status"].eq("completed")).sort_values(
         ["_done", "source"], kind="stable"
     )
-    unique = ranked[~ranked.duplicated(keys, keep="last")].drop(columns="_done").sort_index()
-    grid = (
-        runs[rows]
-        .drop_duplicates()
-        .merge(runs[["task"]].drop_duplicates(), how="cross")
-        .merge(runs[["seed"]].drop_duplicates(), how="cross")
-    )
-    absent = grid.merge(unique[keys], how="left", indicator=True).query("_merge == 'left_only'")
-    missing = absent.drop(columns="_merge").assign(
-        status="missing", error="no run of this setting, task and seed"
-    )
-    missing.index = range(len(runs), len(runs) + len(missing))  # run ids of collect.lengths_frame
-    return pd.concat([unique, missing])
+    return ranked[~ranked.duplicated(keys, keep="last")].drop(columns="_done").sort_index()
 
 
 def cell_stats(frame: pd.DataFrame, rows: list[str], cols: list[str], value: str) -> pd.DataFrame:
@@ -217,7 +209,7 @@ def pivot(
     """The cell texts and the ``best`` flags, rows x columns; a last row ``chance`` holds the
     chance level of each column when the runs recorded one."""
     texts = stats.assign(text=stats.apply(cell_text, axis=1))
-    table = texts.pivot(index=rows, columns=cols, values="text")
+    table = texts.pivot(index=rows, columns=cols, values="text").fillna(NO_RUNS)
     best = texts.pivot(index=rows, columns=cols, values="best").fillna(False).astype(bool)
     chance = stats.groupby(cols, observed=True)["chance"].first()
     if chance.notna().any():
