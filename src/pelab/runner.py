@@ -226,6 +226,7 @@ def finish_wandb(record: dict[str, Any], results: Path | None = None) -> None:
             "error": record.get("error", ""),
             "overrides": overrides,
             "metrics": metrics,
+            "train_lengths": record.get("train_lengths"),
             **competence,
             **({"member_of": record["member_of"]} if "member_of" in record else {}),
             **chance,

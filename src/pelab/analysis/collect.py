@@ -304,7 +304,10 @@ def wandb_records(
 
 def wandb_record(run: Any) -> dict[str, Any]:
     """A W&B run (``wandb.Api`` object) as the record its ``results.json`` would hold: the
-    ``metrics`` section comes as data from the run's summary (``pelab.runner.finish_wandb``)."""
+    ``metrics`` section and the training lengths come as data from the run's summary
+    (``pelab.runner.finish_wandb``). Under a W&B sweep agent the swept keys are locked to the
+    sweep's values (``task: copy``, not the resolved task config), so the config's groups may be
+    plain strings: the choices come from ``config.choices``, which no sweep locks."""
     summary = {k: v for k, v in dict(run.summary).items() if not k.startswith("_")}
     config = dict(run.config)
     status = summary.get("status") or WANDB_STATES.get(run.state, run.state)
@@ -315,7 +318,8 @@ def wandb_record(run: Any) -> dict[str, Any]:
         "choices": config.get("choices") or {},
         "metrics": dict(summary.get("metrics") or {}) if status == "completed" else {},
         **{key: summary[key] for key in COMPETENCE_KEYS if key in summary},
-        "train_lengths": (config.get("task") or {}).get("train_lengths"),
+        "train_lengths": summary.get("train_lengths")
+        or _task_config({"config": config}).get("train_lengths"),
         "config": config,
         "overrides": summary.get("overrides") or [],
         **({"member_of": summary["member_of"]} if summary.get("member_of") else {}),
@@ -381,7 +385,10 @@ def lengths_frame(records: list[dict[str, Any]]) -> pd.DataFrame:
 
 
 def _task_config(record: dict[str, Any]) -> dict[str, Any]:
-    return (record.get("config") or {}).get("task") or {}
+    """The record's resolved task config; ``{}`` when it has none, or only the task's name (a
+    W&B sweep agent locks ``task`` to it)."""
+    task = (record.get("config") or {}).get("task")
+    return task if isinstance(task, dict) else {}
 
 
 def _or_nan(value: float | None) -> float:
