@@ -11,6 +11,8 @@ Written to ``--out`` (default ``<first directory>/summary``; ``logs/summary/<pro
 - ``table_lengths.{md,tex,csv}``: encodings x evaluation lengths;
 - ``table_steps.{md,csv}``: steps to learn, encodings x tasks (runs with ``learned_at`` only);
 - ``length_curves.{png,pdf}`` and ``heatmap.{png,pdf}``;
+- ``report.html``: all of it in one self-contained file, with the runs that did not complete or
+  did not learn, every job's command and the versions (``pelab.analysis.html_report``);
 - the same for the re-evaluations found (``scripts/eval.py``) in ``eval/``: one row per
   training setting and evaluation setting (e.g. ``pe.scaling``), with their chance levels;
 
@@ -26,6 +28,7 @@ import sys
 from pathlib import Path
 
 from pelab.analysis.collect import WANDB_PREFIX, lengths_frame, load_records, runs_frame
+from pelab.analysis.html_report import write_html
 from pelab.analysis.plots import heatmap, length_curves, save
 from pelab.analysis.table import ablation, write_tables
 from pelab.analysis.wandb_summary import log_summary
@@ -95,7 +98,8 @@ def tables_and_figures(records: list[dict], out: Path, args: argparse.Namespace)
         length_curves(result.runs, result.lengths, result.rows, args.metric), out / "length_curves"
     )
     figures += save(heatmap(result.by_task, result.rows, args.metric), out / "heatmap")
+    page = write_html(result, records, figures, out)
     if not args.no_wandb:
         log_summary(result, records, out, figures)
     print((out / "table_tasks.md").read_text())
-    return written + figures
+    return [*written, *figures, page]

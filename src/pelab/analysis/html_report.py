@@ -1,0 +1,100 @@
+"""One self-contained HTML file per table set (``make_table.py`` writes ``report.html`` beside the
+tables): the tables with their legend, the figures (embedded PNG), every run that did not
+complete or did not learn its task, the command of every job and the versions that ran them;
+a file to open in a browser or attach to a message, with nothing beside it."""
+
+from __future__ import annotations
+
+import base64
+import html
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from pelab.analysis.collect import setting_overrides
+from pelab.analysis.table import LEGEND, Ablation, not_completed, pivot
+
+STYLE = (
+    "body{font-family:sans-serif;margin:2em;max-width:1400px}"
+    "table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ccc;padding:3px 6px}"
+    "th{background:#f3f3f3}img{max-width:100%}code{background:#f3f3f3;padding:0 3px}"
+)
+
+
+def table_html(stats: pd.DataFrame, rows: list[str], cols: list[str]) -> str:
+    """A table as HTML, its best cells bold (as in the Markdown table)."""
+    table, best = pivot(stats, rows, cols)
+    table = table.map(html.escape).where(~best, "<b>" + table.map(html.escape) + "</b>")
+    return table.to_html(escape=False)
+
+
+def unlearned(runs: pd.DataFrame, rows: list[str]) -> list[str]:
+    """The completed runs that did not learn their task in distribution (``learned`` False)."""
+    chosen = runs[(runs["status"] == "completed") & runs["learned"].eq(False)]
+    return [
+        f"{' · '.join(str(run[c]) for c in [*rows, 'task'])} · seed {run['seed']}: "
+        f"ID exact match {run['id/exact_match']:.1%} ({run['source']})"
+        for _, run in chosen.iterrows()
+    ]
+
+
+def commands(records: Sequence[dict[str, Any]]) -> list[str]:
+    """The command line of every job, once each (its overrides as Hydra saved them)."""
+    script = {"train": "scripts/train.py", "eval": "scripts/eval.py"}
+    lines = {
+        f"python {script.get(r.get('kind', 'train'), 'scripts/train.py')} "
+        + " ".join(r.get("overrides") or [])
+        for r in records
+        if r.get("overrides") is not None
+    }
+    return sorted(lines)
+
+
+def versions(records: Sequence[dict[str, Any]]) -> list[str]:
+    """Every distinct environment the runs recorded: library versions and git commit."""
+    seen = {
+        (
+            ", ".join(f"{k} {v}" for k, v in (r.get("versions") or {}).items()),
+            str(r.get("git_commit")) + (" (dirty)" if r.get("git_dirty") else ""),
+        )
+        for r in records
+        if r.get("versions")
+    }
+    return [f"{libs}; commit {commit}" for libs, commit in sorted(seen)]
+
+
+def write_html(
+    result: Ablation, records: Sequence[dict[str, Any]], figures: Sequence[Path], out: Path
+) -> Path:
+    """``out/report.html``: the whole report in one file (see the module docstring)."""
+
+    def items(lines: list[str]) -> str:
+        listed = "".join(f"<li>{html.escape(line)}</li>" for line in lines)
+        return f"<ul>{listed}</ul>" if lines else "<p>none</p>"
+
+    parts = [f"<h1>pelab: {html.escape(result.caption)}</h1>", f"<p>{html.escape(LEGEND)}</p>"]
+    for name, (stats, cols) in result.tables().items():
+        parts += [f"<h2>{name}</h2>", table_html(stats, result.rows, cols)]
+    for figure in figures:
+        if figure.suffix == ".png":
+            data = base64.b64encode(figure.read_bytes()).decode()
+            parts += [f"<h2>{figure.stem}</h2>", f'<img src="data:image/png;base64,{data}">']
+    parts += [
+        "<h2>Runs that did not complete</h2>",
+        items(not_completed(result.runs, result.rows)),
+    ]
+    parts += [
+        "<h2>Runs that did not learn their task</h2>",
+        items(unlearned(result.runs, result.rows)),
+    ]
+    parts += ["<h2>Commands</h2>", items(commands(records))]
+    parts += ["<h2>Versions</h2>", items(versions(records))]
+    settings = sorted({k for r in records for k in setting_overrides(r.get("overrides") or [])})
+    parts += [f"<p>Settings the runs vary: {html.escape(', '.join(settings) or 'none')}</p>"]
+    page = "<!DOCTYPE html><html><head><meta charset='utf-8'><title>pelab report</title>"
+    page += f"<style>{STYLE}</style></head><body>{''.join(parts)}</body></html>\n"
+    path = out / "report.html"
+    path.write_text(page)
+    return path
