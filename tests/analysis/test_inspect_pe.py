@@ -8,7 +8,9 @@ from omegaconf import DictConfig
 
 from pelab.analysis import inspect_pe
 from pelab.errors import ConfigError
-from tests.conftest import compose_config
+from pelab.load import load_run
+from pelab.train import run
+from tests.conftest import TINY, compose_config
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -127,3 +129,47 @@ def test_the_figures_go_to_wandb_with_the_encoding_and_the_overrides(tmp_path, m
     assert (figures, name, out_dir) == (paths, "alibi", tmp_path)
     assert config["pe"] == "alibi" and config["dims"]["d_model"] == 32
     assert "pe=alibi" in config["overrides"]
+
+
+def test_a_trained_checkpoint_is_drawn_with_its_trained_encoding_and_attention_maps(tmp_path):
+    """``ckpt_path=``: the figures of the run's trained encoding (a T5 bias that moved from its
+    zero initialisation, not the flat line of an untrained one) and attention maps at an
+    in-distribution and an out-of-distribution length, one panel per layer and head."""
+    trained = compose_config(
+        [
+            *TINY,
+            "pe=t5_bias",
+            "logger=csv",
+            "trainer.max_steps=20",
+            "trainer.val_check_interval=10",
+        ],
+        tmp_path / "train",
+    )
+    run(trained)
+    ckpt = Path(trained.paths.output_dir) / "checkpoints" / "best.ckpt"
+    paths = draw(tmp_path / "trained", f"ckpt_path={ckpt}")
+    assert {p.stem for p in paths} == {"relative_logit_bias", "attention_len16", "attention_len32"}
+    assert all(p.read_bytes().startswith(PNG_MAGIC) for p in paths)
+    untrained = inspect_pe.build_model(trained, inspect_pe.build_task(trained)).net.pe
+    loaded = load_run(trained.paths.output_dir).model.net.pe
+    curves = [inspect_pe.relative_curves(pe, "logit_bias", 16)[1] for pe in (untrained, loaded)]
+    assert not torch.equal(*curves) and curves[1].std() > 0  # trained: no longer flat
+
+
+def test_attention_maps_are_drawn_per_layer_and_head_from_the_recorded_probabilities(
+    tmp_path, monkeypatch
+):
+    trained = compose_config([*TINY, "logger=csv", "model.net.n_layers=2"], tmp_path / "train")
+    run(trained)
+    drawn = []
+    monkeypatch.setattr(inspect_pe, "plot_attention", lambda maps, *a: drawn.append(maps))
+    loaded = load_run(trained.paths.output_dir)
+    inspect_pe.attention_figures(loaded, tmp_path)
+    assert len(drawn) == 2  # lengths 16 (in distribution) and 32 (beyond)
+    maps = drawn[1]
+    assert list(maps) == ["blocks.0.attn", "blocks.1.attn"]
+    n = 1 + 32 + 1 + 32 - 1  # BOS prompt SEP answer, the last answer token not fed
+    for probs in maps.values():
+        assert probs.shape == (trained.model.net.n_heads, n, n)
+        torch.testing.assert_close(probs.sum(-1), torch.ones(probs.shape[:2]))
+        assert torch.all(probs.triu(1) == 0)  # causal

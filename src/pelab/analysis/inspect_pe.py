@@ -29,6 +29,15 @@ Encodings of 2-D positions (``pe=rope_2d task=grid``, ...) get heatmaps instead,
 - ``grid_relative_<hook>.png``: the ``logit_bias``, or the ``transform_qk`` score of one fixed
   random q, k pair, as a function of the offset ``(Δrow, Δcol)`` (query minus key).
 
+With ``ckpt_path=<run dir>/checkpoints/best.ckpt`` the figures are those of the trained
+encoding of that run (learned tables, biases and per-layer parameters as trained; the model and
+its settings come from the run's record, as ``pelab.load_run`` loads it), and two more:
+
+- ``attention_len<n>.png``: every attention module's probabilities on one test sample
+  (teacher-forced), one panel per layer and head, at the longest in-distribution evaluation
+  length and the longest one beyond it: where the model looks when it extrapolates. Recorded by
+  ``pelab.models.attention_maps`` on either kernel.
+
 Figures are logged to W&B as images (mode from ``pelab.utils.wandb_mode``: offline unless
 credentials exist) unless ``wandb=false``. The one analysis module that builds encodings.
 """
@@ -45,6 +54,7 @@ from torch import Tensor
 
 from pelab.analysis.pe_figures import (
     HOOK_TITLES,
+    plot_attention,
     plot_cosine,
     plot_heatmaps,
     plot_linear_map,
@@ -52,6 +62,8 @@ from pelab.analysis.pe_figures import (
     plot_tables,
 )
 from pelab.errors import ConfigError
+from pelab.load import Run, load_run
+from pelab.models.attention_maps import attention_maps
 from pelab.pe.absolute import SinusoidalPE
 from pelab.pe.base import PositionalEncoding
 from pelab.pe.scaled_sinusoidal import ScaledSinusoidalPE
@@ -220,14 +232,41 @@ def log_to_wandb(paths: list[Path], pe_name: str, out_dir: Path, config: dict) -
     run.finish()
 
 
+def attention_figures(trained: Run, out_dir: Path) -> list[Path]:
+    """``attention_len<n>.png`` of a trained model: every attention module's probabilities on
+    one test sample (teacher-forced: the prompt, then the right answer) at the longest
+    in-distribution evaluation length and at the longest length beyond it, if any."""
+    task, model = trained.task, trained.model
+    inside = [n for n in task.eval_lengths if task.in_distribution(n)]
+    outside = [n for n in task.eval_lengths if not task.in_distribution(n)]
+    paths = []
+    for length in [max(inside)] + ([max(outside)] if outside else []):
+        prompt, answer = task.sample(1, length, torch.Generator().manual_seed(length))
+        positions = model.sequence_positions(prompt, answer.shape[1])
+        with torch.no_grad(), attention_maps(model.net) as maps:
+            model.kind.answer_logits(model.net, prompt, answer, positions)
+        first = {name: calls[0][0] for name, calls in maps.items()}  # [h, i, j] of sample 0
+        split = "in distribution" if task.in_distribution(length) else "beyond training"
+        path = out_dir / f"attention_len{length}.png"
+        title = f"{trained.model.net.pe.pe_name} on {task.task_name}, length {length} ({split})"
+        plot_attention(first, prompt.shape[1] + 2, title, path)
+        paths.append(path)
+    return paths
+
+
 def run(cfg: DictConfig) -> list[Path]:
     """Build the encoding of ``cfg`` (``configs/inspect.yaml``), draw it into ``cfg.out_dir``,
-    print and return the PNG paths; log them to W&B if ``cfg.wandb``."""
+    print and return the PNG paths; log them to W&B if ``cfg.wandb``. With ``ckpt_path`` the
+    encoding and model are the trained ones of that checkpoint's run (``pelab.load_run``), and
+    the attention maps are drawn too (``attention_figures``)."""
     check_options(cfg)
-    pe = build_model(cfg, build_task(cfg)).net.pe
     out_dir = Path(cfg.out_dir)
+    trained = load_run(cfg.ckpt_path, cfg.ckpt_path) if cfg.get("ckpt_path") else None
+    pe = (trained.model if trained else build_model(cfg, build_task(cfg))).net.pe
     with torch.no_grad():
         paths = draw(pe, out_dir, cfg.length)
+    if trained is not None:
+        paths += attention_figures(trained, out_dir)
     for path in paths:
         print(path)
     if cfg.wandb:

@@ -118,3 +118,26 @@ def plot_heatmaps(maps: Tensor, radius: int, title: str, path: Path) -> None:
     fig.suptitle(title)
     fig.savefig(path, dpi=100, bbox_inches="tight")
     plt.close(fig)
+
+
+def plot_attention(maps: dict[str, Tensor], tokens: int, title: str, path: Path) -> None:
+    """The attention probabilities of one sample, one row per attention module (``{name:
+    [h, i, j]}``, e.g. ``blocks.0.attn``), one panel per head; queries down, keys across; the
+    first ``tokens`` keys are the prompt (BOS, prompt, SEP), marked by a line."""
+    rows, heads = len(maps), max(len(m) for m in maps.values())
+    fig, axes = plt.subplots(
+        rows, heads, figsize=(3.2 * heads, 3.2 * rows), squeeze=False, layout="constrained"
+    )
+    for row, (name, probs) in zip(axes, maps.items(), strict=True):
+        for head, ax in enumerate(row):
+            if head >= len(probs):
+                ax.axis("off")
+                continue
+            ax.imshow(probs[head], cmap="viridis", vmin=0, vmax=1, interpolation="nearest")
+            ax.axvline(tokens - 0.5, color="white", lw=0.6)
+            ax.set_title(f"{name} · head {head}", fontsize=8)
+            ax.set_xlabel("key", fontsize=7)
+            ax.set_ylabel("query", fontsize=7)
+    fig.suptitle(title)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
