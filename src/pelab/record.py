@@ -5,7 +5,7 @@ Keys (``SCHEMA_VERSION`` 2; a record without ``schema_version`` is version 1, re
 
 - ``schema_version``; ``kind``: ``train`` or ``eval`` (a re-evaluation of a checkpoint);
 - ``status``: ``running`` (written on entry: a job killed outright keeps it), ``completed`` or
-  ``failed``, with ``error`` (one line) when failed;
+  ``failed``, with ``error`` (one line) when failed; ``started``: when (ISO 8601, local time);
 - ``choices``: the config-group choices (model, pe, task, ...) and the seed; ``config``: the
   resolved config; ``checkpoint``: the checkpoint a re-evaluation tested and
   ``eval_overrides``: what it changed (``["pe.scaling=yarn"]``) (``eval`` only);
@@ -35,6 +35,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import datetime
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
@@ -124,6 +125,7 @@ def new_record(kind: str, choices: dict[str, Any], config: dict[str, Any]) -> di
         "schema_version": SCHEMA_VERSION,
         "kind": kind,
         "status": "running",
+        "started": datetime.now().astimezone().isoformat(timespec="seconds"),
         "choices": choices,
         "config": config,
     }

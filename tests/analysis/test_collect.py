@@ -215,6 +215,9 @@ def test_local_sources_are_filtered_like_wandb_runs():
     assert not matches(alibi, {"pe": "rope"}) and not matches(alibi, {"seed": "0"})
     assert matches(rope, {"tag": "cpu", "config.run_name": "ablation_cpu"})
     assert matches(rope, {"config.model.net.d_model": "32"}) and not matches(alibi, {"tag": "cpu"})
+    rope["started"] = "2026-11-24T04:00:00+00:00"
+    assert matches(rope, {"date": "2026-11-24"}) and matches(rope, {"date": "2026-11"})
+    assert not matches(rope, {"date": "2026-11-23"}) and not matches(alibi, {"date": "2026"})
     with pytest.raises(ConfigError, match=r"unknown key 'colour'; valid keys: model, pe, task"):
         matches(rope, {"colour": "red"})
 

@@ -115,14 +115,16 @@ def directory_records(root: Path) -> list[dict[str, Any]]:
 
 
 # ``--filter`` keys of local sources beside the choices, ``seed`` and ``config.<key>``
-FILTER_KEYS = ("tag", "group")
+FILTER_KEYS = ("tag", "group", "date")
 
 
 def matches(record: dict[str, Any], filters: dict[str, str]) -> bool:
     """Whether a record passes every filter, as W&B's filters select runs: a choice (``pe``,
     ``task``, ``model``, ...) or ``seed`` equal to the value, ``tag`` among its tags, ``group``
-    its W&B group (its sweep), ``config.<key>`` a config value (``config.run_name=ablation_cpu``,
-    ``config.model.net.d_model=32``); a ``ConfigError`` for another key."""
+    its W&B group (its sweep), ``date`` a prefix of when it started (``2026-11-24``; records
+    from before ``started`` was kept never match), ``config.<key>`` a config value
+    (``config.run_name=ablation_cpu``, ``config.model.net.d_model=32``); a ``ConfigError`` for
+    another key."""
     config = OmegaConf.create(record.get("config") or {})
     for key, want in filters.items():
         if key in (*CHOICES, "seed"):
@@ -133,6 +135,10 @@ def matches(record: dict[str, Any], filters: dict[str, str]) -> bool:
             continue
         elif key == "group":
             have = OmegaConf.select(config, "logger.wandb.group")
+        elif key == "date":  # a prefix of when it started: 2026-11-24, 2026-11
+            if not str(record.get("started", "")).startswith(want):
+                return False
+            continue
         elif key.startswith("config."):
             have = OmegaConf.select(config, key.removeprefix("config."))
         else:

@@ -55,6 +55,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         type=key_value,
         metavar="KEY=VALUE",
         help="keep the runs with this value: pe=rope, task=copy, seed=0, tag=cpu, group=<sweep>, "
+        "date=2026-11-24, "
         "config.<key>=<value> (W&B sources: W&B's own filter keys, e.g. sweep=<id>)",
     )
     parser.add_argument("--no-wandb", action="store_true", help="do not log the summary to W&B")
