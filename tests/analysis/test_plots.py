@@ -6,8 +6,9 @@ from matplotlib.colors import same_color, to_rgba_array
 from matplotlib.patches import Rectangle
 
 from pelab.analysis.collect import lengths_frame, runs_frame
-from pelab.analysis.plots import heatmap, length_curves, save
+from pelab.analysis.plots import heatmap, length_curves, read_published, save
 from pelab.analysis.table import ablation
+from pelab.errors import ConfigError
 from tests.analysis.records import record
 
 RECORDS = [
@@ -71,3 +72,26 @@ def test_a_row_keeps_its_colour_in_every_panel_and_the_legend_names_it():
         if text.get_text() != "chance level":
             assert same_color(to_rgba_array(handle.get_color())[0], colour[text.get_text()])
     assert [t.get_text() for t in legend.get_texts()] == list(colour)
+
+
+def test_published_numbers_are_overlaid_in_their_encodings_colour(tmp_path):
+    """``--published``: hollow squares at the published values, in the colour of the encoding's
+    line, one black legend entry per source; a file without the columns is refused."""
+    published = tmp_path / "paper.csv"
+    published.write_text(
+        "pe,task,length,value,source\nrope,copy,16,0.9,Paper A\nrope,copy,32,0.4,Paper A\n"
+    )
+    result = ablation(runs_frame(RECORDS), lengths_frame(RECORDS))
+    fig = length_curves(
+        result.runs, result.lengths, result.rows, "exact_match", read_published(published)
+    )
+    ax = fig.axes[0]
+    [points] = [line for line in ax.get_lines() if line.get_label() == "published: Paper A"]
+    assert list(points.get_xdata()) == [16, 32] and np.allclose(points.get_ydata(), [90, 40])
+    rope = next(c.lines[0] for c in ax.containers if c.get_label() == "rope")
+    assert points.get_color() == rope.get_color() and points.get_markerfacecolor() == "none"
+    [legend] = fig.legends
+    assert "published: Paper A" in [t.get_text() for t in legend.get_texts()]
+    (tmp_path / "bad.csv").write_text("pe,task,len,acc\n")
+    with pytest.raises(ConfigError, match="no column length, value, source"):
+        read_published(tmp_path / "bad.csv")

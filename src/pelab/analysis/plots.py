@@ -13,8 +13,10 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
 
 from pelab.analysis.collect import NOT_SET  # noqa: E402
+from pelab.errors import ConfigError  # noqa: E402
 
 _PALETTE = plt.get_cmap("tab20").colors
 COLORS = _PALETTE[::2] + _PALETTE[1::2]  # the 10 strong colours first, then their light twins
@@ -40,13 +42,38 @@ def row_colors(runs: pd.DataFrame, rows: list[str]) -> dict[object, tuple[float,
     }
 
 
+PUBLISHED_COLUMNS = ("pe", "task", "length", "value", "source")
+
+
+def read_published(path: Path) -> pd.DataFrame:
+    """Published numbers to overlay (``make_table.py --published <csv>``): one row per point,
+    columns ``PUBLISHED_COLUMNS`` (``value`` in [0, 1], of the table's metric; ``source`` e.g.
+    ``Ruoss et al. 2023, Table 4``); a ``ConfigError`` naming missing columns."""
+    if not Path(path).is_file():
+        raise ConfigError(f"--published {path}: no such file")
+    frame = pd.read_csv(path)
+    missing = [c for c in PUBLISHED_COLUMNS if c not in frame.columns]
+    if missing:
+        raise ConfigError(
+            f"{path}: no column {', '.join(missing)}; a published-numbers file has the columns "
+            f"{', '.join(PUBLISHED_COLUMNS)}"
+        )
+    return frame
+
+
 def length_curves(
-    runs: pd.DataFrame, lengths: pd.DataFrame, rows: list[str], metric: str
+    runs: pd.DataFrame,
+    lengths: pd.DataFrame,
+    rows: list[str],
+    metric: str,
+    published: pd.DataFrame | None = None,
 ) -> Figure:
     """One panel per task: the mean ``metric`` over completed seeds at each evaluation length
     (error bars: standard deviation), one line per row of the table, the chance level dotted;
     the lengths seen in training are shaded. A row keeps its colour in every panel
-    (``row_colors``), and the legend lists every row drawn in any panel."""
+    (``row_colors``), and the legend lists every row drawn in any panel. ``published``
+    (``read_published``) numbers are drawn as hollow squares in their encoding's colour, one
+    legend entry per source."""
     data = lengths.drop(columns="task", errors="ignore").merge(
         runs[[*rows, "task", "status", "train_min", "train_max"]], left_on="run", right_index=True
     )
@@ -72,6 +99,8 @@ def length_curves(
                 color=colors[key],
                 label=label(key, rows),
             )
+        if published is not None:
+            _overlay(ax, published[published["task"] == task], runs, rows, colors)
         chance = part.groupby("length")[f"chance/{metric}"].mean().dropna()
         if len(chance):
             ax.plot(chance.index, chance * 100, ":", color="0.4", label="chance level")
@@ -85,6 +114,9 @@ def length_curves(
         ax.set_title(task)
         ax.set_xlabel("evaluation length (shaded: training lengths)")
     axes[0][0].set_ylabel(f"{metric.replace('_', ' ')} (%)")
+    for name in [n for n in legend if n.startswith("published: ")]:  # a black square each
+        del legend[name]
+        legend[name] = Line2D([], [], ls="none", marker="s", mfc="none", color="black")
     chance = legend.pop("chance level", None)
     if chance is not None:  # last, after the rows
         legend["chance level"] = chance
@@ -97,6 +129,24 @@ def length_curves(
     )
     fig.tight_layout()
     return fig
+
+
+def _overlay(ax, points: pd.DataFrame, runs, rows: list[str], colors: dict) -> None:
+    """Published points of one task, in the colour of their encoding's first row."""
+    first = {}
+    for key in colors:
+        first.setdefault(key[0] if len(rows) > 1 else key, colors[key])
+    for (pe, source), group in points.groupby(["pe", "source"], sort=False):
+        ax.plot(
+            group["length"],
+            group["value"] * 100,
+            linestyle="none",
+            marker="s",
+            markersize=7,
+            markerfacecolor="none",
+            color=first.get(pe, "0.2"),
+            label=f"published: {source}",
+        )
 
 
 def heatmap(stats: pd.DataFrame, rows: list[str], metric: str) -> Figure:

@@ -10,7 +10,8 @@ Written to ``--out`` (default ``<first directory>/summary``; ``logs/summary/<pro
 - ``table_tasks.{md,tex,csv}``: encodings x tasks, in- and out-of-distribution;
 - ``table_lengths.{md,tex,csv}``: encodings x evaluation lengths;
 - ``table_steps.{md,csv}``: steps to learn, encodings x tasks (runs with ``learned_at`` only);
-- ``length_curves.{png,pdf}`` and ``heatmap.{png,pdf}``;
+- ``length_curves.{png,pdf}`` (``--published <csv>`` overlays published numbers: columns pe,
+  task, length, value, source) and ``heatmap.{png,pdf}``;
 - ``report.html``: all of it in one self-contained file, with the runs that did not complete or
   did not learn, every job's command and the versions (``pelab.analysis.html_report``);
 - the same for the re-evaluations found (``scripts/eval.py``) in ``eval/``: one row per
@@ -29,7 +30,7 @@ from pathlib import Path
 
 from pelab.analysis.collect import WANDB_PREFIX, lengths_frame, load_records, runs_frame
 from pelab.analysis.html_report import write_html
-from pelab.analysis.plots import heatmap, length_curves, save
+from pelab.analysis.plots import heatmap, length_curves, read_published, save
 from pelab.analysis.table import ablation, write_tables
 from pelab.analysis.wandb_summary import log_summary
 from pelab.errors import ConfigError
@@ -58,6 +59,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "date=2026-11-24, "
         "config.<key>=<value> (W&B sources: W&B's own filter keys, e.g. sweep=<id>)",
     )
+    parser.add_argument(
+        "--published",
+        type=Path,
+        help="a CSV of published numbers (pe, task, length, value, source) to overlay on the "
+        "length curves",
+    )
     parser.add_argument("--no-wandb", action="store_true", help="do not log the summary to W&B")
     return parser.parse_args(argv)
 
@@ -73,6 +80,8 @@ def main(argv: list[str] | None = None) -> int:
     ``sys.argv[1:]``); returns the exit status: 0, or 2 when no run was found."""
     args = parse(argv)
     try:
+        if args.published:
+            read_published(args.published)  # a bad file fails before any work
         records = load_records(args.sources, dict(args.filter))
         evaluations = load_records(args.sources, dict(args.filter), kind="eval")
     except ConfigError as error:
@@ -95,9 +104,9 @@ def tables_and_figures(records: list[dict], out: Path, args: argparse.Namespace)
     ``--no-wandb``; prints the task table."""
     result = ablation(runs_frame(records), lengths_frame(records), args.metric)
     written = write_tables(result, out)
-    figures = save(
-        length_curves(result.runs, result.lengths, result.rows, args.metric), out / "length_curves"
-    )
+    published = read_published(args.published) if args.published else None
+    curves = length_curves(result.runs, result.lengths, result.rows, args.metric, published)
+    figures = save(curves, out / "length_curves")
     figures += save(heatmap(result.by_task, result.rows, args.metric), out / "heatmap")
     page = write_html(result, records, figures, out)
     if not args.no_wandb:
