@@ -32,6 +32,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 from pelab.errors import ConfigError
 from pelab.pe import PE_REGISTRY
 from pelab.record import RESULTS, read_record
+from pelab.reliability.checkpoints import check_integrity
 from pelab.reliability.validate import check_types
 from pelab.runner import execute, make_trainer, outcome, sweep_job, sweep_job_dir
 from pelab.train import build_model, build_task, data_module
@@ -147,6 +148,7 @@ def trained_sizes(record: dict[str, Any], train_cfg: DictConfig) -> dict[str, in
 
 
 def load_weights(model: torch.nn.Module, ckpt: Path) -> None:
+    check_integrity(Path(ckpt))
     try:
         state = torch.load(ckpt, map_location="cpu", weights_only=True)["state_dict"]
     except (OSError, RuntimeError, EOFError, KeyError, TypeError, pickle.UnpicklingError) as e:

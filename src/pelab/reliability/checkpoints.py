@@ -9,6 +9,8 @@ import logging
 import os
 import pickle
 import re
+import zipfile
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -66,13 +68,34 @@ def differences(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
     return out
 
 
+def check_integrity(path: Path) -> None:
+    """A ``ConfigError`` when a member of the checkpoint's zip archive (``torch.save``'s format)
+    fails its CRC: overwritten bytes or one flipped bit, which ``torch.load`` does not check and
+    would load as wrong weights. A file that is no zip archive is left to ``torch.load``."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            bad = archive.testzip()
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError):
+        return
+    except (zlib.error, NotImplementedError, ValueError) as error:
+        bad = f"({type(error).__name__}: {error})"
+    if bad is not None:
+        raise ConfigError(
+            f"ckpt_path={path} is corrupt: its member {bad} fails its CRC check (overwritten or "
+            "flipped bytes), so its weights cannot be trusted. Delete it to resume from an older "
+            "checkpoint of the run (or to start over), or pass another with ckpt_path=<file>"
+        )
+
+
 def read_checkpoint(path: str | Path) -> dict[str, Any]:
-    """The checkpoint at ``path``, loaded with ``weights_only=True``; a ``ConfigError`` saying what
-    is wrong for a missing, truncated, corrupt or foreign file (one that needs arbitrary code to
+    """The checkpoint at ``path``, loaded with ``weights_only=True`` after its CRCs are checked
+    (``check_integrity``); a ``ConfigError`` saying what is wrong for a missing, truncated,
+    corrupt or foreign file (one that needs arbitrary code to
     load is refused, never executed)."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"ckpt_path={path} does not exist or is not a file")
+    check_integrity(path)
     try:
         checkpoint = torch.load(path, map_location="cpu", weights_only=True)
     except (pickle.UnpicklingError, RuntimeError, EOFError, OSError, ValueError) as error:
