@@ -182,6 +182,17 @@ class SequenceModel(L.LightningModule):
     def on_test_epoch_end(self) -> None:
         self._log_epoch("test")
 
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """The last validation's scores go with the weights: a run resumed at its final step
+        (killed during its test) has no validation left to run, and records them from here."""
+        if "val" in self.scores:
+            checkpoint[SCORES_KEY] = {"val": self.scores["val"]}
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        saved = (checkpoint.get(SCORES_KEY) or {}).get("val")
+        if saved is not None and "val" not in self.scores:  # never over this run's own
+            self.scores["val"] = {int(n): dict(v) for n, v in saved.items()}
+
     def configure_optimizers(self):  # noqa: ANN201 (Lightning's union of return types)
         optimizer = self.optimizer_factory(self.net.parameters())
         return self.scheduled(optimizer, self.trainer.max_steps)
@@ -195,6 +206,9 @@ class SequenceModel(L.LightningModule):
             "optimizer": optimizer,
             "lr_scheduler": {"scheduler": scheduler, "interval": "step"},
         }
+
+
+SCORES_KEY = "pelab_scores"  # the last validation's scores in a checkpoint
 
 
 def _state(metric: str, length: int) -> str:

@@ -468,6 +468,7 @@ class MemberStack(L.LightningModule):
             "history": self.history,
             "rng": self.rng,
             "competence": [c.state_dict() for c in self.competence or []],
+            "val_scores": [m.scores.get("val") for m in self.members],
         }
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
@@ -477,6 +478,9 @@ class MemberStack(L.LightningModule):
         self.rng = list(state["rng"])
         for c, saved in zip(self.competence or [], state["competence"], strict=True):
             c.load_state_dict(saved)
+        for member, scores in zip(self.members, state.get("val_scores") or [], strict=False):
+            if scores is not None and "val" not in member.scores:  # resumed at the last step
+                member.scores["val"] = {int(n): dict(v) for n, v in scores.items()}
 
     def member_outcome(self, k: int) -> dict[str, Any]:
         """Member ``k``'s competence fields for its record."""

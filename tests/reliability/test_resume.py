@@ -103,3 +103,22 @@ def test_a_slurm_requeue_checkpoint_is_resumed(tmp_path, repo_root, reference, m
     record = run(config(tmp_path, out))
     assert record["resumed_from"] == str(out / "hpc_ckpt_1.ckpt")
     assert_same_as_reference(out, record, reference)
+
+
+def test_a_run_resumed_at_its_last_step_records_its_last_validation(tmp_path):
+    """Killed during its final test, a run re-run resumes at its last step: nothing is left to
+    train or validate, and its record still has the last validation (saved in the checkpoint)."""
+    out = tmp_path / "run"
+    first = run(config(tmp_path, out))
+    again = run(config(tmp_path, out))  # what a re-run after a kill in the test does
+    assert again["resumed_from"].endswith("last.ckpt")
+    assert again["metrics"]["val"] == first["metrics"]["val"] and first["metrics"]["val"]
+    assert again["metrics"]["test"] == first["metrics"]["test"]
+
+
+def test_a_stack_resumed_at_its_last_step_records_each_members_last_validation(tmp_path):
+    cfg = config(tmp_path, tmp_path / "stack", "seeds=[0,1]")
+    first = run(cfg)
+    again = run(config(tmp_path, tmp_path / "stack", "seeds=[0,1]"))
+    assert [r["metrics"]["val"] for r in again] == [r["metrics"]["val"] for r in first]
+    assert all(r["metrics"]["val"] for r in again)
