@@ -4,12 +4,15 @@ weights (``torch.load`` does not check the zip CRCs)."""
 from pathlib import Path
 
 import pytest
+import torch
+from lightning.pytorch.callbacks import ModelCheckpoint
 
 from pelab.errors import ConfigError
 from pelab.evaluate import load_weights
+from pelab.reliability.callbacks import PortableCheckpoint
 from pelab.reliability.checkpoints import read_checkpoint
 from pelab.train import build_model, build_task, run
-from tests.reliability.runs import config, results
+from tests.reliability.runs import checkpoint, config, fault, results
 
 
 def flip_one_bit(path: Path) -> None:
@@ -35,3 +38,40 @@ def test_a_flipped_bit_in_a_checkpoint_is_refused_not_resumed_from(tmp_path):
     model = build_model(cfg, build_task(cfg))
     with pytest.raises(ConfigError, match="Delete it to resume from an older checkpoint"):
         load_weights(model, best)  # re-evaluation and pelab.load_run
+
+
+def test_the_best_checkpoint_comes_along_when_a_run_resumes_in_another_directory(tmp_path):
+    """Lightning forgets the best score when the directory changes, so the next validation
+    would always become "best": ``PortableCheckpoint`` keeps the score and copies the file."""
+    old, new = tmp_path / "old", tmp_path / "new"
+    old.mkdir()
+    (old / "best.ckpt").write_bytes(b"weights of step 50")
+    saved = ModelCheckpoint(dirpath=old, filename="best", monitor="val/id/selection", mode="max")
+    saved.best_model_score, saved.best_model_path = torch.tensor(0.75), str(old / "best.ckpt")
+    saved.best_k_models = {str(old / "best.ckpt"): torch.tensor(0.75)}
+    moved = PortableCheckpoint(
+        dirpath=new, filename="best", monitor="val/id/selection", mode="max"
+    )
+    moved.load_state_dict(saved.state_dict())
+    assert moved.best_model_score == 0.75 and moved.best_model_path == str(new / "best.ckpt")
+    assert (new / "best.ckpt").read_bytes() == b"weights of step 50"
+    assert list(moved.best_k_models) == [str(new / "best.ckpt")]
+    lightning = ModelCheckpoint(dirpath=new, filename="best", monitor="val/id/selection")
+    with pytest.warns(UserWarning, match="dirpath has changed"):
+        lightning.load_state_dict(saved.state_dict())
+    assert lightning.best_model_score is None  # what this class repairs
+
+
+def test_a_killed_run_resumed_into_a_new_directory_ends_as_the_uninterrupted_one(tmp_path):
+    whole = run(config(tmp_path, tmp_path / "whole"))
+    killed = tmp_path / "killed"
+    with pytest.raises(RuntimeError, match="injected fault"):
+        run(config(tmp_path, killed, *fault("raise", 6)))
+    elsewhere = tmp_path / "elsewhere"
+    resumed = run(config(tmp_path, elsewhere, f"ckpt_path={killed / 'checkpoints' / 'last.ckpt'}"))
+    assert resumed["metrics"] == whole["metrics"]
+    best = [
+        checkpoint(d / "checkpoints" / "best.ckpt")["global_step"]
+        for d in (tmp_path / "whole", elsewhere)
+    ]
+    assert best[0] == best[1]

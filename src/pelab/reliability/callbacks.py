@@ -7,6 +7,8 @@
   ``last.ckpt`` at the end of the current step, before Lightning stops the run.
 - ``RequeueAtStepEnd``: runs Lightning's SLURM requeue (checkpoint, ``scontrol requeue``) at the
   end of a step rather than mid-step.
+- ``PortableCheckpoint``: the best-checkpoint callback, exact when a run resumes from a
+  checkpoint written in another directory.
 - ``ValidateLastStep``: validates (and so checkpoints) the last step when the validation
   interval does not divide ``trainer.max_steps``: a short run always saves its model.
 - ``StopOnNonFiniteLoss``: fails the run at the first NaN or infinite training loss.
@@ -18,6 +20,7 @@ from __future__ import annotations
 import logging
 import os
 import random
+import shutil
 import signal
 import time
 from collections.abc import Iterator
@@ -27,12 +30,52 @@ from typing import Any
 
 import lightning as L
 import torch
-from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from pelab.reliability.checkpoints import IDENTITY_KEY
 
 log = logging.getLogger(__name__)
+
+
+class PortableCheckpoint(ModelCheckpoint):
+    """``ModelCheckpoint`` whose state survives a new directory. Lightning drops the best score
+    when a run resumes from a checkpoint written in another ``dirpath`` (``ckpt_path=<another
+    run's last.ckpt>``, a moved or copied run directory): the next validation then always
+    becomes "best", whatever its score, and the test reports another model than the
+    uninterrupted run would. This one keeps the score and the best checkpoint: the file comes
+    along into the new directory (copied unless already there), so resuming anywhere is exact.
+    When the best file is nowhere to be found, Lightning's behaviour (and warning) remain."""
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        before = state_dict.get("dirpath", self.dirpath)
+        if self.dirpath is None or before == self.dirpath:
+            return super().load_state_dict(state_dict)
+        best = Path(state_dict.get("best_model_path") or "")
+        here = Path(self.dirpath) / best.name
+        if best.name and not here.is_file() and best.is_file():
+            here.parent.mkdir(parents=True, exist_ok=True)
+            tmp = here.with_name(f".{here.name}.{os.getpid()}.tmp")
+            shutil.copyfile(best, tmp)
+            os.replace(tmp, here)
+        if not (best.name and here.is_file()):
+            return super().load_state_dict(state_dict)
+
+        def moved(path: str | None) -> str | None:
+            return str(Path(self.dirpath) / Path(path).name) if path else path
+
+        super().load_state_dict(
+            state_dict
+            | {
+                "dirpath": self.dirpath,
+                "best_model_path": str(here),
+                "kth_best_model_path": moved(state_dict.get("kth_best_model_path")),
+                "last_model_path": moved(state_dict.get("last_model_path")),
+                "best_k_models": {
+                    moved(k): v for k, v in (state_dict.get("best_k_models") or {}).items()
+                },
+            }
+        )
 
 
 class ValidateLastStep(Callback):
