@@ -79,7 +79,7 @@ def test_a_failed_run_records_why_it_stopped(tiny_cfg, monkeypatch):
     [
         ("learned_at=1.5", r"learned_at=1.5 is not an exact-match threshold in \(0, 1\]"),
         ("learned_at=0", r"learned_at=0 is not an exact-match threshold"),
-        ("learned_patience=0", r"learned_patience must be >= 1"),
+        ("learned_patience=0", r"learned_patience=0 is out of range: it must be >= 1"),
         ("learned_at=high", r"learned_at='high' has the wrong type"),
     ],
 )

@@ -41,7 +41,14 @@ def test_an_unknown_group_option_lists_the_valid_ones(tmp_path):
         (["task.train_lengths=[1,x]"], r"task.train_lengths=\[1, 'x'\] has the wrong type"),
         (["trainer.max_steps=ten"], r"trainer.max_steps='ten' has the wrong type"),
         (["seed=abc"], r"seed='abc' has the wrong type: expected int"),
-        (["data.batch_size=0"], r"data.batch_size must be >= 1, got 0"),
+        (["data.batch_size=0"], r"data.batch_size=0 is out of range: it must be >= 1"),
+        # ranges the components' annotations do not state (a torch or Lightning error otherwise)
+        (["model.optimizer.lr=fast"], r"model.optimizer.lr='fast' has the wrong type"),
+        (["model.optimizer.lr=-1"], r"model.optimizer.lr=-1 is out of range: it must be > 0"),
+        (["trainer.val_check_interval=0"], r"val_check_interval=0 is out of range: .* >= 1"),
+        (["model.net.dropout=1.5"], r"model.net.dropout=1.5 is out of range: .* in \[0, 1\)"),
+        (["model.net.d_ff=0"], r"model.net.d_ff=0 is out of range: it must be >= 1"),
+        (["model.schedule.min_lr_ratio=-1"], r"min_lr_ratio=-1 is out of range: .* in \[0, 1\]"),
         (["model.kind=seq2seq"], "valid choices: decoder, encoder"),
         (["trainer.max_steps=-1"], r"trainer.max_steps must be >= 1, got -1"),
         # impossible shapes

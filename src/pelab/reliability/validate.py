@@ -20,28 +20,36 @@ from omegaconf import DictConfig, OmegaConf
 from pelab.errors import ConfigError
 
 SKIPPED_SECTIONS = ("hydra",)
-# Settings read by pelab itself rather than passed to a ``_target_``: key -> (type, minimum).
-PLAIN = {
-    "seed": (int, None),
-    "learned_at": (float, None),  # pelab.competence checks its range
-    "learned_patience": (int, 1),
-    "data.batch_size": (int, 1),
-    "data.eval_batch_size": (int, 1),
-    "model.compile": (bool, None),
+# Settings read by pelab itself, or whose target's annotations say too little (torch's optimizer,
+# Lightning's validation interval): key -> (type, the valid range as a test and in words).
+PLAIN: dict[str, tuple[type, typing.Callable[[Any], bool] | None, str]] = {
+    "seed": (int, None, ""),
+    "learned_at": (float, None, ""),  # pelab.competence checks its range
+    "learned_patience": (int, lambda v: v >= 1, ">= 1"),
+    "data.batch_size": (int, lambda v: v >= 1, ">= 1"),
+    "data.eval_batch_size": (int, lambda v: v >= 1, ">= 1"),
+    "model.compile": (bool, None, ""),
+    "model.optimizer.lr": (float, lambda v: v > 0, "> 0, e.g. 3e-3"),
+    "model.schedule.warmup_steps": (int, lambda v: v >= 0, ">= 0"),
+    "model.schedule.min_lr_ratio": (float, lambda v: 0 <= v <= 1, "in [0, 1]"),
+    "model.net.dropout": (float, lambda v: 0 <= v < 1, "in [0, 1)"),
+    "model.net.d_ff": (int, lambda v: v >= 1, ">= 1 (null: 4 * d_model)"),
+    "trainer.val_check_interval": (int, lambda v: v >= 1, ">= 1: validate every N steps"),
 }
 
 
 def check_types(cfg: DictConfig) -> None:
     """A ``ConfigError`` for the first option, anywhere in ``cfg``, that its ``_target_`` does not
-    accept or whose value has the wrong type; names the key, the value and the valid choices."""
-    for key, (kind, minimum) in PLAIN.items():
+    accept or whose value has the wrong type or lies outside its range (``PLAIN``); names the
+    key, the value and the valid choices."""
+    for key, (kind, valid, words) in PLAIN.items():
         value = OmegaConf.select(cfg, key, default=None)
         if value is None:
             continue
         if not matches(value, kind):
             raise ConfigError(f"{key}={value!r} has the wrong type: expected {kind.__name__}")
-        if minimum is not None and value < minimum:
-            raise ConfigError(f"{key} must be >= {minimum}, got {value}")
+        if valid is not None and not valid(value):
+            raise ConfigError(f"{key}={value!r} is out of range: it must be {words}")
     config = OmegaConf.to_container(cfg, resolve=True)
     for key, value in config.items():
         if key not in SKIPPED_SECTIONS:
