@@ -44,6 +44,7 @@ def test_an_unknown_group_option_lists_the_valid_ones(tmp_path):
         (["data.batch_size=0"], r"data.batch_size=0 is out of range: it must be >= 1"),
         # ranges the components' annotations do not state (a torch or Lightning error otherwise)
         (["model.optimizer.lr=fast"], r"model.optimizer.lr='fast' has the wrong type"),
+        (["task=from_dataset"], r"task.path: required, with no default; .*\(task.path=<value>\)"),
         (["model.optimizer.lr=-1"], r"model.optimizer.lr=-1 is out of range: it must be > 0"),
         (["trainer.val_check_interval=0"], r"val_check_interval=0 is out of range: .* >= 1"),
         (["model.net.dropout=1.5"], r"model.net.dropout=1.5 is out of range: .* in \[0, 1\)"),
@@ -149,4 +150,5 @@ def test_every_shipped_option_passes_the_type_check():
     """No false alarms: every option file of every group, as shipped, is accepted."""
     for group in ("model", "pe", "task", "positions", "trainer", "logger", "experiment", "debug"):
         for option in options(group):
-            check_types(compose_config([f"{group}={option}"]))
+            required = ["task.path=data.csv"] if option == "from_dataset" else []  # its ???
+            check_types(compose_config([f"{group}={option}", *required]))

@@ -41,7 +41,14 @@ PLAIN: dict[str, tuple[type, typing.Callable[[Any], bool] | None, str]] = {
 def check_types(cfg: DictConfig) -> None:
     """A ``ConfigError`` for the first option, anywhere in ``cfg``, that its ``_target_`` does not
     accept or whose value has the wrong type or lies outside its range (``PLAIN``); names the
-    key, the value and the valid choices."""
+    key, the value and the valid choices. A required value left unset (``???`` in a config, e.g.
+    ``task.path`` of ``from_dataset``) is named first."""
+    missing = sorted(k for k in OmegaConf.missing_keys(cfg) if not k.startswith(SKIPPED_SECTIONS))
+    if missing:
+        raise ConfigError(
+            f"{', '.join(missing)}: required, with no default; set it on the command line "
+            f"({missing[0]}=<value>)"
+        )
     for key, (kind, valid, words) in PLAIN.items():
         value = OmegaConf.select(cfg, key, default=None)
         if value is None:
