@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from pelab.runner import PER_LENGTH_COLUMNS, per_length_rows
+from pelab.runner import PER_LENGTH_COLUMNS, W_AND_B_RECORD, per_length_rows
 from pelab.train import run
 
 
@@ -50,7 +50,8 @@ def test_wandb_logs_offline_into_the_run_directory(tiny_cfg):
     assert record["params"]["pe"] == 32 * cfg.model.net.n_heads
     # saved with the run: its record, and its test per length as a W&B table
     files = runs[0] / "files"
-    assert json.loads((files / "results.json").read_text()) == record
+    assert json.loads((files / W_AND_B_RECORD).read_text()) == record
+    assert not list(files.rglob("results.json"))  # which make_table.py would take for a run
     [table] = (files / "media" / "table" / "test").glob("per_length_*.table.json")
     logged = json.loads(table.read_text())
     assert logged["columns"] == list(PER_LENGTH_COLUMNS)

@@ -69,10 +69,12 @@ def run_only(key: str) -> bool:
 
 def job_key(overrides: list[str]) -> str:
     """A job's key in its sweep: a short hash of its overrides but the ``RUN_ONLY`` ones, in any
-    order. It names the job's directory (``configs/hydra/default.yaml``), so a job keeps its
-    directory when the sweep grows (``seed=0,1`` -> ``seed=0,1,2``) and ``skip_completed=true``
-    finds what it finished; ``collect`` matches a sweep's planned jobs to its directories by it."""
-    kept = sorted(o for o in overrides if not run_only(o.split("=")[0]))
+    order (a key given twice counts once, with its last value, as Hydra applies it). It names
+    the job's directory (``configs/hydra/default.yaml``), so a job keeps its directory when the
+    sweep grows (``seed=0,1`` -> ``seed=0,1,2``) and ``skip_completed=true`` finds what it
+    finished; ``collect`` matches a sweep's planned jobs to its directories by it."""
+    latest = {o.split("=")[0].lstrip("+~"): o for o in overrides}  # a repeated key: the last
+    kept = sorted(o for key, o in latest.items() if not run_only(key))
     return hashlib.sha1("\n".join(kept).encode()).hexdigest()[:8]
 
 

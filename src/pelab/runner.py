@@ -6,6 +6,7 @@ chance levels on the same test sets, and close their W&B run with their outcome.
 from __future__ import annotations
 
 import logging
+import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -201,7 +202,7 @@ def finish_wandb(record: dict[str, Any], results: Path | None = None) -> None:
     ``test/id/*`` and ``test/ood/*``, and exit code 1 for a failure (W&B then shows the run as
     failed). For a reader of the run: the test per length as a table (``test/per_length``) and
     its exact match against length as a chart, and ``results`` (``results.json``) saved with
-    the run."""
+    the run as ``W_AND_B_RECORD``."""
     import wandb
 
     if wandb.run is None:
@@ -218,8 +219,10 @@ def finish_wandb(record: dict[str, Any], results: Path | None = None) -> None:
         table = wandb.Table(columns=list(PER_LENGTH_COLUMNS), data=per_length_rows(record))
         chart = wandb.plot.line(table, "length", "exact_match", title="test exact match by length")
         wandb.log({"test/per_length": table, "test/exact_match_by_length": chart})
-    if results is not None and results.is_file():
-        wandb.save(str(results), base_path=str(results.parent), policy="now")
+    if results is not None and results.is_file():  # named apart: local tools read results.json
+        copy = Path(wandb.run.dir) / W_AND_B_RECORD
+        shutil.copyfile(results, copy)
+        wandb.save(str(copy), base_path=wandb.run.dir, policy="now")
     wandb.run.summary.update(
         {
             "status": record["status"],
@@ -235,6 +238,9 @@ def finish_wandb(record: dict[str, Any], results: Path | None = None) -> None:
     wandb.finish(exit_code=0 if record["status"] == "completed" else 1)
 
 
+# the run record's name among a W&B run's files (not results.json, which the local tools collect)
+W_AND_B_RECORD = "pelab_record.json"
+# the W&B table of a run's test, one row per length
 PER_LENGTH_COLUMNS = (
     "length",
     "split",

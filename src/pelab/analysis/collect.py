@@ -109,9 +109,19 @@ def directory_records(root: Path) -> list[dict[str, Any]]:
         job = hydra_dir.parent
         if str(job) not in jobs and (record := _crashed(job)) is not None:
             records.append(record)
+    order: dict[tuple[str, str], int] = {}  # (sweep dir, job key) -> the job's place in its plan
     for multirun in sorted(root.rglob("multirun.yaml")):
-        records += _missing(multirun.parent, records)
-    return records
+        records += _missing(multirun.parent, records, order)
+    return [r for _, r in sorted(enumerate(records), key=lambda item: _planned(*item, order))]
+
+
+def _planned(index: int, record: dict[str, Any], order: dict[tuple[str, str], int]) -> tuple:
+    """Sort key: a sweep's jobs in the order its grid lists them (its directories no longer
+    carry a job number), every other record where it was found."""
+    job = Path(record["job"])
+    sweep = job if record["status"] == "missing" else job.parent
+    place = order.get((str(sweep), job_key(record.get("overrides") or [])), index)
+    return (_natural(sweep), place, index)
 
 
 # ``--filter`` keys of local sources beside the choices, ``seed`` and ``config.<key>``
@@ -228,7 +238,10 @@ def sweep_jobs(multirun: DictConfig) -> list[list[str]]:
     return [job for batch in BasicSweeper.split_arguments(overrides, None) for job in batch]
 
 
-def _missing(sweep_dir: Path, found: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _missing(
+    sweep_dir: Path, found: list[dict[str, Any]], order: dict[tuple[str, str], int]
+) -> list[dict[str, Any]]:
+    """The jobs of the sweep's grid that never started (``order`` gets each job's place)."""
     multirun = OmegaConf.load(sweep_dir / "multirun.yaml")
     if OmegaConf.select(multirun, "hydra.job.config_name", default="train") != "train":  # eval
         return []
@@ -240,6 +253,7 @@ def _missing(sweep_dir: Path, found: list[dict[str, Any]]) -> list[dict[str, Any
         )
         return []
     started = {job_key(r["overrides"]) for r in found if Path(r["job"]).parent == sweep_dir}
+    order |= {(str(sweep_dir), job_key(job)): i for i, job in enumerate(jobs)}
     defaults = _choices(multirun.hydra, multirun)
     missing = []
     for job in jobs:
