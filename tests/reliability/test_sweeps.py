@@ -29,7 +29,9 @@ def test_rerunning_a_sweep_skips_completed_jobs_resumes_killed_ones_and_records_
     tmp_path, repo_root
 ):
     sweep = tmp_path / "sweep"
-    lrs = ["3e-3", "2e-3", "1e30"]  # job 0: finished before, job 1: killed before, job 2: diverges
+    # job 0: finished before, job 1: killed before, job 2: diverges; written as Hydra writes a
+    # swept value into the job's overrides (3e-3 -> 0.003), which its directory's key hashes
+    lrs = ["0.003", "0.002", "1e+30"]
     warmup = "model.schedule.warmup_steps=1"
     done, killed, diverging = (
         sweep_job(sweep, "rope", "copy", 0, f"model.optimizer.lr={lr}", warmup) for lr in lrs
