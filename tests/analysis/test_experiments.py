@@ -105,13 +105,13 @@ def test_an_ablation_job_composes_with_the_protocol_and_the_parallel_or_gpu_setu
 def test_the_cpu_ablation_is_a_sweep_run_in_parallel_one_job_per_core():
     hydra = hydra_config("experiment=ablation_cpu")
     assert str(hydra.mode) == "RunMode.MULTIRUN"
-    assert hydra.launcher._target_.endswith("JoblibLauncher")
+    assert hydra.launcher._target_.endswith("PoolLauncher")
     assert hydra.launcher.n_jobs == -1
 
 
 @pytest.mark.parametrize(
     ("launcher", "target"),
-    [("parallel", "JoblibLauncher"), ("slurm", "SlurmLauncher"), ("local", "LocalLauncher")],
+    [("parallel", "PoolLauncher"), ("slurm", "SlurmLauncher"), ("local", "LocalLauncher")],
 )
 def test_every_launcher_option_composes_onto_hydras_plugin(launcher, target):
     hydra = hydra_config(f"hydra/launcher={launcher}")

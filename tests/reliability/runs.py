@@ -89,9 +89,9 @@ def same_weights(a: Path, b: Path) -> bool:
     return sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
 
 
-def sweep_cli(repo_root: Path, tmp_path: Path, sweep_dir: Path, *overrides: str):
-    """``scripts/train.py -m`` with ``RESUMABLE`` into ``sweep_dir``; closed stdin, W&B offline."""
-    cmd = [
+def sweep_command(repo_root: Path, tmp_path: Path, sweep_dir: Path, *overrides: str) -> list[str]:
+    """``scripts/train.py -m`` with ``RESUMABLE`` into ``sweep_dir``."""
+    return [
         sys.executable,
         "scripts/train.py",
         "-m",
@@ -100,13 +100,22 @@ def sweep_cli(repo_root: Path, tmp_path: Path, sweep_dir: Path, *overrides: str)
         f"hydra.sweep.dir={sweep_dir}",
         f"paths.cache_dir={tmp_path / 'cache'}",
     ]
+
+
+def sweep_popen_kwargs(repo_root: Path) -> dict:
+    """Run from the repository, stdin closed, W&B offline, output captured as text."""
     env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
-    return subprocess.run(
-        cmd,
+    return dict(
         cwd=repo_root,
         env=env,
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
         stdin=subprocess.DEVNULL,
-        timeout=600,
     )
+
+
+def sweep_cli(repo_root: Path, tmp_path: Path, sweep_dir: Path, *overrides: str):
+    """``sweep_command`` run to its end (at most 10 minutes)."""
+    cmd = sweep_command(repo_root, tmp_path, sweep_dir, *overrides)
+    return subprocess.run(cmd, **sweep_popen_kwargs(repo_root), timeout=600)

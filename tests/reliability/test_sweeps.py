@@ -4,13 +4,24 @@ skips finished jobs, resumes interrupted ones and runs the rest."""
 
 from __future__ import annotations
 
+import signal
 import subprocess
+import time
 
 import pytest
 
 from pelab.reliability.callbacks import TrainingDiverged
 from pelab.train import run
-from tests.reliability.runs import checkpoint, config, fault, results, sweep_cli, sweep_job
+from tests.reliability.runs import (
+    checkpoint,
+    config,
+    fault,
+    results,
+    sweep_cli,
+    sweep_command,
+    sweep_job,
+    sweep_popen_kwargs,
+)
 
 DIVERGING = ["model.optimizer.lr=1e30", "model.schedule.warmup_steps=1"]
 
@@ -60,35 +71,70 @@ def test_rerunning_a_sweep_skips_completed_jobs_resumes_killed_ones_and_records_
     assert diverging.name in proc.stderr and "training diverged" in proc.stderr  # the summary
 
 
-def test_a_job_killed_in_a_live_parallel_sweep_loses_nothing_after_a_rerun(tmp_path, repo_root):
-    """SIGKILL (an out-of-memory kill) of one joblib worker ends that launch: Hydra's joblib
-    launcher cannot go on without the worker. What finished keeps its results.json, and the same
-    command with ``skip_completed=true`` skips it, resumes or reruns the rest: every job ends."""
+def test_a_job_killed_in_a_live_parallel_sweep_is_recorded_and_the_others_run_on(
+    tmp_path, repo_root
+):
+    """SIGKILL (an out-of-memory kill) of one job of a local parallel sweep: the others complete,
+    the killed one's results.json says ``failed``, by which signal, with the tail of its output;
+    the summary names it and the sweep exits with status 1. The same command with
+    ``skip_completed=true`` then resumes it and leaves the others untouched."""
     sweep = tmp_path / "sweep"
 
     def launch(*extra: str) -> subprocess.CompletedProcess:
         parallel = ["hydra/launcher=parallel", "hydra.launcher.n_jobs=2"]
-        return sweep_cli(repo_root, tmp_path, sweep, *parallel, "seed=0,1,2", *extra)
+        return sweep_cli(repo_root, tmp_path, sweep, *parallel, "seed=0,1,2,3", *extra)
 
-    # the job of seed 0 kills itself at step 2; seed 1 runs beside it; seed 2 waits for a worker
-    first = launch(*fault("sigkill", 2, seed=0))
-    assert first.returncode != 0 and "TerminatedWorkerError" in first.stderr
-    jobs = [sweep_job(sweep, "rope", "copy", seed, f"seed={seed}") for seed in range(3)]
-    statuses = {d.name: results(d)["status"] for d in jobs if (d / "results.json").exists()}
-    assert statuses.get(jobs[0].name) == "running"  # killed outright: never looks finished
-    before = {
-        name: (sweep / name / "results.json").read_bytes()
-        for name, status in statuses.items()
-        if status == "completed"
-    }
-    # callbacks are not part of a job's identity (nor of its directory): the same jobs, none of
-    # them killed this time
+    # the job of seed 1 kills itself at step 6 (after its first validation's checkpoint)
+    first = launch(*fault("sigkill", 6, seed=1))
+    jobs = [sweep_job(sweep, "rope", "copy", seed, f"seed={seed}") for seed in range(4)]
+    assert first.returncode == 1, first.stderr[-3000:]
+    records = [results(job) for job in jobs]
+    assert [r["status"] for r in records] == ["completed", "failed", "completed", "completed"]
+    killed = records[1]
+    assert killed["error"].startswith("killed by SIGKILL (out of memory, or killed from outside)")
+    assert "skip_completed=true" in killed["error"]
+    assert any("injecting fault 'sigkill' at step 6" in line for line in killed["log_tail"])
+    assert "1 of 4 jobs did not complete" in first.stderr
+    assert f"failed: {jobs[1].name}: killed by SIGKILL" in first.stderr  # the summary names it
+    before = {job: (job / "results.json").read_bytes() for job in jobs if job != jobs[1]}
+
     second = launch(*fault("sigkill", 99999), "skip_completed=true")
     assert second.returncode == 0, second.stderr[-3000:]
-    assert sorted(d.name for d in sweep.iterdir() if (d / ".hydra").is_dir()) == sorted(
-        d.name for d in jobs
+    resumed = results(jobs[1])
+    assert resumed["status"] == "completed"
+    assert resumed["resumed_from"] == str(jobs[1] / "checkpoints" / "last.ckpt")
+    assert all((job / "results.json").read_bytes() == data for job, data in before.items())
+
+
+def test_sigterm_to_a_parallel_sweep_reaches_its_running_jobs_which_checkpoint(
+    tmp_path, repo_root
+):
+    """A pre-empted sweep (SIGTERM to the launching process) passes the signal on: the running
+    job saves a checkpoint at the end of its step and records ``interrupted by SIGTERM``; jobs
+    not started stay so."""
+    sweep = tmp_path / "sweep"
+    marker = tmp_path / "training"
+    LONG = ["trainer.max_steps=100000", "trainer.val_check_interval=50000"]
+    cmd = sweep_command(
+        repo_root,
+        tmp_path,
+        sweep,
+        "hydra/launcher=parallel",
+        "hydra.launcher.n_jobs=1",
+        "seed=0,1",
+        *LONG,
+        *fault("mark", 6, marker=marker, seed=0),
     )
-    assert all(results(d)["status"] == "completed" for d in jobs)
-    assert all(
-        (sweep / name / "results.json").read_bytes() == data for name, data in before.items()
-    )
+    proc = subprocess.Popen(cmd, **sweep_popen_kwargs(repo_root))
+    deadline = time.monotonic() + 300
+    while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert marker.exists(), proc.communicate()[1][-3000:]
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=300)
+    assert proc.returncode != 0
+    first, second = (sweep_job(sweep, "rope", "copy", s, f"seed={s}", *LONG) for s in (0, 1))
+    record = results(first)
+    assert record["status"] == "failed" and "interrupted by SIGTERM" in record["error"], stderr
+    assert checkpoint(first / "checkpoints" / "last.ckpt")["global_step"] > 6
+    assert not second.exists()  # never started

@@ -227,13 +227,14 @@ def exit_status_on_sigterm() -> Iterator[None]:
         raise SystemExit(128 + signal.SIGTERM) from error
 
 
-FAULTS = ("sigterm", "sigkill", "sigint", "sigusr1", "raise", "pause")
+FAULTS = ("sigterm", "sigkill", "sigint", "sigusr1", "raise", "pause", "mark")
 
 
 class InjectFault(Callback):
     """Test hook: before training step ``at_step`` (after ``at_step`` optimizer steps), send this
-    process SIGTERM / SIGKILL / SIGINT / SIGUSR1, raise ``RuntimeError``, or pause (sleep until
-    killed). Enabled only by a config override, e.g.
+    process SIGTERM / SIGKILL / SIGINT / SIGUSR1, raise ``RuntimeError``, pause (sleep until
+    killed), or only mark the moment (``mark``: create ``marker`` and train on). Enabled only by
+    a config override, e.g.
     ``+callbacks.fault._target_=pelab.reliability.callbacks.InjectFault
     +callbacks.fault.at_step=3 +callbacks.fault.action=sigterm``."""
 
@@ -256,6 +257,8 @@ class InjectFault(Callback):
             Path(self.marker).touch()
         if self.action == "raise":
             raise RuntimeError(f"injected fault at step {self.at_step}")
+        if self.action == "mark":
+            return
         if self.action == "pause":
             while True:
                 time.sleep(0.05)

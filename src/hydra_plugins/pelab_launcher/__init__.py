@@ -1,0 +1,1 @@
+"""pelab's Hydra launcher plugin: ``hydra/launcher=parallel`` (``pool_launcher.PoolLauncher``)."""

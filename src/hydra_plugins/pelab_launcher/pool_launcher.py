@@ -1,0 +1,254 @@
+"""A local sweep that behaves like a SLURM array: every job runs in its own process, at most
+``n_jobs`` at a time (one per core by default, each with ``cores // n_jobs`` torch threads). A
+job that is killed (SIGKILL, out of memory) or exits abnormally is recorded as failed in its
+``results.json`` (its signal or exit status, the tail of its output) and the others run on; the
+sweep summary (``pelab.analysis.sweep.SweepSummary``) then names it and exits with status 1.
+
+Hydra's own local launchers cannot do this: ``basic`` runs the jobs in the sweep's process and
+joblib's pool ends the launch when a worker dies (``TerminatedWorkerError``). Here each job is
+one ``multiprocessing`` process forked from a fork server that has imported torch, Lightning and
+pelab once (``PRELOAD``), so a job starts in milliseconds, not the ~6 s of those imports; it is
+not a pool, so no job's death touches another. The launcher pickles (cloudpickle) what a job
+needs, as Hydra's submitit launcher does, and the job runs it with Hydra's ``run_job`` (the same
+job directory, overrides and ``.hydra/`` files as any launcher). Each job's console output goes
+to ``<sweep dir>/.launcher/<job number>.log``."""
+
+import logging
+import multiprocessing
+import os
+import signal
+import time
+from dataclasses import dataclass
+from multiprocessing.connection import wait
+from pathlib import Path
+from typing import Any
+
+import cloudpickle
+from hydra.core.config_store import ConfigStore
+from hydra.core.singleton import Singleton
+from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrides, setup_globals
+from hydra.plugins.launcher import Launcher
+from hydra.types import HydraContext, TaskFunction
+from omegaconf import DictConfig, OmegaConf
+
+from pelab.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+LAUNCHER_DIR = ".launcher"  # inside the sweep directory: each job's pickled call and output
+LOG_TAIL_LINES = 20
+PRELOAD = ["torch", "lightning", "hydra_plugins.pelab_launcher.worker", "pelab.train"]
+STOP_GRACE_S = 60.0  # after passing SIGTERM on, how long the running jobs get to checkpoint
+
+
+@dataclass
+class PoolLauncherConf:
+    _target_: str = "hydra_plugins.pelab_launcher.pool_launcher.PoolLauncher"
+    n_jobs: int = -1  # jobs at once; -1: one per available core
+    threads_per_job: int | None = None  # torch threads of each job; None: cores // n_jobs
+
+
+ConfigStore.instance().store(
+    group="hydra/launcher", name="pool", node=PoolLauncherConf, provider="pelab"
+)
+
+
+def available_cores() -> int:
+    """The cores this process may use (its CPU affinity: a SLURM or container allocation)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+
+
+@dataclass
+class _Job:
+    num: int
+    overrides: list[str]
+    output_dir: Path  # the job's Hydra directory, where its results.json is
+    log_path: Path
+    call_path: Path
+    result_path: Path
+    process: Any = None  # a multiprocessing Process once started
+    started: float = 0.0
+
+
+class PoolLauncher(Launcher):
+    def __init__(self, n_jobs: int = -1, threads_per_job: int | None = None) -> None:
+        cores = available_cores()
+        if n_jobs == 0 or n_jobs < -1:
+            raise ConfigError(
+                f"hydra.launcher.n_jobs={n_jobs}: give a number of jobs at once >= 1, "
+                "or -1 for one per core"
+            )
+        self.n_jobs = cores if n_jobs == -1 else n_jobs
+        if threads_per_job is not None and threads_per_job < 1:
+            raise ConfigError(
+                f"hydra.launcher.threads_per_job={threads_per_job}: give >= 1, or null for "
+                "cores // n_jobs"
+            )
+        self.threads = threads_per_job or max(1, cores // self.n_jobs)
+        self.config: DictConfig | None = None
+        self.hydra_context: HydraContext | None = None
+        self.task_function: TaskFunction | None = None
+
+    def setup(
+        self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig
+    ) -> None:
+        self.config, self.hydra_context, self.task_function = config, hydra_context, task_function
+
+    def launch(self, job_overrides: list[list[str]], initial_job_idx: int) -> list[JobReturn]:
+        """Run every job, ``n_jobs`` at a time, and return each job's ``JobReturn`` in order. A
+        job that dies is returned as run (its failure is in its record and the sweep summary),
+        so the sweep goes on to its summary. SIGTERM or Ctrl-C to the sweep is passed on to the
+        running jobs (as SIGTERM: each checkpoints and records it); jobs not yet started are not
+        started."""
+        setup_globals()
+        assert self.config is not None and self.hydra_context is not None
+        configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
+        sweep_dir = Path(str(self.config.hydra.sweep.dir))
+        (sweep_dir / LAUNCHER_DIR).mkdir(parents=True, exist_ok=True)
+        log.info(
+            "Launching %d jobs, %d at a time with %d torch thread(s) each; sweep output dir: %s",
+            len(job_overrides),
+            self.n_jobs,
+            self.threads,
+            sweep_dir,
+        )
+        jobs = [
+            self._prepare(initial_job_idx + i, list(overrides), sweep_dir)
+            for i, overrides in enumerate(job_overrides)
+        ]
+        context = multiprocessing.get_context("forkserver")
+        context.set_forkserver_preload(PRELOAD)
+        waiting, running, returns = list(jobs), [], {}
+        previous_sigterm = signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+        try:
+            while waiting or running:
+                while waiting and len(running) < self.n_jobs:
+                    running.append(self._start(waiting.pop(0), context))
+                wait([job.process.sentinel for job in running])
+                for job in [j for j in running if j.process.exitcode is not None]:
+                    running.remove(job)
+                    returns[job.num] = self._finish(job)
+        except KeyboardInterrupt:
+            _stop(running)
+            raise
+        finally:
+            signal.signal(signal.SIGTERM, previous_sigterm)
+        return [returns[job.num] for job in jobs]
+
+    def _prepare(self, num: int, overrides: list[str], sweep_dir: Path) -> _Job:
+        assert self.hydra_context is not None and self.config is not None
+        sweep_config = self.hydra_context.config_loader.load_sweep_config(self.config, overrides)
+        subdir = OmegaConf.select(sweep_config, "hydra.sweep.subdir")
+        log.info("\t#%d : %s", num, " ".join(filter_overrides(overrides)))
+        files = sweep_dir / LAUNCHER_DIR
+        job = _Job(
+            num,
+            overrides,
+            sweep_dir / str(subdir),
+            files / f"{num}.log",
+            files / f"{num}.call.pkl",
+            files / f"{num}.return.pkl",
+        )
+        call = (self.hydra_context, self.task_function, self.config, Singleton.get_state())
+        job.call_path.write_bytes(cloudpickle.dumps((*call, num, overrides)))
+        job.result_path.unlink(missing_ok=True)
+        return job
+
+    def _start(self, job: _Job, context: Any) -> _Job:
+        from hydra_plugins.pelab_launcher.worker import main
+
+        job.process = context.Process(
+            target=main, args=(job.call_path, job.result_path, job.log_path, self.threads)
+        )
+        job.process.start()
+        job.started = time.monotonic()
+        log.info("#%d started (pid %d, output: %s)", job.num, job.process.pid, job.log_path)
+        return job
+
+    def _finish(self, job: _Job) -> JobReturn:
+        code = job.process.exitcode
+        wall = time.monotonic() - job.started
+        if code == 0 and job.result_path.exists():
+            returned = cloudpickle.loads(job.result_path.read_bytes())
+            job.call_path.unlink()
+            job.result_path.unlink()
+            log.info("#%d %s after %.0f s", job.num, _status(job.output_dir), wall)
+            return returned
+        reason = _death(code)
+        tail = _tail(job.log_path)
+        log.error(
+            "#%d %s after %.0f s; the other jobs go on. Last lines of %s:\n%s",
+            job.num,
+            reason,
+            wall,
+            job.log_path,
+            "\n".join(tail),
+        )
+        if not mark_failed(job.output_dir, reason, job.log_path, tail):
+            log.error("#%d left no results.json in %s to record it in", job.num, job.output_dir)
+        returned = JobReturn(overrides=job.overrides, working_dir=str(job.output_dir))
+        returned.status = JobStatus.COMPLETED  # accounted for: the summary reports its failure
+        returned.return_value = None
+        return returned
+
+
+def _raise_keyboard_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
+
+
+def _stop(running: list[_Job]) -> None:
+    """Pass an interruption on to the running jobs (SIGTERM: each saves a checkpoint at the end
+    of its step and records it) and wait for them, at most ``STOP_GRACE_S``."""
+    for job in running:
+        job.process.terminate()
+    deadline = time.monotonic() + STOP_GRACE_S
+    for job in running:
+        job.process.join(timeout=max(0.0, deadline - time.monotonic()))
+        if job.process.exitcode is None:
+            job.process.kill()
+            log.error("#%d did not stop %.0f s after SIGTERM; killed", job.num, STOP_GRACE_S)
+
+
+def _death(code: int | None) -> str:
+    if code is not None and code < 0:
+        name = signal.Signals(-code).name
+        why = " (out of memory, or killed from outside)" if name == "SIGKILL" else ""
+        return f"killed by {name}{why}"
+    if code == 0:
+        return "ended without returning its result"
+    return f"exited with status {code}"
+
+
+def _status(output_dir: Path) -> str:
+    """The job's own record of how it ended: ``completed``, or ``failed: <why>``."""
+    from pelab.record import RESULTS, read_record
+
+    path = output_dir / RESULTS
+    if not path.exists():
+        return "ended (no results.json)"
+    record = read_record(path)
+    error = str(record.get("error", "")).split("\n")[0]
+    return f"{record['status']}: {error}" if error else record["status"]
+
+
+def _tail(path: Path, lines: int = LOG_TAIL_LINES) -> list[str]:
+    if not path.exists():
+        return []
+    return path.read_text(errors="replace").splitlines()[-lines:]
+
+
+def mark_failed(output_dir: Path, reason: str, log_path: Path, tail: list[str]) -> bool:
+    """Record in every ``results.json`` of ``output_dir`` (the job's, and each member's in a
+    stack) still ``running`` that the job died: ``failed``, why, where its output is, and how to
+    resume. Returns whether there was a record to update."""
+    from pelab.record import RESULTS, read_record, write_json_atomic
+
+    paths = sorted(output_dir.rglob(RESULTS)) if output_dir.is_dir() else []
+    resume = "re-run the same command (skip_completed=true) to resume from its last checkpoint"
+    for path in paths:
+        record = read_record(path)
+        if record["status"] == "running":
+            error = f"{reason}; {resume}; output: {log_path}"
+            record.update(status="failed", error=error, log_tail=tail)
+            write_json_atomic(path.resolve(), record)
+    return bool(paths)

@@ -1,0 +1,50 @@
+"""One job of ``PoolLauncher``, in its own process (forked from the launcher's fork server):
+runs the job as Hydra's launchers do (``run_job`` into ``hydra.sweep.dir``/``hydra.sweep.subdir``)
+and writes its ``JobReturn`` to ``result_path``, last and atomically, so the file exists only if
+the job returned."""
+
+import os
+import sys
+from pathlib import Path
+
+import cloudpickle
+import torch
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.singleton import Singleton
+from hydra.core.utils import run_job, setup_globals
+from omegaconf import open_dict
+
+
+def main(call_path: Path, result_path: Path, log_path: Path, threads: int) -> None:
+    os.setsid()  # a Ctrl-C at the terminal reaches the job once, through the launcher
+    with open(log_path, "ab") as out:  # this process's stdout and stderr, appended
+        os.dup2(out.fileno(), sys.stdout.fileno())
+        os.dup2(out.fileno(), sys.stderr.fileno())
+    torch.set_num_threads(threads)
+    hydra_context, task_function, config, singleton_state, num, overrides = cloudpickle.loads(
+        call_path.read_bytes()
+    )
+    setup_globals()
+    Singleton.set_state(singleton_state)
+    sweep_config = hydra_context.config_loader.load_sweep_config(config, overrides)
+    with open_dict(sweep_config):
+        sweep_config.hydra.job.id = f"{sweep_config.hydra.job.name}_{num}"
+        sweep_config.hydra.job.num = num
+    HydraConfig.instance().set_config(sweep_config)
+    returned = run_job(
+        hydra_context=hydra_context,
+        task_function=task_function,
+        config=sweep_config,
+        job_dir_key="hydra.sweep.dir",
+        job_subdir_key="hydra.sweep.subdir",
+    )
+    try:
+        data = cloudpickle.dumps(returned)
+    except Exception as error:  # an unpicklable return value or exception: say what it was
+        returned._return_value = RuntimeError(f"the job's return could not be pickled: {error!r}")
+        data = cloudpickle.dumps(returned)
+    tmp = result_path.with_suffix(".tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, result_path)
+    sys.stdout.flush()
+    sys.stderr.flush()
