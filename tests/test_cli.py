@@ -53,8 +53,9 @@ def by_run(sweep: Path) -> dict[str, str]:
 
 
 def test_every_encoding_in_one_parallel_sweep(tmp_path, repo_root):
-    """All encodings on copy with the parallel launcher (a process per job): the 1-D ones train and log to W&B; the
-    2-D ones (grid tasks only) fail with a clear error, recorded, while the others complete."""
+    """All encodings on copy with the parallel launcher (a process per job): the 1-D ones train
+    and log to W&B; the 2-D ones (grid tasks only) fail with a clear error, recorded, while the
+    others complete."""
     encodings = sorted(PE_REGISTRY)
     flat = {pe for pe in encodings if PE_REGISTRY[pe].position_dims in (None, 1)}
     sweep = tmp_path / "sweep"
