@@ -5,6 +5,7 @@ pe.scaling=yarn pe.scaling_factor=4 task.eval_lengths=[16,64,128]``; sweep with 
 import hydra
 from omegaconf import DictConfig
 
+from pelab import cli
 from pelab.evaluate import job
 
 
@@ -14,4 +15,4 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    cli.run(main)

@@ -4,6 +4,7 @@
 import hydra
 from omegaconf import DictConfig
 
+from pelab import cli
 from pelab.analysis.inspect_pe import run
 
 
@@ -13,4 +14,4 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    cli.run(main)

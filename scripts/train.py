@@ -9,6 +9,7 @@ with status 1.
 import hydra
 from omegaconf import DictConfig
 
+from pelab import cli
 from pelab.train import job
 
 
@@ -18,4 +19,4 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    cli.run(main)

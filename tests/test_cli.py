@@ -10,8 +10,12 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from hydra.errors import InstantiationException
 
+from pelab import cli as pelab_cli
+from pelab.errors import ConfigError
 from pelab.pe import PE_REGISTRY
+from tests.conftest import compose_config
 
 TINY = [
     "model.net.d_model=16",
@@ -215,3 +219,54 @@ def test_a_bad_choice_fails_fast_with_the_valid_options(repo_root):
     proc = cli(repo_root, "scripts/train.py", "pe=rotary", timeout=120)
     assert proc.returncode != 0
     assert "Could not find 'pe/rotary'" in proc.stderr and "rope" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (
+            ["model.optimzer.lr=1"],
+            r"^model.optimzer is not a key of model; did you mean optimizer\?; valid keys: "
+            r"compile, kind, net, optimizer, schedule "
+            r"\(\+model.optimzer=<value> adds a new key\)$",
+        ),
+        (["pe=rotary"], r"^pe=rotary is not an option of pe; valid choices: alibi, .*rope, "),
+        (["model.net.d_model=["], r"no viable alternative at input '\['"),
+    ],
+)
+def test_a_mistake_hydra_finds_is_one_line_with_the_valid_choices(overrides, message):
+    with pytest.raises(Exception) as raised:
+        compose_config(overrides)
+    assert re.search(message, pelab_cli.user_message(raised.value))
+
+
+def test_a_config_error_is_reported_through_hydras_wrapping_and_a_bug_is_not():
+    try:
+        try:
+            raise ConfigError("pe.base=-1 is out of range")
+        except ConfigError as error:
+            raise InstantiationException("Error in call to target 'RotaryPE'") from error
+    except InstantiationException as wrapped:
+        assert pelab_cli.user_message(wrapped) == "pe.base=-1 is out of range"
+    assert pelab_cli.user_message(RuntimeError("a bug")) is None
+
+
+def test_a_bad_setting_ends_the_script_with_one_line_and_no_traceback(tmp_path, repo_root):
+    """Status 1, one ``Error:`` line naming the value and what is valid, no traceback (Hydra
+    would print a partial one); ``HYDRA_FULL_ERROR=1`` shows it."""
+    args = ["scripts/train.py", "model.optimizer.lr=fast", f"hydra.run.dir={tmp_path / 'run'}"]
+    proc = cli(repo_root, *args, *TINY, "logger=none")
+    assert proc.returncode == 1
+    assert "Error: model.optimizer.lr='fast' has the wrong type: expected float" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert json.loads((tmp_path / "run" / "results.json").read_text())["status"] == "failed"
+    env = {**ENV, "HYDRA_FULL_ERROR": "1"}
+    full = subprocess.run(
+        [sys.executable, str(repo_root / args[0]), *args[1:], *TINY, "logger=none"],
+        cwd=repo_root,
+        env=env,
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
+    assert full.returncode == 1 and "Traceback" in full.stderr and "check_types" in full.stderr

@@ -11,7 +11,7 @@ import torch
 from hydra.errors import MissingConfigException
 
 from pelab.errors import ConfigError
-from pelab.reliability.validate import check_types
+from pelab.reliability.validate import check_added_keys, check_types
 from pelab.train import run
 from tests.conftest import TINY, compose_config
 from tests.reliability.runs import results
@@ -36,6 +36,13 @@ def test_an_unknown_group_option_lists_the_valid_ones(tmp_path):
     [
         # options a component does not have, values of the wrong type
         (["+pe.bsae=10"], r"pe.bsae is not an option of RotaryPE; valid options: .*base"),
+        # keys added where pelab reads no such key (every key it reads has a default)
+        (
+            ["+model.optimzer.lr=1"],
+            r"model.optimzer is not a key of model; did you mean optimizer\?; valid keys: .*net",
+        ),
+        (["+data.batchsize=3"], r"data.batchsize is not a key of data; did you mean batch_size"),
+        (["+sead=3"], r"sead is not a key of the config; did you mean seed\?"),
         (["model.net.d_model=abc"], r"model.net.d_model='abc' has the wrong type: .* int"),
         (["pe.base=fast"], r"pe.base='fast' has the wrong type: RotaryPE expects float"),
         (["task.train_lengths=[1,x]"], r"task.train_lengths=\[1, 'x'\] has the wrong type"),
@@ -79,6 +86,12 @@ def test_an_unknown_group_option_lists_the_valid_ones(tmp_path):
 )
 def test_bad_settings_are_refused_before_training(tiny_cfg, overrides, message):
     assert_refused_before_training(tiny_cfg(*overrides), message)
+
+
+def test_keys_added_under_a_target_or_in_an_open_section_are_left_to_their_checks(tiny_cfg):
+    cfg = tiny_cfg("++task.n_val=8", "+callbacks.extra._target_=lightning.Callback")
+    check_added_keys(cfg, ["++task.n_val=8", "+callbacks.extra._target_=lightning.Callback"])
+    check_added_keys(cfg, ["+experiment=ablation_cpu"])  # a config group: no key of its name
 
 
 @pytest.fixture(scope="module")

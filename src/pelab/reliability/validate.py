@@ -9,17 +9,24 @@ a YAML value cannot have, is not checked here (the target's own checks still run
 from __future__ import annotations
 
 import collections.abc
+import difflib
 import inspect
 import types
 import typing
+from collections.abc import Sequence
 from typing import Any
 
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import OverrideType
 from hydra.utils import get_object
 from omegaconf import DictConfig, OmegaConf
 
 from pelab.errors import ConfigError
 
 SKIPPED_SECTIONS = ("hydra",)
+# sections whose entries are user-named instantiables (``+callbacks.fault._target_=...``)
+OPEN_SECTIONS = ("callbacks", "logger", "hydra")
 # Settings read by pelab itself, or whose target's annotations say too little (torch's optimizer,
 # Lightning's validation interval): key -> (type, the valid range as a test and in words).
 PLAIN: dict[str, tuple[type, typing.Callable[[Any], bool] | None, str]] = {
@@ -38,17 +45,19 @@ PLAIN: dict[str, tuple[type, typing.Callable[[Any], bool] | None, str]] = {
 }
 
 
-def check_types(cfg: DictConfig) -> None:
+def check_types(cfg: DictConfig, overrides: Sequence[str] | None = None) -> None:
     """A ``ConfigError`` for the first option, anywhere in ``cfg``, that its ``_target_`` does not
     accept or whose value has the wrong type or lies outside its range (``PLAIN``); names the
     key, the value and the valid choices. A required value left unset (``???`` in a config, e.g.
-    ``task.path`` of ``from_dataset``) is named first."""
+    ``task.path`` of ``from_dataset``) is named first, then a key added (``+key=value``) where
+    pelab reads no such key. ``overrides``: the command line's (default: Hydra's, if running)."""
     missing = sorted(k for k in OmegaConf.missing_keys(cfg) if not k.startswith(SKIPPED_SECTIONS))
     if missing:
         raise ConfigError(
             f"{', '.join(missing)}: required, with no default; set it on the command line "
             f"({missing[0]}=<value>)"
         )
+    check_added_keys(cfg, _command_line() if overrides is None else overrides)
     for key, (kind, valid, words) in PLAIN.items():
         value = OmegaConf.select(cfg, key, default=None)
         if value is None:
@@ -61,6 +70,47 @@ def check_types(cfg: DictConfig) -> None:
     for key, value in config.items():
         if key not in SKIPPED_SECTIONS:
             _walk(str(key), value)
+
+
+def check_added_keys(cfg: DictConfig, overrides: Sequence[str]) -> None:
+    """Every key pelab reads has a default in ``configs/``, so a key added with ``+key=value``
+    (or ``++``) is a typo, except under a ``_target_`` (the target's signature decides, in
+    ``check_types``), in the open sections (``OPEN_SECTIONS``) or as a config group
+    (``+experiment=...``)."""
+    for override in OverridesParser.create().parse_overrides(list(overrides)):
+        if override.type not in (OverrideType.ADD, OverrideType.FORCE_ADD):
+            continue
+        key = override.key_or_group
+        parts = key.split(".")
+        if parts[0] in OPEN_SECTIONS or OmegaConf.select(cfg, key, default=_ABSENT) is _ABSENT:
+            continue  # an open section, or a config group (it adds no key of its name)
+        prefixes = [".".join(parts[: i + 1]) for i in range(len(parts))]
+        nodes = [cfg] + [OmegaConf.select(cfg, prefix) for prefix in prefixes]
+        if any(isinstance(n, DictConfig) and "_target_" in n for n in nodes[:-1]):
+            continue
+        depth = len(parts) - 1  # the first part the addition created: its parent has others
+        while depth > 0 and len(nodes[depth]) == 1:
+            depth -= 1
+        keys = [str(k) for k in nodes[depth].keys() if k != parts[depth]]
+        raise ConfigError(f"+{key}: {not_a_key('.'.join(parts[: depth + 1]), keys)}")
+
+
+def not_a_key(full_key: str, keys: Sequence[str]) -> str:
+    """``model.optimzer is not a key of model; did you mean optimizer?; valid keys: ...``."""
+    where, _, name = full_key.rpartition(".")
+    close = difflib.get_close_matches(name, keys, n=1)
+    guess = f"; did you mean {close[0]}?" if close else ""
+    return (
+        f"{full_key} is not a key of {where or 'the config'}{guess}; "
+        f"valid keys: {', '.join(sorted(keys))}"
+    )
+
+
+def _command_line() -> list[str]:
+    return list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
+
+
+_ABSENT = object()
 
 
 def _walk(path: str, node: Any) -> None:
