@@ -218,3 +218,50 @@ def test_a_data_file_with_the_wrong_columns_or_format_is_a_clear_error(tmp_path)
     broken.write_text('{"input": "ab", "target": \n')
     with pytest.raises(ConfigError, match="cannot read .*data.jsonl.* as JSON"):
         FromDatasetTask(str(broken))
+
+
+def _garble(path, at: int, size: int) -> None:
+    data = bytearray(path.read_bytes())
+    data[at : at + size] = bytes(reversed(range(size)))
+    path.write_bytes(bytes(data))
+
+
+def _truncate(path, size: int) -> None:
+    path.write_bytes(path.read_bytes()[:size])
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        (lambda d: _garble(next(d.glob("*.arrow")), 100, 200), r"cannot be read \(.*damaged"),
+        (
+            lambda d: _truncate(next(d.glob("*.arrow")), 200),
+                next(d.glob("*.arrow")).read_bytes()[:200]
+            ),
+            r"cannot be read \(ArrowInvalid: .*damaged; write it again with save_to_disk",
+        ),
+        (
+            lambda d: (d / "state.json").write_text("{garbage"),
+            r"cannot be read \(JSONDecodeError: .*damaged",
+        ),
+    ],
+    ids=["garbled data", "truncated data", "garbled state.json"],
+)
+def test_a_damaged_saved_dataset_is_a_clear_error(tmp_path, damage, message):
+    path = save(tmp_path, table(["ab", "abc"] * 20, ["b", "bc"] * 20))
+    damage(tmp_path / "data")
+    with pytest.raises(ConfigError, match=rf"task.path '.*data' {message}"):
+        FromDatasetTask(path, train_lengths=[1, 3], eval_lengths=[2, 3])
+
+
+def test_a_dataset_or_file_without_rows_is_a_clear_error(tmp_path):
+    empty = save(tmp_path, table([], []), "empty")
+    with pytest.raises(ConfigError, match=r"task.path '.*empty' holds a dataset with no rows"):
+        FromDatasetTask(empty)
+    header = tmp_path / "header.csv"
+    header.write_text("input,target\n")
+    blank = tmp_path / "blank.jsonl"
+    blank.write_text("\n")
+    for path in (header, blank):
+        with pytest.raises(ConfigError, match=rf"'.*{path.name}' has no rows"):
+            FromDatasetTask(str(path))

@@ -166,6 +166,8 @@ class FromDatasetTask(Task):
                 f"from_dataset: {self.path} has no column {missing[0]!r}; its columns are "
                 f"{part.column_names} (set task.input_column and task.target_column)"
             )
+        if len(part) == 0:
+            raise ConfigError(f"from_dataset: {self.path} has no rows")
         inputs, targets = part[self.input_column], part[self.target_column]
         for column, values in ((self.input_column, inputs), (self.target_column, targets)):
             for value in values:
@@ -287,6 +289,9 @@ def _read(path: str) -> datasets.Dataset | datasets.DatasetDict:
         try:
             return datasets.load_dataset(loader, data_files=str(where), split="train")
         except Exception as error:  # the loader's own parse errors, whatever their type
+            lines = [line for line in where.read_text(errors="replace").splitlines() if line]
+            if len(lines) <= (1 if loader == "csv" else 0):  # nothing, or a CSV header only
+                raise ConfigError(f"from_dataset: {path!r} has no rows") from None
             raise ConfigError(
                 f"from_dataset: cannot read {path!r} as {loader.upper()}: "
                 f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
@@ -297,6 +302,22 @@ def _read(path: str) -> datasets.Dataset | datasets.DatasetDict:
         raise ConfigError(
             f"from_dataset: task.path {path!r} is not a dataset saved with save_to_disk ({error})"
         ) from None
+    except Exception as error:  # damaged files: datasets and pyarrow raise many types
+        empty = _saved_without_rows(where)
+        raise ConfigError(
+            f"from_dataset: task.path {path!r} "
+            + (
+                "holds a dataset with no rows"
+                if empty
+                else f"cannot be read ({type(error).__name__}: {str(error).splitlines()[0]}): "
+                "its files are damaged; write it again with save_to_disk"
+            )
+        ) from None
+
+
+def _saved_without_rows(directory: Path) -> bool:
+    """Whether ``save_to_disk`` wrote ``directory`` from an empty dataset (no data files)."""
+    return not any(directory.rglob("*.arrow")) and any(directory.rglob("state.json"))
 
 
 def _has_ragged_targets(rows: dict[str, tuple[list[list[Any]], list[list[Any]]]]) -> bool:
