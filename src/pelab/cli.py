@@ -1,8 +1,9 @@
 """How pelab's Hydra scripts end on a user's mistake: one line naming the bad value and the valid
 choices, with no traceback, and exit status 1. ``HYDRA_FULL_ERROR=1`` shows the traceback.
 
-A mistake is pelab's ``ConfigError`` (raised anywhere, also wrapped by Hydra's ``instantiate``)
-or one of Hydra's own compact errors (an unknown config group option, an override it cannot
+A mistake is pelab's ``ConfigError`` (raised anywhere, also wrapped by Hydra's ``instantiate``),
+a disk that refuses a write (full, read-only: ``pelab.errors.storage_fault``) or one of Hydra's
+own compact errors (an unknown config group option, an override it cannot
 parse, a key that is not in the config: for this one pelab adds the valid keys). Anything else
 is a bug or a fault, and keeps its full traceback."""
 
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 from hydra.errors import (
@@ -21,7 +22,7 @@ from hydra.errors import (
 from omegaconf import DictConfig
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError
 
-from pelab.errors import ConfigError
+from pelab.errors import ConfigError, causes, storage_fault
 from pelab.reliability.validate import not_a_key
 
 FULL_ERROR = "HYDRA_FULL_ERROR"
@@ -47,9 +48,11 @@ def run(main: Callable[[], Any]) -> None:
 
 def user_message(error: BaseException) -> str | None:
     """The one-line report of a user's mistake; None for anything else."""
-    for cause in _chain(error):
+    for cause in causes(error):
         if isinstance(cause, ConfigError):
             return str(cause)
+    if (fault := storage_fault(error)) is not None:
+        return fault
     if isinstance(error, ConfigCompositionException) and isinstance(
         error.__cause__, (ConfigAttributeError, ConfigKeyError)
     ):
@@ -71,11 +74,3 @@ def unknown_key(error: ConfigAttributeError | ConfigKeyError) -> str | None:
         return None
     keys = [str(k) for k in parent.keys()]
     return f"{not_a_key(full_key, keys)} (+{full_key}=<value> adds a new key)"
-
-
-def _chain(error: BaseException) -> Iterator[BaseException]:
-    seen: set[int] = set()
-    while error is not None and id(error) not in seen:
-        seen.add(id(error))
-        yield error
-        error = error.__cause__ or error.__context__

@@ -40,6 +40,8 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
+from pelab.errors import storage_fault
+
 log = logging.getLogger(__name__)
 
 PACKAGES = ("pelab", "torch", "lightning", "hydra-core", "wandb", "datasets")
@@ -209,7 +211,7 @@ def failure_reason(error: BaseException) -> str:
         return f"interrupted by SIGTERM (pre-emption, a time limit or kill); {resume}"
     if "KeyboardInterrupt" in causes:
         return f"interrupted by Ctrl-C (KeyboardInterrupt); {resume}"
-    return f"{type(error).__name__}: {error}"
+    return storage_fault(error) or f"{type(error).__name__}: {error}"
 
 
 @contextmanager

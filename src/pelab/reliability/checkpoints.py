@@ -19,7 +19,7 @@ from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
-from pelab.errors import ConfigError
+from pelab.errors import ConfigError, causes
 
 log = logging.getLogger(__name__)
 
@@ -180,5 +180,11 @@ class AtomicCheckpointIO(TorchCheckpointIO):
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, path)
+        except (OSError, RuntimeError) as error:  # torch wraps a failed write in RuntimeError
+            fault = next((e for e in causes(error) if isinstance(e, OSError)), None)
+            if fault is None:
+                raise
+            message = f"{fault.strerror}; the previous checkpoint is intact"
+            raise OSError(fault.errno, message, str(path)) from error
         finally:
             tmp.unlink(missing_ok=True)
