@@ -1,16 +1,57 @@
+import socket
+import time
+
 import pytest
 
 from pelab.train import run
-from pelab.utils.wandb_mode import wandb_choice, wandb_mode
+from pelab.utils import wandb_mode as wandb_mode_module
+from pelab.utils.wandb_mode import unreachable, wandb_choice, wandb_mode
 
 
 @pytest.fixture
 def clean_env(monkeypatch, tmp_path):
+    """No W&B settings from the machine; the W&B server answers (see the probe's own tests)."""
     for var in ("WANDB_MODE", "WANDB_API_KEY", "WANDB_BASE_URL", "WANDB_IDENTITY_TOKEN_FILE"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("NETRC", str(tmp_path / "netrc"))
     monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "no-config"))
+    monkeypatch.setattr(wandb_mode_module, "unreachable", lambda url: None)
     return tmp_path / "netrc"
+
+
+@pytest.fixture
+def listening_server():
+    """A local TCP server that accepts connections (the kernel completes them)."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    yield f"http://127.0.0.1:{server.getsockname()[1]}"
+    server.close()
+
+
+def test_the_probe_finds_a_server_that_answers_and_names_one_that_does_not(listening_server):
+    unreachable.cache_clear()
+    assert unreachable(listening_server) is None
+    assert unreachable("http://wandb.invalid").startswith("gaierror")
+
+
+def test_a_probe_that_hangs_is_given_up_on_in_bounded_time(monkeypatch):
+    unreachable.cache_clear()
+    monkeypatch.setattr(socket, "create_connection", lambda *args, **kwargs: time.sleep(30))
+    start = time.monotonic()
+    assert unreachable("http://api.example", timeout_s=0.3) == "no answer within 0.3 s"
+    assert time.monotonic() - start < 2
+
+
+def test_online_without_a_server_that_answers_logs_offline_and_says_why(monkeypatch, tmp_path):
+    """Credentials but no network: W&B itself would wait ~90 s; pelab logs offline at once."""
+    unreachable.cache_clear()
+    monkeypatch.setenv("WANDB_MODE", "online")
+    monkeypatch.setenv("WANDB_BASE_URL", "http://wandb.invalid")
+    mode, why = wandb_choice()
+    assert mode == "offline"
+    assert why.startswith("set by $WANDB_MODE, but the W&B server http://wandb.invalid does not")
+    assert why.endswith("logging offline; upload later with `wandb sync`")
 
 
 def test_wandb_is_offline_without_credentials(clean_env):

@@ -4,19 +4,26 @@
 ``wandb.sdk.lib.wbauth``, is not public API, so the same sources are checked here): the
 environment (``WANDB_API_KEY``, ``WANDB_IDENTITY_TOKEN_FILE``), a ``.netrc`` entry for the
 server (what ``wandb login`` writes) and an ``api_key`` in W&B's global settings file
-(``$WANDB_CONFIG_DIR/settings``, default ``~/.config/wandb/settings``). ``$WANDB_MODE`` always
-wins. ``wandb_choice`` also says why, for the run's first lines.
+(``$WANDB_CONFIG_DIR/settings``, default ``~/.config/wandb/settings``), and a server that
+answers: W&B itself would wait ~90 s for an unreachable one before giving up, so the server is
+probed first (a TCP connection, at most ``PROBE_TIMEOUT_S``) and a run whose server does not
+answer logs offline, saying so. ``$WANDB_MODE`` wins otherwise. ``wandb_choice`` also says why,
+for the run's first lines.
 """
 
 from __future__ import annotations
 
 import configparser
+import functools
 import netrc
 import os
+import socket
+import threading
 from pathlib import Path
 from urllib.parse import urlsplit
 
 DEFAULT_HOST = "https://api.wandb.ai"
+PROBE_TIMEOUT_S = 5.0
 
 
 def credentials_source() -> str | None:
@@ -44,15 +51,48 @@ def credentials_source() -> str | None:
 
 def wandb_choice() -> tuple[str, str]:
     """The mode and why: ``$WANDB_MODE`` if set; else ``online`` when W&B would find
-    credentials; else ``offline``."""
+    credentials; else ``offline``. ``online`` becomes ``offline`` when the server does not
+    answer."""
     if mode := os.environ.get("WANDB_MODE"):
-        return mode, "set by $WANDB_MODE"
-    if source := credentials_source():
-        return "online", f"W&B credentials found: {source}"
-    return "offline", (
-        "no W&B credentials ($WANDB_API_KEY, $WANDB_IDENTITY_TOKEN_FILE, ~/.netrc from "
-        "`wandb login`, an api_key in W&B's settings); upload later with `wandb sync`"
-    )
+        mode, why = mode, "set by $WANDB_MODE"
+    elif source := credentials_source():
+        mode, why = "online", f"W&B credentials found: {source}"
+    else:
+        return "offline", (
+            "no W&B credentials ($WANDB_API_KEY, $WANDB_IDENTITY_TOKEN_FILE, ~/.netrc from "
+            "`wandb login`, an api_key in W&B's settings); upload later with `wandb sync`"
+        )
+    server = os.environ.get("WANDB_BASE_URL", DEFAULT_HOST)
+    if mode == "online" and (failure := unreachable(server)) is not None:
+        return "offline", (
+            f"{why}, but the W&B server {server} does not answer ({failure}): logging offline; "
+            "upload later with `wandb sync`"
+        )
+    return mode, why
+
+
+@functools.lru_cache(maxsize=8)
+def unreachable(url: str, timeout_s: float = PROBE_TIMEOUT_S) -> str | None:
+    """None if a TCP connection to ``url``'s host opens within ``timeout_s``, else why not
+    (name resolution included: the probe runs in a thread that is given up on)."""
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    outcome: dict[str, BaseException | None] = {}
+
+    def connect() -> None:
+        try:
+            with socket.create_connection((parts.hostname, port), timeout=timeout_s):
+                outcome["error"] = None
+        except OSError as error:
+            outcome["error"] = error
+
+    probe = threading.Thread(target=connect, daemon=True)
+    probe.start()
+    probe.join(timeout_s)
+    if "error" not in outcome:
+        return f"no answer within {timeout_s:g} s"
+    error = outcome["error"]
+    return None if error is None else f"{type(error).__name__}: {error}"
 
 
 def wandb_mode() -> str:
