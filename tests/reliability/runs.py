@@ -31,7 +31,12 @@ RESUMABLE = [
 
 
 def fault(
-    action: str, at_step: int, marker: Path | None = None, name="fault", seed: int | None = None
+    action: str,
+    at_step: int,
+    marker: Path | None = None,
+    name="fault",
+    seed: int | None = None,
+    during: str = "train",
 ) -> list[str]:
     """Overrides that add ``InjectFault`` (a test hook) to a run as ``callbacks.<name>``."""
     hook = f"+callbacks.{name}."
@@ -39,6 +44,7 @@ def fault(
         f"{hook}_target_=pelab.reliability.callbacks.InjectFault",
         f"{hook}at_step={at_step}",
         f"{hook}action={action}",
+        f"{hook}during={during}",
     ]
     out += [f"{hook}marker={marker}"] if marker else []
     return out + ([f"{hook}seed={seed}"] if seed is not None else [])

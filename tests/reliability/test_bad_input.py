@@ -77,7 +77,12 @@ def test_an_unknown_group_option_lists_the_valid_ones(tmp_path):
         (["task.train_lengths=[]"], r"train_lengths must be \[min, max\].*got \[\]"),
         (["task.train_lengths=[0,4]"], r"train_lengths must be \[min, max\] with 1 <= min"),
         (["task.eval_lengths=[0,8]"], r"eval_lengths must be a non-empty list of lengths >= 1"),
-        # evaluation that cannot fit in memory
+        # evaluation that cannot fit in memory, measured ahead or extrapolated from shorter
+        # lengths (too long to measure: an eager bias at 100000 tokens)
+        (
+            ["pe=t5_bias", "task.eval_lengths=[8,100000]"],
+            r"length 100000 .* \(extrapolated from shorter lengths\).*not even one sequence",
+        ),
         (
             ["pe=none", "task.eval_lengths=[8,100000]", "data.eval_batch_size=4096"],
             r"evaluating length 100000 .* needs at least .* GiB.* lower data.eval_batch_size",

@@ -70,6 +70,18 @@ def test_the_extrapolation_from_one_and_two_sequences_bounds_the_full_batch(pe, 
     assert extrapolated <= 2 * measured, (measured, extrapolated)
 
 
+@pytest.mark.parametrize("pe", ["rope", "shaw"])  # the fused kernel (linear), eager (quadratic)
+def test_a_length_too_long_to_measure_is_extrapolated_from_shorter_ones(pe):
+    """Measured at 16, 32 and 64 (the bound at 128 does not fit in the free memory given), the
+    quadratic through them bounds the peak at length 256, which is not measured; a free memory
+    below that refuses the run before training."""
+    cfg, task, model = tiny_eval(pe, batch=4, length=256)
+    free = 4 * memory.bound_bytes(cfg, memory.tokens(task, 64), 2)
+    extrapolated = memory.longer_need(cfg, task, model, free)
+    measured = memory.forward_peak(model, task, 4, "cpu")
+    assert measured <= extrapolated <= 2 * memory.MARGIN * measured, (measured, extrapolated)
+
+
 def preset_overrides():
     """Each experiment with each task its sweep runs, then each task config as shipped."""
     for experiment in options("experiment"):

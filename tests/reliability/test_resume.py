@@ -74,6 +74,30 @@ def test_a_killed_run_resumes_from_its_last_validation(tmp_path, repo_root, refe
     assert_same_as_reference(out, record, reference)
 
 
+def test_sigterm_during_the_final_test_stops_at_once_and_the_rerun_only_tests_again(
+    tmp_path, repo_root, reference
+):
+    """Lightning only notes SIGTERM outside training steps; a long test would run on. The run
+    stops at once (status 143, recorded), and the same command resumes at its last step, tests
+    again and ends as the uninterrupted run."""
+    out, testing = tmp_path / "run", tmp_path / "testing"
+    proc = cli(repo_root, tmp_path, out, *fault("pause", 0, testing, during="test"), wait=False)
+    try:
+        deadline = time.monotonic() + 240
+        while not testing.exists():
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()[-2000:]
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 128 + signal.SIGTERM
+    finally:
+        proc.kill()
+        proc.wait()
+    assert "interrupted by SIGTERM" in results(out)["error"]
+    record = run(config(tmp_path, out))
+    assert record["resumed_from"] == str(out / "checkpoints" / "last.ckpt")
+    assert_same_as_reference(out, record, reference)
+
+
 def test_a_slurm_requeue_checkpoint_is_resumed(tmp_path, repo_root, reference, monkeypatch):
     """Lightning's SLURM auto-requeue (deferred to the step's end by ``RequeueAtStepEnd``): on
     SIGUSR1 it saves ``hpc_ckpt_1.ckpt`` in the run directory and calls ``scontrol requeue``;

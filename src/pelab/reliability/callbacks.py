@@ -22,6 +22,7 @@ import os
 import random
 import shutil
 import signal
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -146,10 +147,46 @@ class CheckpointOnSigterm(Callback):
     (it treats a checkpoint saved at a step's end as past that step's validation), so the
     checkpoint of the previous validation is kept instead: the resumed run repeats those steps
     and still ends with the uninterrupted run's numbers.
+
+    During a validation or the test, Lightning only notes SIGTERM (its loops look at it between
+    training steps), so a long evaluation would run on; there SIGTERM stops the run at once
+    (nothing is lost: the run resumes from its last checkpoint and evaluates again).
     """
 
     def __init__(self, dirpath: str | Path, filename: str = "last.ckpt") -> None:
         self.path = Path(dirpath) / filename
+        self._outside: Any = None  # the SIGTERM handler outside an evaluation
+
+    def on_validation_start(self, trainer: L.Trainer, pl_module) -> None:
+        self._stop_at_once()
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module) -> None:
+        self._restore()
+
+    def on_test_start(self, trainer: L.Trainer, pl_module) -> None:
+        self._stop_at_once()
+
+    def on_test_end(self, trainer: L.Trainer, pl_module) -> None:
+        self._restore()
+
+    def on_exception(self, trainer: L.Trainer, pl_module, exception: BaseException) -> None:
+        self._restore()
+
+    def _stop_at_once(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+        self._outside = signal.getsignal(signal.SIGTERM)
+
+        def stop(signum: int, frame: Any) -> None:
+            log.warning("SIGTERM during an evaluation: stopping now")
+            raise SIGTERMException
+
+        signal.signal(signal.SIGTERM, stop)
+
+    def _restore(self) -> None:
+        if self._outside is not None:
+            signal.signal(signal.SIGTERM, self._outside)
+            self._outside = None
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module, outputs, batch, batch_idx) -> None:
         if not trainer.received_sigterm:
@@ -231,25 +268,42 @@ FAULTS = ("sigterm", "sigkill", "sigint", "sigusr1", "raise", "pause", "mark")
 
 
 class InjectFault(Callback):
-    """Test hook: before training step ``at_step`` (after ``at_step`` optimizer steps), send this
-    process SIGTERM / SIGKILL / SIGINT / SIGUSR1, raise ``RuntimeError``, pause (sleep until
-    killed), or only mark the moment (``mark``: create ``marker`` and train on). Enabled only by
-    a config override, e.g.
+    """Test hook: before training step ``at_step`` (after ``at_step`` optimizer steps), or test
+    batch ``at_step`` with ``during=test``, send this process SIGTERM / SIGKILL / SIGINT /
+    SIGUSR1, raise ``RuntimeError``, pause (sleep until killed), or only mark the moment
+    (``mark``: create ``marker`` and go on). Enabled only by a config override, e.g.
     ``+callbacks.fault._target_=pelab.reliability.callbacks.InjectFault
     +callbacks.fault.at_step=3 +callbacks.fault.action=sigterm``."""
 
     def __init__(
-        self, at_step: int, action: str, marker: str | None = None, seed: int | None = None
+        self,
+        at_step: int,
+        action: str,
+        marker: str | None = None,
+        seed: int | None = None,
+        during: str = "train",
     ) -> None:
         """``marker``: a file created when the fault fires, for a test to wait on; ``seed``: fire
-        only in the run of this seed (one job of a sweep)."""
+        only in the run of this seed (one job of a sweep); ``during``: ``train`` (before
+        training step ``at_step``) or ``test`` (before test batch ``at_step``)."""
         if action not in FAULTS:
             raise ValueError(f"unknown fault {action!r}; valid choices: {FAULTS}")
+        if during not in ("train", "test"):
+            raise ValueError(f"unknown phase {during!r}; valid choices: train, test")
         self.at_step, self.action, self.marker, self.seed = at_step, action, marker, seed
+        self.during = during
 
     def on_train_batch_start(self, trainer: L.Trainer, pl_module, batch, batch_idx) -> None:
-        if trainer.global_step != self.at_step:
-            return
+        if self.during == "train" and trainer.global_step == self.at_step:
+            self._fire(pl_module)
+
+    def on_test_batch_start(
+        self, trainer: L.Trainer, pl_module, batch, batch_idx, dataloader_idx=0
+    ) -> None:
+        if self.during == "test" and batch_idx == self.at_step:
+            self._fire(pl_module)
+
+    def _fire(self, pl_module) -> None:
         if self.seed is not None and getattr(pl_module, "seed", None) != self.seed:
             return
         log.warning("injecting fault %r at step %d", self.action, self.at_step)

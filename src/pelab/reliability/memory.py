@@ -7,8 +7,8 @@ forward pass once before training while ``LiveTensorBytes`` counts the bytes of 
 holds at once (``MARGIN`` covers the allocator's slack). When even a generous bound of that pass
 (``BOUND_COPIES`` tensors of ``[b, heads, n, n]``) does not fit in free memory, it is measured
 with 1 and 2 sequences instead and extrapolated linearly to the batch. When the logits alone
-cannot fit, the run is refused unmeasured; on the CPU, a pass that might exhaust the RAM is not
-measured (a warning says so).
+cannot fit, the run is refused unmeasured; on the CPU, a pass that might exhaust the RAM is
+measured at three shorter lengths instead and extrapolated (``longer_need``).
 """
 
 from __future__ import annotations
@@ -84,11 +84,12 @@ class LiveTensorBytes(TorchDispatchMode):
             self.live -= nbytes
 
 
-def forward_peak(model, task, batch: int, device: str) -> int:
+def forward_peak(model, task, batch: int, device: str, length: int | None = None) -> int:
     """Peak bytes of the tensors alive during one no-grad forward pass of ``model`` over ``batch``
-    sequences at the longest evaluation length (the full sequence ``BOS prompt SEP answer``)."""
+    sequences at ``length`` (default: the longest evaluation length; the full sequence
+    ``BOS prompt SEP answer``)."""
     generator = torch.Generator().manual_seed(0)  # the run's own RNG stays untouched
-    prompt, answer = task.sample(batch, max(task.eval_lengths), generator)
+    prompt, answer = task.sample(batch, length or max(task.eval_lengths), generator)
     prompt, answer = prompt.to(device), answer.to(device)
     positions = model.sequence_positions(prompt, answer.shape[1], generator)
     known = [*model.parameters(), *model.buffers(), prompt, answer]
@@ -127,6 +128,38 @@ def eval_need(cfg: DictConfig, task, model, device: str) -> int:
     return int(MARGIN * (one + max(two - one, 1) * (batch - 1)))
 
 
+def longer_need(cfg: DictConfig, task, model, free: int) -> int:
+    """The bytes evaluating the longest length needs, when measuring it could exhaust the RAM:
+    one sequence measured at three shorter lengths ``L/4, L/2, L`` (``L``: the longest whose
+    bound fits in a quarter of ``free``), the quadratic through them (attention grows at most
+    with the square of the length) evaluated at the longest length, times the batch."""
+    longest, batch = max(task.eval_lengths), cfg.data.eval_batch_size
+    top = 4
+    while top * 2 < longest and bound_bytes(cfg, tokens(task, top * 2), 2) <= free // 4:
+        top *= 2
+    lengths = (top // 4, top // 2, top)
+    forward_peak(model, task, 1, "cpu", lengths[0])  # fill the encodings' caches
+    peaks = [forward_peak(model, task, 1, "cpu", n) for n in lengths]
+    at_longest = sum(  # Lagrange's form of the quadratic through (lengths, peaks)
+        peak * _product((longest - other) / (n - other) for other in lengths if other != n)
+        for n, peak in zip(lengths, peaks, strict=True)
+    )
+    return int(MARGIN * batch * max(at_longest, peaks[-1]))
+
+
+def tokens(task, length: int) -> int:
+    """The full sequence's tokens at ``length``: ``BOS prompt SEP answer``."""
+    prompt, answer = task.sample(1, length, torch.Generator().manual_seed(0))
+    return prompt.shape[1] + answer.shape[1] + 2
+
+
+def _product(factors) -> float:
+    result = 1.0
+    for factor in factors:
+        result *= factor
+    return result
+
+
 def check_eval_memory(cfg: DictConfig, task, model) -> int | None:
     """The measured peak bytes of evaluating the longest length with ``data.eval_batch_size``
     sequences (None: the free memory is unknown); a ``ConfigError`` before training when it
@@ -145,23 +178,28 @@ def check_eval_memory(cfg: DictConfig, task, model) -> int | None:
             f"{floor_bytes(cfg, task, n, batch) / GIB:.1f} GiB for the logits alone, but only "
             f"{free / GIB:.1f} GiB is free on the {device}; lower data.eval_batch_size, {advice}"
         )
-    if device == "cpu" and bound_bytes(cfg, n, 2) > free:  # measuring could exhaust the RAM
-        log.warning("%s: too long to measure its memory safely ahead; not checked", where)
-        return None
+    how = "measured"
     model.to(device)
     try:
-        need = eval_need(cfg, task, model, device)
+        if device == "cpu" and bound_bytes(cfg, n, 2) > free:  # measuring could exhaust the RAM
+            need, how = longer_need(cfg, task, model, free), "extrapolated from shorter lengths"
+        else:
+            need = eval_need(cfg, task, model, device)
     except torch.cuda.OutOfMemoryError:
         raise ConfigError(
             f"{where} does not fit: measuring it exhausted the {free / GIB:.1f} GiB free on the "
             f"GPU; lower data.eval_batch_size, {advice}"
         ) from None
-    log.info("%s needs about %.2f GiB (measured)", where, need / GIB)
+    log.info("%s needs about %.2f GiB (%s)", where, need / GIB, how)
     if need > free:
-        per_sequence = max(1, need // batch)
+        fits = free // max(1, need // batch)
+        remedy = (
+            f"lower data.eval_batch_size to about {fits}, {advice}"
+            if fits >= 1
+            else "not even one sequence fits: drop the longest lengths from task.eval_lengths"
+        )
         raise ConfigError(
             f"{where} with data.eval_batch_size={batch} needs about {need / GIB:.1f} GiB "
-            f"(measured), but only {free / GIB:.1f} GiB is free on the {device}; lower "
-            f"data.eval_batch_size to about {free // per_sequence}, {advice}"
+            f"({how}), but only {free / GIB:.1f} GiB is free on the {device}; {remedy}"
         )
     return need
