@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 TORCH ?= torch==2.13.0
 TORCH_INDEX ?=
 
-.PHONY: help install train test test-slow test-full benchmark lint clean
+.PHONY: help install train test test-faults test-slow test-full benchmark lint clean
 
 help: ## show this help
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  %-10s %s\n", $$1, $$2}'
@@ -25,6 +25,9 @@ train: install ## train the default run: pe=rope task=copy
 
 test: install ## the test suite without the slow learning runs (what CI runs; ~6.5 min on 2 cores)
 	$(PY) -m pytest -m "not slow"
+
+test-faults: install ## the fault-injection campaign alone (67 tests, ~3 min; also part of make test)
+	$(PY) -m pytest -m "faults and not slow"
 
 test-slow: install ## the slow tests: a small model learns each task in distribution (~17.5 min)
 	$(PY) -m pytest -m slow

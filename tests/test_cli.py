@@ -251,6 +251,7 @@ def test_a_config_error_is_reported_through_hydras_wrapping_and_a_bug_is_not():
     assert pelab_cli.user_message(RuntimeError("a bug")) is None
 
 
+@pytest.mark.faults
 def test_a_bad_setting_ends_the_script_with_one_line_and_no_traceback(tmp_path, repo_root):
     """Status 1, one ``Error:`` line naming the value and what is valid, no traceback (Hydra
     would print a partial one); ``HYDRA_FULL_ERROR=1`` shows it."""

@@ -17,6 +17,8 @@ from tests.conftest import TINY, compose_config
 from tests.reliability.runs import results
 from tests.test_configs import options
 
+pytestmark = pytest.mark.faults  # the fault campaign: make test-faults
+
 
 def assert_refused_before_training(cfg, message: str) -> None:
     with pytest.raises(ConfigError, match=message):

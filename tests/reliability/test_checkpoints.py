@@ -1,6 +1,8 @@
 """Checkpoints on disk: a corrupted one is refused with what to do, never loaded as wrong
 weights (``torch.load`` does not check the zip CRCs)."""
 
+import multiprocessing
+import time
 from pathlib import Path
 
 import pytest
@@ -10,9 +12,41 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from pelab.errors import ConfigError
 from pelab.evaluate import load_weights
 from pelab.reliability.callbacks import PortableCheckpoint
-from pelab.reliability.checkpoints import read_checkpoint
+from pelab.reliability.checkpoints import AtomicCheckpointIO, read_checkpoint
 from pelab.train import build_model, build_task, run
 from tests.reliability.runs import checkpoint, config, fault, results
+
+pytestmark = pytest.mark.faults  # the fault campaign: make test-faults
+
+
+def _save_big_checkpoints(path: str) -> None:
+    """In a child process: save ~400 MB checkpoints to ``path`` forever (until killed)."""
+    io = AtomicCheckpointIO()
+    while True:
+        io.save_checkpoint({"global_step": 2, "w": torch.randn(100_000_000)}, path)
+
+
+def test_a_kill_during_a_checkpoint_save_leaves_the_previous_one_and_its_litter_is_removed(
+    tmp_path,
+):
+    path = tmp_path / "last.ckpt"
+    AtomicCheckpointIO().save_checkpoint({"global_step": 1, "w": torch.ones(3)}, path)
+    child = multiprocessing.get_context("spawn").Process(
+        target=_save_big_checkpoints, args=(str(path),)
+    )
+    child.start()
+    tmp = tmp_path / f".last.ckpt.{child.pid}.tmp"
+    deadline = time.monotonic() + 120
+    while not (tmp.exists() and tmp.stat().st_size > 1_000_000):  # mid-write
+        assert time.monotonic() < deadline and child.is_alive()
+        time.sleep(0.01)
+    child.kill()
+    child.join()
+    assert checkpoint(path)["global_step"] == 1  # the previous checkpoint, complete
+    assert tmp.exists()  # the killed save's partial file, which nothing reads
+    AtomicCheckpointIO().save_checkpoint({"global_step": 3, "w": torch.ones(3)}, path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["last.ckpt"]
+    assert checkpoint(path)["global_step"] == 3
 
 
 def flip_one_bit(path: Path) -> None:

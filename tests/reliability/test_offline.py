@@ -15,6 +15,8 @@ from lightning.pytorch.loggers import WandbLogger
 from pelab.train import run
 from tests.reliability.runs import RESUMABLE, config, results
 
+pytestmark = pytest.mark.faults  # the fault campaign: make test-faults
+
 NO_NETWORK = "http://127.0.0.1:9"  # nothing listens there: every connection is refused
 
 

@@ -14,6 +14,8 @@ import pytest
 from pelab.train import run
 from tests.reliability.runs import checkpoint, cli, config, fault, results, same_weights
 
+pytestmark = pytest.mark.faults  # the fault campaign: make test-faults
+
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):

@@ -27,9 +27,12 @@ def _can_mount() -> bool:
     return probed.returncode == 0
 
 
-pytestmark = pytest.mark.skipif(
-    not _can_mount(), reason="needs unshare -rm to mount a private tmpfs (user namespaces)"
-)
+pytestmark = [
+    pytest.mark.faults,
+    pytest.mark.skipif(
+        not _can_mount(), reason="needs unshare -rm to mount a private tmpfs (user namespaces)"
+    ),
+]
 
 
 def _train_on_tmpfs(repo_root, tmp_path, options: str, *overrides: str, then: str = ""):

@@ -23,6 +23,8 @@ from tests.reliability.runs import (
     sweep_popen_kwargs,
 )
 
+pytestmark = pytest.mark.faults  # the fault campaign: make test-faults
+
 DIVERGING = ["model.optimizer.lr=1e30", "model.schedule.warmup_steps=1"]
 
 

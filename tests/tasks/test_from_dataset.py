@@ -230,6 +230,7 @@ def _truncate(path, size: int) -> None:
     path.write_bytes(path.read_bytes()[:size])
 
 
+@pytest.mark.faults
 @pytest.mark.parametrize(
     ("damage", "message"),
     [
@@ -252,6 +253,7 @@ def test_a_damaged_saved_dataset_is_a_clear_error(tmp_path, damage, message):
         FromDatasetTask(path, train_lengths=[1, 3], eval_lengths=[2, 3])
 
 
+@pytest.mark.faults
 def test_a_dataset_or_file_without_rows_is_a_clear_error(tmp_path):
     empty = save(tmp_path, table([], []), "empty")
     with pytest.raises(ConfigError, match=r"task.path '.*empty' holds a dataset with no rows"):

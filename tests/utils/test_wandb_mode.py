@@ -35,6 +35,7 @@ def test_the_probe_finds_a_server_that_answers_and_names_one_that_does_not(liste
     assert unreachable("http://wandb.invalid").startswith("gaierror")
 
 
+@pytest.mark.faults
 def test_a_probe_that_hangs_is_given_up_on_in_bounded_time(monkeypatch):
     unreachable.cache_clear()
     monkeypatch.setattr(socket, "create_connection", lambda *args, **kwargs: time.sleep(30))
@@ -43,6 +44,7 @@ def test_a_probe_that_hangs_is_given_up_on_in_bounded_time(monkeypatch):
     assert time.monotonic() - start < 2
 
 
+@pytest.mark.faults
 def test_online_without_a_server_that_answers_logs_offline_and_says_why(monkeypatch, tmp_path):
     """Credentials but no network: W&B itself would wait ~90 s; pelab logs offline at once."""
     unreachable.cache_clear()

@@ -168,11 +168,13 @@ def resume_path(cfg: DictConfig) -> Path | None:
 
 class AtomicCheckpointIO(TorchCheckpointIO):
     """Writes each checkpoint to a temporary file beside it, then renames it into place: a kill
-    during a save leaves the previous checkpoint, never a truncated one."""
+    during a save leaves the previous checkpoint, never a truncated one. The temporary file of
+    a process killed mid-save (``.<name>.<pid>.tmp``, never read) is removed at the next save."""
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path, storage_options=None) -> None:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
+        _remove_stale(path)
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         try:
             with open(tmp, "wb") as f:
@@ -188,3 +190,21 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             raise OSError(fault.errno, message, str(path)) from error
         finally:
             tmp.unlink(missing_ok=True)
+
+
+def _remove_stale(path: Path) -> None:
+    """Remove the temporary files of saves to ``path`` by processes that no longer run."""
+    for tmp in path.parent.glob(f".{path.name}.*.tmp"):
+        pid = tmp.name[len(path.name) + 2 : -len(".tmp")]
+        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+            tmp.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
