@@ -26,7 +26,7 @@ train: install ## train the default run: pe=rope task=copy
 test: install ## the test suite without the slow learning runs (what CI runs; ~7.5 min on 2 cores)
 	$(PY) -m pytest -m "not slow"
 
-test-faults: install ## the fault-injection campaign alone (67 tests, ~3 min; also part of make test)
+test-faults: install ## the fault-injection campaign alone (68 tests, ~3 min; also part of make test)
 	$(PY) -m pytest -m "faults and not slow"
 
 test-slow: install ## the slow tests: a small model learns each task in distribution (~17.5 min)

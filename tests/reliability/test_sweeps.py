@@ -4,8 +4,10 @@ skips finished jobs, resumes interrupted ones and runs the rest."""
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
+import sys
 import time
 
 import pytest
@@ -140,3 +142,34 @@ def test_sigterm_to_a_parallel_sweep_reaches_its_running_jobs_which_checkpoint(
     assert record["status"] == "failed" and "interrupted by SIGTERM" in record["error"], stderr
     assert checkpoint(first / "checkpoints" / "last.ckpt")["global_step"] > 6
     assert not second.exists()  # never started
+
+
+def test_a_killed_job_of_a_parallel_evaluation_sweep_is_recorded_through_its_link(
+    tmp_path, repo_root
+):
+    """``eval.py -m`` jobs live in ``<sweep>/<num>/`` (the launcher resolves ``hydra.job.num``)
+    and link to their record beside the checkpoint: a job killed during its test is recorded
+    there as failed, by SIGKILL, and the summary names it."""
+    out = tmp_path / "run"
+    run(config(tmp_path, out))
+    sweep = tmp_path / "eval_sweep"
+    cmd = [
+        sys.executable,
+        "scripts/eval.py",
+        "-m",
+        "hydra/launcher=parallel",
+        f"ckpt_path={out / 'checkpoints' / 'best.ckpt'}",
+        "pe.scaling=linear,ntk",
+        "pe.scaling_factor=2",
+        "logger=none",
+        f"hydra.sweep.dir={sweep}",
+        *fault("sigkill", 0, during="test"),
+    ]
+    proc = subprocess.run(cmd, **sweep_popen_kwargs(repo_root), timeout=600)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    for num in (0, 1):
+        link = sweep / str(num) / "results.json"
+        assert link.is_symlink() and link.resolve().is_relative_to(out / "eval")
+        record = json.loads(link.read_text())
+        assert record["status"] == "failed" and record["error"].startswith("killed by SIGKILL")
+    assert "2 of 2 jobs did not complete" in proc.stderr

@@ -29,7 +29,7 @@ from hydra.core.singleton import Singleton
 from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrides, setup_globals
 from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from pelab.errors import ConfigError
 
@@ -138,6 +138,9 @@ class PoolLauncher(Launcher):
     def _prepare(self, num: int, overrides: list[str], sweep_dir: Path) -> _Job:
         assert self.hydra_context is not None and self.config is not None
         sweep_config = self.hydra_context.config_loader.load_sweep_config(self.config, overrides)
+        with open_dict(sweep_config):  # as the job will have them (a subdir may use them)
+            sweep_config.hydra.job.id = f"{sweep_config.hydra.job.name}_{num}"
+            sweep_config.hydra.job.num = num
         subdir = OmegaConf.select(sweep_config, "hydra.sweep.subdir")
         log.info("\t#%d : %s", num, " ".join(filter_overrides(overrides)))
         files = sweep_dir / LAUNCHER_DIR
