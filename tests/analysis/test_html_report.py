@@ -25,7 +25,7 @@ def test_the_report_is_one_file_with_tables_figures_failures_commands_and_versio
     )
     page = write_html(result, RECORDS, figures, tmp_path).read_text()
     assert page.startswith("<!DOCTYPE html>") and "<table" in page
-    assert "<b>100.0 ± – (max 100.0, 1/1)</b>" in page  # rope: the best ID cell, bold
+    assert "<b>100.0 [–] (1/1)</b>" in page  # rope: the best ID cell, bold
     [png] = re.findall(r'src="data:image/png;base64,([^"]+)"', page)  # embedded, no file beside
     assert base64.b64decode(png) == (tmp_path / "c.png").read_bytes()
     assert "alibi · copy · seed 1: failed: ConfigError: deliberately broken" in page

@@ -4,6 +4,7 @@ import math
 
 import pandas as pd
 import pytest
+from scipy import stats as scipy_stats
 
 from pelab.analysis.collect import lengths_frame, runs_frame
 from pelab.analysis.table import (
@@ -13,6 +14,7 @@ from pelab.analysis.table import (
     complete,
     pivot,
     row_axes,
+    significance,
     write_tables,
 )
 from tests.analysis.records import CHOICES, record
@@ -39,14 +41,17 @@ RECORDS = [
 ]
 
 
-def test_a_cell_is_the_mean_std_and_max_over_seeds():
+def test_a_cell_is_the_mean_std_max_and_t_interval_over_seeds():
     result = build(RECORDS)
     rope = cell(result.by_task, "rope", "copy", "split", "ID")
     # seeds 0.5 and 0.7: mean 0.6, sample std sqrt(((-0.1)^2 + 0.1^2) / 1) = 0.1414
     assert rope["mean"] == pytest.approx(0.6)
     assert rope["std"] == pytest.approx(math.sqrt(0.02))
     assert (rope["max"], rope["n"], rope["runs"]) == (pytest.approx(0.7), 2, 2)
-    assert cell_text(rope) == "60.0 ± 14.1 (max 70.0, 2/2)"
+    # 95% t-interval: 0.6 ± t(0.975, 1) · 0.1414 / √2 = 0.6 ± 1.27, clipped to [0, 100] %
+    half = 12.706 * math.sqrt(0.02) / math.sqrt(2)
+    assert (rope["ci95_low"], rope["ci95_high"]) == pytest.approx((0.6 - half, 0.6 + half), 1e-4)
+    assert cell_text(rope) == "60.0 [0.0, 100.0] (2/2)"
     ood = cell(result.by_task, "rope", "copy", "split", "OOD")
     assert ood["mean"] == pytest.approx(0.125)
 
@@ -55,7 +60,7 @@ def test_failed_and_missing_runs_stay_in_their_cells():
     result = build(RECORDS)
     alibi = cell(result.by_task, "alibi", "copy", "split", "ID")
     assert (alibi["n"], alibi["runs"], alibi["failed"]) == (1, 2, 1)
-    assert cell_text(alibi) == "90.0 ± – (max 90.0, 1/2)"  # one seed: no standard deviation
+    assert cell_text(alibi) == "90.0 [–] (1/2)"  # one seed: no interval
     assert cell_text(cell(result.by_task, "learned", "copy", "split", "OOD")) == "failed (0/2)"
     # sort ran only rope seed 0, and no sweep planned more: no run is invented, the other
     # encodings' sort cells have no runs (a sweep's planned jobs come as missing runs: collect)
@@ -68,11 +73,19 @@ def test_failed_and_missing_runs_stay_in_their_cells():
 
 def test_the_best_mean_of_each_column_is_marked_and_ties_of_a_flat_column_are_not():
     result = build(RECORDS)
-    best = result.by_task[result.by_task["best"]]
-    assert set(zip(best["pe"], best["task"], best["split"], strict=True)) == {
+    top = result.by_task[result.by_task["top"]]
+    assert set(zip(top["pe"], top["task"], top["split"], strict=True)) == {
         ("alibi", "copy", "ID"),
         ("alibi", "copy", "OOD"),
     }  # sort has one value per column: nothing to compare
+    # alibi's one seed cannot be told apart from rope's two: rope stays bold beside it
+    best = result.by_task[result.by_task["best"]]
+    assert set(zip(best["pe"], best["split"], strict=True)) == {
+        ("alibi", "ID"),
+        ("alibi", "OOD"),
+        ("rope", "ID"),
+        ("rope", "OOD"),
+    }
 
 
 def test_lengths_are_split_by_the_training_range_and_carry_the_chance_level():
@@ -120,7 +133,7 @@ def test_tables_are_written_as_markdown_latex_and_csv(tmp_path):
     )
     markdown = (tmp_path / "table_tasks.md").read_text()
     assert markdown.startswith("| pe ")
-    assert "| alibi" in markdown and "**90.0 ± – (max 90.0, 1/2)**" in markdown
+    assert "| alibi" in markdown and "**90.0 [–] (1/2)**" in markdown
     assert "copy OOD" in markdown and "failed (0/2)" in markdown
     assert "| chance" in markdown
     # every run that did not complete is listed with its error
@@ -128,11 +141,13 @@ def test_tables_are_written_as_markdown_latex_and_csv(tmp_path):
     assert "rope · sort · seed 1" not in markdown  # never planned, so never missing
     assert "copy L=32 (OOD)" in (tmp_path / "table_lengths.md").read_text()
     latex = (tmp_path / "table_tasks.tex").read_text()
-    assert r"t5\_bias" in latex and r"\textbf{90.0 ± – (max 90.0, 1/2)}" in latex
+    assert r"t5\_bias" in latex and r"\textbf{90.0 [–] (1/2)}" in latex
     assert r"\multicolumn{2}{c}{copy}" in latex and r"exact match (\%)" in latex
     csv = pd.read_csv(tmp_path / "table_tasks.csv")
     rope = csv[(csv["pe"] == "rope") & (csv["task"] == "copy") & (csv["split"] == "ID")]
     assert rope["mean"].item() == pytest.approx(0.6) and rope["n"].item() == 2
+    columns = ("mean", "std", "ci95_low", "ci95_high", "n", "learned", "p_vs_top", "best")
+    assert set(columns) <= set(csv.columns) and "values" not in csv.columns
 
 
 def test_a_cell_without_results_names_the_statuses_of_its_runs():
@@ -146,7 +161,7 @@ def test_a_cell_without_results_names_the_statuses_of_its_runs():
     assert (alibi["failed"], alibi["missing"]) == (2, 0)
     assert cell_text(alibi) == "running, failed (0/2)"  # still running: not called failed
     rope = cell(result.by_task, "rope", "copy", "split", "OOD")
-    assert cell_text(rope) == "0.0 ± – (max 0.0, 1/1)" and rope["not_completed"] == ""
+    assert cell_text(rope) == "0.0 [–] (1/1)" and rope["not_completed"] == ""
 
 
 def test_a_table_with_two_row_axes_keeps_them_as_columns_and_ends_with_chance(tmp_path):
@@ -169,7 +184,7 @@ def test_a_table_with_two_row_axes_keeps_them_as_columns_and_ends_with_chance(tm
     lines = (tmp_path / "table_tasks.md").read_text().splitlines()
     cells = [[c.strip() for c in line.split("|")[1:-1]] for line in lines[:5]]
     assert cells[0] == ["pe", "positions", "copy ID", "copy OOD"]
-    assert cells[3][:2] == ["rope", "randomized"] and "50.0 ± –" in cells[3][3]
+    assert cells[3][:2] == ["rope", "randomized"] and "50.0 [–]" in cells[3][3]
     assert cells[4] == ["chance", "", "0.0", "0.0"]
     assert "chance" in (tmp_path / "table_lengths.tex").read_text()
 
@@ -191,16 +206,66 @@ def test_unlearned_cells_say_so_and_never_win_an_ood_column(tmp_path):
     none_ood = cell(result.by_task, "none", "copy", "split", "OOD")
     assert cell_text(none_ood) == "not learned (ID 62.0, 0/2)"  # its ID mean, not its OOD score
     rope_ood = cell(result.by_task, "rope", "copy", "split", "OOD")
-    assert cell_text(rope_ood) == "15.0 ± 7.1 (max 20.0, 2/2, learned 1/2)"
-    best = result.by_task[result.by_task["best"]]
+    assert cell_text(rope_ood) == "15.0 [0.0, 78.5] (2/2, learned 1/2)"
+    top = result.by_task[result.by_task["top"]]
     # OOD: none (90%) and rope (15%, one seed unlearned) are out; alibi (45%) is the best
-    assert set(zip(best["pe"], best["split"], strict=True)) == {("alibi", "ID"), ("alibi", "OOD")}
+    assert set(zip(top["pe"], top["split"], strict=True)) == {("alibi", "ID"), ("alibi", "OOD")}
+    ood = result.by_task[result.by_task["split"] == "OOD"]
+    assert ood.set_index("pe")["best"].to_dict() == {"alibi": True, "rope": False, "none": False}
     by_length = result.by_length
     assert not by_length[(by_length["pe"] == "none") & (by_length["length"] == 32)]["best"].any()
     written = write_tables(result, tmp_path)
     assert tmp_path / "table_steps.md" in written
     markdown = (tmp_path / "table_tasks.md").read_text()
-    assert "not learned (ID 62.0, 0/2)" in markdown and "**45.0 ± 7.1" in markdown
+    assert "not learned (ID 62.0, 0/2)" in markdown and "**45.0 [0.0, 100.0] (2/2)**" in markdown
+
+
+def test_three_seeds_give_the_t_interval_by_hand():
+    """0.5, 0.6, 0.7: mean 0.6, std 0.1, t(0.975, 2) = 4.3027: 0.6 ± 0.2484."""
+    records = [record("rope", "copy", k, {8: v, 32: 0.0}) for k, v in enumerate((0.5, 0.6, 0.7))]
+    rope = cell(build(records).by_task, "rope", "copy", "split", "ID")
+    assert (rope["ci95_low"], rope["ci95_high"]) == pytest.approx((0.35159, 0.84841), abs=1e-5)
+    assert cell_text(rope) == "60.0 [35.2, 84.8] (3/3)"
+
+
+def five_seeds(pe: str, centre: float) -> list[dict]:
+    spread = (-0.02, -0.01, 0.0, 0.01, 0.02)
+    return [record(pe, "copy", k, {8: centre + d, 32: 0.0}) for k, d in enumerate(spread)]
+
+
+def test_bold_is_the_best_and_every_cell_not_significantly_different_from_it():
+    """Five seeds each: alibi 0.90 (best), rope 0.89 (within noise: bold too), none 0.50 (far
+    below: not bold); none's p-value is Welch's against alibi, Holm-corrected over the two
+    comparisons of the column."""
+    records = five_seeds("alibi", 0.90) + five_seeds("rope", 0.89) + five_seeds("none", 0.50)
+    column = build(records).by_task.query("split == 'ID'").set_index("pe")
+    assert column["top"].to_dict() == {"alibi": True, "rope": False, "none": False}
+    assert column["best"].to_dict() == {"alibi": True, "rope": True, "none": False}
+    seeds = {pe: [0.9 + d for d in (-0.02, -0.01, 0.0, 0.01, 0.02)] for pe in ("alibi",)}
+    rope = [0.89 + d for d in (-0.02, -0.01, 0.0, 0.01, 0.02)]
+    none = [0.50 + d for d in (-0.02, -0.01, 0.0, 0.01, 0.02)]
+    p_rope = scipy_stats.ttest_ind(rope, seeds["alibi"], equal_var=False).pvalue
+    p_none = scipy_stats.ttest_ind(none, seeds["alibi"], equal_var=False).pvalue
+    assert p_none < p_rope  # Holm: the smallest times 2, the next times 1 (kept monotone)
+    assert column.loc["none", "p_vs_top"] == pytest.approx(2 * p_none)
+    assert column.loc["rope", "p_vs_top"] == pytest.approx(max(p_rope, 2 * p_none))
+    assert pd.isna(column.loc["alibi", "p_vs_top"])
+
+
+def test_holm_adjusts_the_smallest_p_value_most_and_keeps_the_order():
+    cells = pd.Series(
+        {
+            "best": (1.0, 0.98, 0.99, 1.0),
+            "a": (0.2, 0.21, 0.19, 0.2),
+            "b": (0.97, 0.99, 1.0, 0.98),
+            "c": (0.9,),  # one seed: not tested
+        }
+    )
+    adjusted = significance(cells, "best")
+    raw = {k: scipy_stats.ttest_ind(cells[k], cells["best"], equal_var=False).pvalue for k in "ab"}
+    assert adjusted["a"] == pytest.approx(min(1.0, 2 * raw["a"]))
+    assert adjusted["b"] == pytest.approx(min(1.0, max(raw["b"], 2 * raw["a"])))
+    assert pd.isna(adjusted["c"]) and pd.isna(adjusted["best"])
 
 
 def test_the_steps_to_learn_table_averages_the_seeds_that_learned(tmp_path):

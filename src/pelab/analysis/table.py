@@ -1,12 +1,19 @@
 """Ablation tables: one row per encoding (and per any other setting the runs vary), one column
 per task and split (in- / out-of-distribution mean) or per task and evaluation length.
 
-A cell aggregates the seeds of its setting: the mean and the sample standard deviation
-(``ddof=1``; undefined for one seed), the best seed, and ``k/n``: seeds with a result out of the
-seeds in the cell's grid: the runs found and the jobs their sweep planned (``collect``), so a
-failed, crashed or missing run is counted in its cell and listed under the table, never dropped;
-no run is invented where no sweep planned one (a cell without runs reads ``–``). The best mean
-of each column (at the displayed precision) is bold.
+A cell aggregates the seeds of its setting: the mean with its 95% confidence interval (Student's
+t-interval over the seeds, ``mean ± t(0.975, n-1) · std / √n``, clipped to [0, 100] %; none for
+one seed), and ``k/n``: seeds with a result out of the seeds in the cell's grid: the runs found
+and the jobs their sweep planned (``collect``), so a failed, crashed or missing run is counted in
+its cell and listed under the table, never dropped; no run is invented where no sweep planned one
+(a cell without runs reads ``–``). The CSV adds the standard deviation (``ddof=1``), the best seed
+and the unclipped interval.
+
+Bold marks the best mean of a column and every cell not significantly different from it:
+Welch's t-test against the best cell's seeds, two-sided, α = 0.05, Holm's correction over the
+column's comparisons (``significance``). A cell with fewer than two seeds, or a best cell with
+fewer than two, cannot be told apart and stays bold with it; so with one seed per cell, every
+cell is bold or none is compared, and the table says so.
 
 Runs under a competence budget (``learned_at``, ``pelab.competence``) say whether they learned
 their task in distribution. An out-of-distribution score of a model that never learned the task
@@ -23,10 +30,12 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from scipy import stats as scipy_stats
 
 from pelab.analysis.collect import NOT_SET, RUN_FIELDS, SPLITS
 
 SPLIT_NAMES = {"id": "ID", "ood": "OOD"}
+ALPHA = 0.05  # the significance level of bold: not significantly different from the best
 NO_RUNS = "–"  # a cell no run belongs to
 
 
@@ -87,6 +96,7 @@ def cell_stats(frame: pd.DataFrame, rows: list[str], cols: list[str], value: str
             std=("_value", "std"),
             max=("_value", "max"),
             n=("_value", "count"),
+            values=("_value", lambda v: tuple(v.dropna())),
             runs=("status", "size"),
             failed=("_failed", "sum"),
             missing=("_missing", "sum"),
@@ -96,19 +106,56 @@ def cell_stats(frame: pd.DataFrame, rows: list[str], cols: list[str], value: str
         )
         .reset_index()
     )
-    return stats
+    low, high = t_interval(stats["mean"], stats["std"], stats["n"])
+    return stats.assign(ci95_low=low, ci95_high=high)
+
+
+def t_interval(mean: pd.Series, std: pd.Series, n: pd.Series) -> tuple[pd.Series, pd.Series]:
+    """The 95% Student's t-interval of a mean over ``n`` seeds; NaN for fewer than two."""
+    dof = n.sub(1).where(n > 1)
+    half = pd.Series(scipy_stats.t.ppf(0.975, dof), index=mean.index) * std / np.sqrt(n)
+    return mean - half, mean + half
 
 
 def mark_best(stats: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
-    """``best``: the column's best mean (at the displayed precision), when the column has more
-    than one value; in an out-of-distribution column only cells whose seeds all learned the
-    task compete (every cell does when no run had a criterion)."""
+    """``top``: the column's best mean (at the displayed precision); ``p_vs_top``: Welch's
+    t-test of each cell against it, Holm-corrected over the column (``significance``);
+    ``best`` (bold): the top cell and every cell not significantly different from it. Only
+    columns with more than one value rank; in an out-of-distribution column only cells whose
+    seeds all learned the task compete (every cell does when no run had a criterion)."""
     eligible = stats["split"].ne("OOD") | stats["learned"].eq(stats["judged"])
+    eligible &= stats["n"].gt(0)
     shown = stats["mean"].mul(100).round(1)  # as displayed
     keys = [stats[c] for c in cols]
-    top = shown.where(eligible).groupby(keys, observed=True).transform("max")
+    top_value = shown.where(eligible).groupby(keys, observed=True).transform("max")
     varies = shown.groupby(keys, observed=True).transform("nunique").gt(1)
-    return stats.assign(best=eligible & shown.eq(top) & varies)
+    top = eligible & shown.eq(top_value) & varies
+    p_values = pd.Series(np.nan, index=stats.index)
+    for _, column in stats[eligible & varies].groupby(keys, observed=True):
+        leader = column.index[top[column.index]][0]
+        p_values[column.index] = significance(column["values"], leader)
+    best = top | (eligible & varies & ~p_values.lt(ALPHA))
+    return stats.assign(top=top, p_vs_top=p_values, best=best)
+
+
+def significance(values: pd.Series, leader) -> pd.Series:
+    """Holm-adjusted p-values of Welch's two-sided t-test of each cell's seeds against the
+    ``leader`` cell's (NaN for the leader, and where a test is impossible: fewer than two seeds
+    on either side, or no variance in either with equal means)."""
+    reference = np.asarray(values[leader], dtype=float)
+    raw = {}
+    for index, cell in values.items():
+        cell = np.asarray(cell, dtype=float)
+        if index == leader or len(cell) < 2 or len(reference) < 2:
+            continue
+        raw[index] = scipy_stats.ttest_ind(cell, reference, equal_var=False).pvalue
+    tested = {i: p for i, p in raw.items() if not np.isnan(p)}
+    adjusted = pd.Series(np.nan, index=values.index)
+    running = 0.0  # Holm: the k-th smallest p times (m - k + 1), kept monotone, capped at 1
+    for rank, (index, p) in enumerate(sorted(tested.items(), key=lambda item: item[1])):
+        running = max(running, min(1.0, p * (len(tested) - rank)))
+        adjusted[index] = running
+    return adjusted
 
 
 def id_means(runs: pd.DataFrame, rows: list[str], metric: str) -> pd.Series:
@@ -183,21 +230,20 @@ def _per_column(stats: pd.DataFrame, cols: list[str], values: pd.Series) -> list
 
 
 def cell_text(cell: pd.Series) -> str:
-    """``97.1 ± 2.0 (max 99.0, 3/3)`` in percent, with ``learned k/n`` when some seeds did not
-    learn the task; ``not learned (ID 64.2, 0/3)`` for an out-of-distribution cell whose seeds
-    all failed to learn it; without a result the statuses of the runs, e.g. ``failed (0/3)``,
-    ``running (0/3)``, ``missing (0/3)``; ``n/a`` when the runs completed but had nothing to
-    measure (e.g. no out-of-distribution length)."""
+    """``97.1 [95.0, 99.2] (3/3)``: the mean and its 95% interval in percent (clipped to
+    [0, 100]; ``[–]`` for one seed), with ``learned k/n`` when some seeds did not learn the task;
+    ``not learned (ID 64.2, 0/3)`` for an out-of-distribution cell whose seeds all failed to
+    learn it; without a result the statuses of the runs, e.g. ``failed (0/3)``, ``running
+    (0/3)``, ``missing (0/3)``; ``n/a`` when the runs completed but had nothing to measure (e.g.
+    no out-of-distribution length)."""
     judged, learned = cell.get("judged", 0), cell.get("learned", 0)
     if cell["n"] > 0 and judged and not learned and cell.get("split") == "OOD":
         return f"not learned (ID {_percent(cell['id_mean'])}, 0/{judged})"
     if cell["n"] > 0:
-        std = "–" if np.isnan(cell["std"]) else f"{cell['std'] * 100:.1f}"
+        low, high = (min(max(cell[k], 0.0), 1.0) for k in ("ci95_low", "ci95_high"))
+        interval = "[–]" if np.isnan(cell["ci95_low"]) else f"[{low * 100:.1f}, {high * 100:.1f}]"
         partly = f", learned {learned}/{judged}" if learned < judged else ""
-        return (
-            f"{cell['mean'] * 100:.1f} ± {std} "
-            f"(max {cell['max'] * 100:.1f}, {cell['n']}/{cell['runs']}{partly})"
-        )
+        return f"{cell['mean'] * 100:.1f} {interval} ({cell['n']}/{cell['runs']}{partly})"
     if cell["not_completed"]:
         return f"{cell['not_completed']} ({cell['n']}/{cell['runs']})"
     return "n/a"
@@ -333,7 +379,7 @@ def write_tables(result: Ablation, out_dir: Path) -> list[Path]:
         written.append(_write(out_dir / f"{name}.md", "\n".join([markdown, "", *notes]) + "\n"))
         latex = to_latex(stats, result.rows, cols, result.caption)
         written.append(_write(out_dir / f"{name}.tex", latex))
-        stats.to_csv(out_dir / f"{name}.csv", index=False)
+        stats.drop(columns="values").to_csv(out_dir / f"{name}.csv", index=False)
         written.append(out_dir / f"{name}.csv")
     if result.steps is not None:
         table = steps_markdown(result.steps, result.rows)
@@ -344,12 +390,16 @@ def write_tables(result: Ablation, out_dir: Path) -> list[Path]:
 
 
 LEGEND = (
-    "Cells: mean ± standard deviation over seeds, in percent (max: the best seed; k/n: seeds "
-    "with a result / seeds in the grid; learned k/n: seeds that learned the task in "
-    "distribution, under a competence budget). **Bold**: the best mean of the column; in an OOD "
-    "column only cells whose seeds all learned the task compete. ID: mean over the evaluation "
-    "lengths inside the training range; OOD: over the longer ones; not learned: no seed learned "
-    "the task, so its OOD score measures nothing (its ID mean is shown)."
+    "Cells: mean over seeds in percent, with its 95% confidence interval (Student's t-interval "
+    "over the seeds, clipped to [0, 100]; [–]: one seed) (k/n: seeds with a result / seeds in "
+    "the grid; learned k/n: seeds that learned the task in distribution, under a competence "
+    "budget). **Bold**: the best mean of the column and every cell not significantly different "
+    "from it (Welch's t-test, two-sided, α = 0.05, Holm's correction over the column; a cell or "
+    "a best with one seed cannot be told apart and stays bold); in an OOD column only cells "
+    "whose seeds all learned the task compete. ID: mean over the evaluation lengths inside the "
+    "training range; OOD: over the longer ones; not learned: no seed learned the task, so its "
+    "OOD score measures nothing (its ID mean is shown). The CSV files hold every number "
+    "(mean, std, ci95_low, ci95_high, n, learned, p_vs_top)."
 )
 STEPS_LEGEND = (
     "Steps to learn (competence budget, `learned_at`): the training step at which in-distribution "
