@@ -17,6 +17,7 @@ from pelab.analysis.table import (
     significance,
     write_tables,
 )
+from pelab.errors import ConfigError
 from tests.analysis.records import CHOICES, record
 
 
@@ -284,3 +285,48 @@ def test_the_steps_to_learn_table_averages_the_seeds_that_learned(tmp_path):
 
 def test_runs_without_a_criterion_have_no_steps_table():
     assert build(RECORDS).steps is None
+
+
+def lr_run(pe: str, seed: int, lr: str, val: float, test: float) -> dict:
+    """A run at learning rate ``lr`` whose last in-distribution validation scored ``val`` and
+    whose test scored ``test`` (exact match at length 8, inside the training range)."""
+    rec = record(pe, "copy", seed, {8: test, 32: 0.0}, overrides=[f"model.optimizer.lr={lr}"])
+    rec["metrics"]["val"] = {"8": {"exact_match": val, "token_acc": val}}
+    return rec
+
+
+# rope: lr 1e-3 validates better (0.9, 0.8) than 3e-3 (0.7, 0.95), though 3e-3 tests better
+TUNING = [
+    lr_run("rope", 0, "1e-3", val=0.9, test=0.5),
+    lr_run("rope", 1, "1e-3", val=0.8, test=0.6),
+    lr_run("rope", 0, "3e-3", val=0.7, test=0.99),
+    lr_run("rope", 1, "3e-3", val=0.95, test=0.98),
+]
+
+
+def test_the_tuned_protocol_keeps_the_learning_rate_that_validates_best_not_the_one_that_tests():
+    result = build_with(TUNING, "tuned")
+    assert result.rows == ["pe"] and set(result.runs["selected"]) == {"0.001"}
+    rope = cell(result.by_task, "rope", "copy", "split", "ID")
+    assert rope["mean"] == pytest.approx(0.55) and rope["n"] == 2  # its seeds' test mean
+    assert "tuned" in result.caption and "never on test numbers" in result.caption
+
+
+def test_the_max_protocol_reports_the_one_run_with_the_best_validation():
+    result = build_with(TUNING, "max")
+    rope = cell(result.by_task, "rope", "copy", "split", "ID")
+    assert (rope["mean"], rope["n"]) == (pytest.approx(0.98), 1)  # lr 3e-3, seed 1: val 0.95
+    assert "Protocol: max" in result.caption and "Seeds per cell: 1." in result.caption
+
+
+def test_the_mean_protocol_keeps_every_learning_rate_as_a_row_and_tuned_needs_one():
+    result = build_with(TUNING, "mean")
+    assert result.rows == ["pe", "model.optimizer.lr"] and "Seeds per cell: 2." in result.caption
+    with pytest.raises(ConfigError, match="--protocol tuned selects a model.optimizer.lr"):
+        build_with(RECORDS, "tuned")
+    with pytest.raises(ConfigError, match="unknown protocol 'best'; valid choices: mean, tuned"):
+        build_with(RECORDS, "best")
+
+
+def build_with(records, protocol):
+    return ablation(runs_frame(records), lengths_frame(records), "exact_match", protocol)

@@ -223,15 +223,19 @@ def _death(code: int | None) -> str:
 
 
 def _status(output_dir: Path) -> str:
-    """The job's own record of how it ended: ``completed``, or ``failed: <why>``."""
+    """How the job's own records say it ended: ``completed``, or ``failed: <why>`` (a stack of
+    members has one record per member, below the job's directory)."""
     from pelab.record import RESULTS, read_record
 
-    path = output_dir / RESULTS
-    if not path.exists():
+    paths = sorted(output_dir.rglob(RESULTS)) if output_dir.is_dir() else []
+    if not paths:
         return "ended (no results.json)"
-    record = read_record(path)
-    error = str(record.get("error", "")).split("\n")[0]
-    return f"{record['status']}: {error}" if error else record["status"]
+    records = [read_record(path) for path in paths]
+    failed = [r for r in records if r["status"] != "completed"]
+    if not failed:
+        return "completed" if len(records) == 1 else f"completed ({len(records)} records)"
+    error = str(failed[0].get("error", "")).split("\n")[0]
+    return f"{failed[0]['status']}: {error}" if error else failed[0]["status"]
 
 
 def _tail(path: Path, lines: int = LOG_TAIL_LINES) -> list[str]:

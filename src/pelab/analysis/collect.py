@@ -63,6 +63,7 @@ RUN_FIELDS = (
     "learned",
     "steps_to_learn",
     *(f"{s}/{m}" for s in SPLITS for m in METRICS),
+    "val_id",
 )
 # what a status without an error means
 STATUS_NOTES = {"running": "no end recorded: still running, or killed (out of memory, time limit)"}
@@ -350,8 +351,10 @@ def wandb_record(run: Any) -> dict[str, Any]:
 def runs_frame(records: list[dict[str, Any]]) -> pd.DataFrame:
     """One row per run: its choices, seed, setting overrides, status and error, the in- and
     out-of-distribution means of each metric (``id/exact_match``, ...; NaN unless completed),
-    the training length range, the wall time, and whether it learned its task (``learned``:
-    True/False under a competence budget, None without one) and when (``steps_to_learn``)."""
+    the training length range, the wall time, whether it learned its task (``learned``:
+    True/False under a competence budget, None without one) and when (``steps_to_learn``), and
+    its last in-distribution validation score (``val_id``: what ``--protocol max|tuned``
+    selects on, never a test number)."""
     rows, settings = [], {}
     for record in records:
         changed = setting_overrides(record.get("overrides") or []) | member_settings(record)
@@ -375,6 +378,7 @@ def runs_frame(records: list[dict[str, Any]]) -> pd.DataFrame:
         for split in SPLITS:
             for metric in METRICS:
                 row[f"{split}/{metric}"] = metrics.get(f"test_{split}", {}).get(metric, math.nan)
+        row["val_id"] = _validation_score(metrics.get("val") or {}, train)
         rows.append(row | changed)
     frame = pd.DataFrame(rows)
     frame[list(settings)] = frame[list(settings)].fillna(NOT_SET)
@@ -409,6 +413,18 @@ def _task_config(record: dict[str, Any]) -> dict[str, Any]:
     W&B sweep agent locks ``task`` to it)."""
     task = (record.get("config") or {}).get("task")
     return task if isinstance(task, dict) else {}
+
+
+def _validation_score(val: dict[str, dict[str, float]], train: list[int]) -> float:
+    """The last validation's in-distribution score, as a run's best checkpoint is chosen
+    (``pelab.metrics.selection_score``: exact match, ties broken by token accuracy, scaled
+    below the exact match's step); NaN without an in-distribution validation."""
+    inside = [v for n, v in val.items() if train and train[0] <= int(n) <= train[1]]
+    if not inside:
+        return math.nan
+    exact = sum(v["exact_match"] for v in inside) / len(inside)
+    tokens = sum(v["token_acc"] for v in inside) / len(inside)
+    return exact + tokens * 1e-6
 
 
 def _or_nan(value: float | None) -> float:

@@ -31,7 +31,7 @@ from pathlib import Path
 from pelab.analysis.collect import WANDB_PREFIX, lengths_frame, load_records, runs_frame
 from pelab.analysis.html_report import write_html
 from pelab.analysis.plots import heatmap, length_curves, read_published, save
-from pelab.analysis.table import ablation, write_tables
+from pelab.analysis.table import PROTOCOLS, ablation, write_tables
 from pelab.analysis.wandb_summary import log_summary
 from pelab.errors import ConfigError
 from pelab.metrics import METRICS
@@ -64,6 +64,14 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         type=Path,
         help="a CSV of published numbers (pe, task, length, value, source) to overlay on the "
         "length curves",
+    )
+    parser.add_argument(
+        "--protocol",
+        choices=list(PROTOCOLS),
+        default="mean",
+        help="mean: over seeds; tuned: per encoding and task the learning rate with the best "
+        "in-distribution validation; max: the best run over seeds (and learning rates) by "
+        "in-distribution validation (Deletang et al. 2023)",
     )
     parser.add_argument("--no-wandb", action="store_true", help="do not log the summary to W&B")
     return parser.parse_args(argv)
@@ -102,7 +110,10 @@ def main(argv: list[str] | None = None) -> int:
 def tables_and_figures(records: list[dict], out: Path, args: argparse.Namespace) -> list[Path]:
     """The tables and figures of ``records`` (all of one kind) in ``out``, logged to W&B unless
     ``--no-wandb``; prints the task table."""
-    result = ablation(runs_frame(records), lengths_frame(records), args.metric)
+    try:
+        result = ablation(runs_frame(records), lengths_frame(records), args.metric, args.protocol)
+    except ConfigError as error:
+        raise SystemExit(f"error: {error}") from None
     written = write_tables(result, out)
     published = read_published(args.published) if args.published else None
     curves = length_curves(result.runs, result.lengths, result.rows, args.metric, published)
