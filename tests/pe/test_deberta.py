@@ -21,7 +21,8 @@ def make_net(causal: bool, **options) -> Transformer:
 
 
 def naive_logits(pe, q, k, positions, layer):
-    """Eqs. 2-4 of the paper with one loop per (batch, head, i, j) and explicit row lookups."""
+    """Eqs. 2-4 of the paper with one loop per (batch, head, i, j) and explicit row lookups;
+    with ``p2c: reference`` the p2c row is ``delta(i, j)``, as HF's code reads it."""
     b, h, n, d = q.shape
     k_r = (pe.rel_embeddings @ pe.w_k_r[layer].T).view(-1, h, d)  # [2k, h, d]
     q_r = (pe.rel_embeddings @ pe.w_q_r[layer].T).view(-1, h, d)
@@ -36,7 +37,8 @@ def naive_logits(pe, q, k, positions, layer):
         pi, pj = positions[bi][i], positions[bi][j]
         c2c = q[bi, hi, i] @ k[bi, hi, j]
         c2p = q[bi, hi, i] @ k_r[row(pi, pj), hi]
-        p2c = k[bi, hi, j] @ q_r[row(pj, pi), hi]
+        p2c_row = row(pi, pj) if pe.p2c == "reference" else row(pj, pi)
+        p2c = k[bi, hi, j] @ q_r[p2c_row, hi]
         logits[bi, hi, i, j] = (c2c + c2p + p2c) / math.sqrt(3 * d)
     return logits
 
@@ -84,6 +86,27 @@ def test_c2p_and_p2c_read_rows_with_opposite_signs():
     # p2c (key 1):  k_1 . Q_r[delta(1, i)], delta(1, 0) = 3, delta(1, 1) = 2 -> 3, 2
     expected = torch.tensor([[20.0, 10.0 + 3.0], [0.0, 2.0]]) / math.sqrt(3)
     assert torch.allclose(logits[0, 0], expected)
+
+
+@pytest.mark.parametrize("buckets", [4, 0])
+def test_the_reference_p2c_reads_the_mirrored_row_and_matches_a_loop(buckets):
+    torch.manual_seed(3)
+    options = dict(position_buckets=buckets, max_relative_positions=4)
+    paper = DebertaPE(dims(causal=False), **options)
+    reference = DebertaPE(dims(causal=False), **options, p2c="reference")
+    reference.load_state_dict(paper.state_dict())
+    q, k = torch.randn(2, 1, 2, 5, 4).unbind()
+    positions = [[0, 1, 2, 3, 7]]
+    expected = naive_logits(reference, q, k, positions, 0)
+    assert torch.allclose(hooked_logits(reference, q, k, positions, 0), expected, atol=1e-5)
+    assert not torch.allclose(hooked_logits(paper, q, k, positions, 0), expected, atol=1e-3)
+    c2p, p2c = reference.rows(Positions.from_tensor(torch.tensor(positions)))
+    assert torch.equal(c2p, p2c)
+
+
+def test_an_unknown_p2c_convention_is_refused():
+    with pytest.raises(ConfigError, match="pe.p2c of pe=deberta must be one of paper, reference"):
+        DebertaPE(dims(causal=False), p2c="hf")
 
 
 def test_content_logits_are_rescaled_to_one_over_sqrt_3d():

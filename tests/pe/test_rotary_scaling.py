@@ -32,9 +32,10 @@ def scores(pe: RotaryPE, q: torch.Tensor, k: torch.Tensor, positions: torch.Tens
 
 
 def test_the_registry_lists_every_strategy():
-    assert list(SCALINGS) == ["none", "linear", "ntk", "dynamic_ntk", "yarn"]
+    assert list(SCALINGS) == ["none", "linear", "ntk", "dynamic_ntk", "yarn", "yarn_reference"]
     assert all(name == record.name for name, record in SCALINGS.items())
-    assert [n for n, s in SCALINGS.items() if s.needs_original_max_len] == ["dynamic_ntk", "yarn"]
+    needs_length = [n for n, s in SCALINGS.items() if s.needs_original_max_len]
+    assert needs_length == ["dynamic_ntk", "yarn", "yarn_reference"]
     assert [n for n, s in SCALINGS.items() if s.length_dependent] == ["dynamic_ntk"]
     assert [n for n, s in SCALINGS.items() if s.min_rot_dim > 2] == ["ntk", "dynamic_ntk"]
 
@@ -50,7 +51,7 @@ def test_a_new_strategy_is_one_record(monkeypatch):
     inv_freq, scale = freqs(pe)
     assert torch.allclose(inv_freq, torch.tensor([0.5, 0.05])) and scale == 3.0
     assert not pe.supports_kv_cache
-    with pytest.raises(ConfigError, match=r"valid choices: .*'yarn', 'halve'"):
+    with pytest.raises(ConfigError, match=r"valid choices: .*'yarn_reference', 'halve'"):
         RotaryPE(dims(4), scaling="halve_again")
 
 
@@ -134,6 +135,23 @@ def test_yarn_ramps_linearly_between_alpha_and_beta():
     assert freqs(pe)[0][1].item() == pytest.approx(expected, rel=1e-5)
 
 
+def test_yarn_reference_ramps_linearly_in_the_pair_index_as_the_reference_code():
+    """r = 16, base 10^4, L = 64, s = 4, by hand with HF's formulas: pair ``i`` turns
+    ``64 theta_i / 2 pi`` times; it turns beta = 32 times at
+    ``i = 16 ln(64 / (64 pi)) / (2 ln 10^4) = -0.124`` (floor, clipped: 0) and alpha = 1 time
+    at ``i = 16 ln(64 / 2 pi) / (2 ln 10^4) = 2.017`` (ceil: 3); the kept share is
+    ``1 - clamp(i / 3, 0, 1)``."""
+    pe = RotaryPE(dims(16), scaling="yarn_reference", scaling_factor=4, original_max_len=64)
+    theta = 10000.0 ** (-torch.arange(0, 16, 2) / 16)
+    keep = 1 - (torch.arange(8) / 3).clamp(0, 1)
+    expected = (1 - keep) * theta / 4 + keep * theta
+    assert torch.allclose(freqs(pe)[0], expected, rtol=1e-5)
+    paper = freqs(RotaryPE(dims(16), scaling="yarn", scaling_factor=4, original_max_len=64))[0]
+    assert torch.equal(paper[3:], expected[3:])  # both interpolate every slow pair by s
+    assert not torch.allclose(paper[:3], expected[:3])  # inside the ramp they differ
+    assert freqs(pe)[1] == pytest.approx(0.1 * math.log(4) + 1)  # the same temperature
+
+
 def test_yarn_temperature_scales_the_logits_by_one_over_t():
     torch.manual_seed(0)
     # L = 1: every dim turns less than alpha times, so yarn == linear up to the temperature
@@ -146,7 +164,7 @@ def test_yarn_temperature_scales_the_logits_by_one_over_t():
     assert torch.allclose(scores(yarn, q, k, positions), expected, atol=1e-5)
 
 
-@pytest.mark.parametrize("scaling", ["linear", "ntk", "yarn"])
+@pytest.mark.parametrize("scaling", ["linear", "ntk", "yarn", "yarn_reference"])
 def test_static_strategies_keep_scores_shift_invariant(scaling):
     torch.manual_seed(0)
     pe = RotaryPE(dims(8), scaling=scaling, scaling_factor=3, original_max_len=16)

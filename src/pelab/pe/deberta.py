@@ -16,6 +16,9 @@ from pelab.positions import Positions
 INIT_STD = 0.02  # the authors' code: embeddings and projections ~ N(0, initializer_range=0.02)
 
 
+P2C_CONVENTIONS = ("paper", "reference")
+
+
 def log_bucket(relative: Tensor, buckets: int, max_distance: int) -> Tensor:
     """DeBERTa-v2's log buckets of relative distances (``make_log_bucket_position``).
 
@@ -67,6 +70,11 @@ class DebertaPE(PositionalEncoding):
     - Decoders: the paper's model is an encoder; a causal mask applied after this hook keeps every
       term of ``j <= i`` and hides the rest, so the same formula runs in a decoder (c2p then reads
       rows ``>= k``, p2c rows ``<= k``).
+    - ``p2c``: ``paper`` (default) reads ``Q_r[delta(j, i)]`` as eq. 4 writes it; ``reference``
+      reads ``Q_r[delta(i, j)]``, the mirror image, which is what HF transformers' and
+      microsoft/DeBERTa's code compute (their ``p2c_pos`` is built from ``-(i - j)`` and then
+      gathered over the keys and transposed, which flips the sign back). Take ``reference`` to
+      compare with a model trained by that code.
     - Cost: as in the paper, ``q @ K_r^T`` gives ``[b, h, i, 2k]`` and is gathered by ``delta``
       into ``[b, h, i, j]`` (likewise ``k @ Q_r^T``); nothing of size ``i * j * d`` is built.
     """
@@ -74,9 +82,18 @@ class DebertaPE(PositionalEncoding):
     shift = "relative"
 
     def __init__(
-        self, dims: ModelDims, position_buckets: int = 32, max_relative_positions: int = 64
+        self,
+        dims: ModelDims,
+        position_buckets: int = 32,
+        max_relative_positions: int = 64,
+        p2c: str = "paper",
     ) -> None:
         super().__init__(dims)
+        if p2c not in P2C_CONVENTIONS:
+            raise ConfigError(
+                f"pe.p2c of pe=deberta must be one of {', '.join(P2C_CONVENTIONS)}, got {p2c!r}"
+            )
+        self.p2c = p2c
         for name, value in (
             ("position_buckets", position_buckets),
             ("max_relative_positions", max_relative_positions),
@@ -112,10 +129,12 @@ class DebertaPE(PositionalEncoding):
         self.w_k_r = nn.Parameter(torch.randn(dims.n_layers, d_model, d_model) * INIT_STD)
 
     def rows(self, pos: Positions) -> tuple[Tensor, Tensor]:
-        """Table rows ``delta(i, j)`` for c2p and ``delta(j, i)`` for p2c, each ``[b|1, i, j]``."""
+        """Table rows ``delta(i, j)`` for c2p and ``delta(j, i)`` for p2c (``delta(i, j)`` with
+        ``p2c: reference``), each ``[b|1, i, j]``."""
         bucket = log_bucket(pos.delta(), self.position_buckets, self.max_relative_positions)
         top = 2 * self.span - 1
-        return (bucket + self.span).clamp(0, top), (self.span - bucket).clamp(0, top)
+        c2p = (bucket + self.span).clamp(0, top)
+        return c2p, c2p if self.p2c == "reference" else (self.span - bucket).clamp(0, top)
 
     def project(self, weight: Tensor, like: Tensor) -> Tensor:
         """``P W`` split into heads: ``[h, 2k, d]``."""

@@ -132,13 +132,35 @@ def yarn_scaling(x: ScalingInput) -> Tensor:
 
     Dim ``i`` turns ``r_i = L / lambda_i`` times within ``L = original_max_len``, with wavelength
     ``lambda_i = 2 pi / theta_i``. Ramp ``gamma = clamp((r_i - alpha) / (beta - alpha), 0, 1)``,
-    ``alpha = 1``, ``beta = 32``; ``theta_i' = (1 - gamma) theta_i / s + gamma theta_i``: dims
-    that turn more than beta times keep their frequency, those turning less than once are
-    interpolated by ``s``.
+    ``alpha = 1``, ``beta = 32`` (rotation counts, not wavelengths); ``theta_i' = (1 - gamma)
+    theta_i / s + gamma theta_i``: dims that turn more than beta times keep their frequency,
+    those turning less than once are interpolated by ``s``. The ramp is linear in the rotation
+    count, as the paper writes it; ``yarn_reference`` is the reference code's ramp.
     """
     turns = x.original_max_len * x.inv_freq / (2 * math.pi)  # r_i = L / lambda_i
     gamma = ((turns - YARN_ALPHA) / (YARN_BETA - YARN_ALPHA)).clamp(0.0, 1.0)
     return (1 - gamma) * x.inv_freq / x.factor + gamma * x.inv_freq
+
+
+def yarn_reference_scaling(x: ScalingInput) -> Tensor:
+    """YaRN as HF transformers (``_compute_yarn_parameters``) and the authors' code compute it:
+    the ramp is linear in the pair index ``i``, not in the rotation count. ``alpha``, ``beta``
+    rotations become the pair indices where a dim turns that often within ``L``,
+    ``i(rot) = r ln(L / (2 pi rot)) / (2 ln base)``, rounded outwards (``floor`` at ``beta``,
+    ``ceil`` at ``alpha``; clipped to ``[0, r - 1]``); pairs below ``i(beta)`` keep ``theta_i``,
+    those above ``i(alpha)`` get ``theta_i / s``, linearly between. Inside the ramp the two
+    variants differ (at toy lengths by up to half of ``theta_i``)."""
+
+    def pair_turning(rotations: float) -> float:
+        turns = x.original_max_len / (rotations * 2 * math.pi)
+        return x.rot_dim * math.log(turns) / (2 * math.log(x.base))
+
+    low = max(math.floor(pair_turning(YARN_BETA)), 0)
+    high = min(math.ceil(pair_turning(YARN_ALPHA)), x.rot_dim - 1)
+    high = high + 0.001 if high == low else high
+    index = torch.arange(x.inv_freq.numel(), dtype=torch.float32, device=x.inv_freq.device)
+    keep = 1 - ((index - low) / (high - low)).clamp(0.0, 1.0)
+    return (1 - keep) * x.inv_freq / x.factor + keep * x.inv_freq
 
 
 def yarn_temperature(factor: float) -> float:
@@ -161,6 +183,12 @@ SCALINGS: dict[str, RotaryScaling] = {
             min_rot_dim=4,  # as ntk
         ),
         RotaryScaling("yarn", yarn_scaling, yarn_temperature, needs_original_max_len=True),
+        RotaryScaling(
+            "yarn_reference",
+            yarn_reference_scaling,
+            yarn_temperature,
+            needs_original_max_len=True,
+        ),
     )
 }
 
