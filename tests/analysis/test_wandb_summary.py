@@ -50,7 +50,13 @@ def test_one_summary_run_in_the_runs_project_and_their_group(tmp_path, runs, gro
     assert run.settings["project"] == "mine" and run.settings["group"] == group
     assert run.settings["job_type"] == "summary" and run.settings["name"] == "table-token_acc"
     assert run.settings["dir"] == str(tmp_path)
-    assert run.settings["config"] == {"metric": "token_acc", "rows": ["pe"], "runs": 2}
+    config = run.settings["config"]
+    assert {k: config[k] for k in ("metric", "rows", "runs")} == {
+        "metric": "token_acc",
+        "rows": ["pe"],
+        "runs": 2,
+    }
+    assert "Protocol: mean over seeds. Seeds per cell: 2." in config["caption"]
     assert sorted(run.logged) == ["heatmap", "table_lengths", "table_tasks"]  # PNGs only
     assert run.logged["heatmap"] == ("image", str(tmp_path / "heatmap.png"))
     kind, frame = run.logged["table_tasks"]

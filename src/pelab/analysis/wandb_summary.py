@@ -27,7 +27,12 @@ def log_summary(
         name=f"table-{result.metric}",
         dir=str(out),
         mode=wandb_mode(),
-        config={"metric": result.metric, "rows": result.rows, "runs": len(result.runs)},
+        config={
+            "metric": result.metric,
+            "rows": result.rows,
+            "runs": len(result.runs),
+            "caption": result.caption,  # the protocol, the seeds per cell, the fixed settings
+        },
     )
     tables = {name: pd.read_csv(out / f"{name}.csv") for name in result.csv_names()}
     run.log(
