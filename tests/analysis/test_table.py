@@ -15,6 +15,7 @@ from pelab.analysis.table import (
     pivot,
     row_axes,
     significance,
+    welch_difference,
     write_tables,
 )
 from pelab.errors import ConfigError
@@ -330,3 +331,21 @@ def test_the_mean_protocol_keeps_every_learning_rate_as_a_row_and_tuned_needs_on
 
 def build_with(records, protocol):
     return ablation(runs_frame(records), lengths_frame(records), "exact_match", protocol)
+
+
+def test_a_difference_of_means_has_welchs_interval_and_p_value_by_hand():
+    """a = (0.6, 0.7, 0.8), b = (0.2, 0.3): diff 0.45; variances of the means 0.01/3 and
+    0.005/2; se = 0.07638; Welch-Satterthwaite dof = se^4 / ((0.01/3)^2/2 + 0.0025^2/1) = 2.88."""
+    result = welch_difference([0.6, 0.7, 0.8], [0.2, 0.3])
+    se = math.sqrt(0.01 / 3 + 0.005 / 2)
+    dof = se**4 / ((0.01 / 3) ** 2 / 2 + 0.0025**2 / 1)
+    assert dof == pytest.approx(2.882, abs=0.001)
+    half = scipy_stats.t.ppf(0.975, dof) * se
+    expected = (0.45, 0.45 - half, 0.45 + half)
+    assert (result.diff, result.low, result.high) == pytest.approx(expected)
+    t = 0.45 / se
+    assert result.p_value == pytest.approx(2 * scipy_stats.t.sf(t, dof))
+    assert str(result).startswith("+45.0 points [")
+    with pytest.raises(ValueError, match="two seeds on each side"):
+        welch_difference([0.5], [0.2, 0.3])
+

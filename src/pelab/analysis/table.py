@@ -118,6 +118,39 @@ def t_interval(mean: pd.Series, std: pd.Series, n: pd.Series) -> tuple[pd.Series
     return mean - half, mean + half
 
 
+@dataclass(frozen=True)
+class Difference:
+    """An effect size: ``mean(a) - mean(b)`` with its 95% Welch interval and Welch's p-value."""
+
+    diff: float
+    low: float
+    high: float
+    p_value: float
+    n_a: int
+    n_b: int
+
+    def __str__(self) -> str:
+        return (
+            f"{self.diff * 100:+.1f} points [{self.low * 100:+.1f}, {self.high * 100:+.1f}], "
+            f"Welch p = {self.p_value:.3g} (n = {self.n_a} vs {self.n_b})"
+        )
+
+
+def welch_difference(a, b) -> Difference:
+    """The difference of two means over seeds, ``a - b``, with its 95% confidence interval
+    (Welch-Satterthwaite degrees of freedom) and the two-sided p-value of Welch's t-test."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if len(a) < 2 or len(b) < 2:
+        raise ValueError(f"a difference needs two seeds on each side, got {len(a)} and {len(b)}")
+    va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
+    se = np.sqrt(va + vb)
+    dof = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1)) if se else np.inf
+    half = scipy_stats.t.ppf(0.975, dof) * se
+    diff = a.mean() - b.mean()
+    p_value = scipy_stats.ttest_ind(a, b, equal_var=False).pvalue if se else float(diff == 0)
+    return Difference(diff, diff - half, diff + half, float(p_value), len(a), len(b))
+
+
 def mark_best(stats: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
     """``top``: the column's best mean (at the displayed precision); ``p_vs_top``: Welch's
     t-test of each cell against it, Holm-corrected over the column (``significance``);
