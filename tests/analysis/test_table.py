@@ -348,4 +348,3 @@ def test_a_difference_of_means_has_welchs_interval_and_p_value_by_hand():
     assert str(result).startswith("+45.0 points [")
     with pytest.raises(ValueError, match="two seeds on each side"):
         welch_difference([0.5], [0.2, 0.3])
-
