@@ -32,7 +32,8 @@ def listening_server():
 def test_the_probe_finds_a_server_that_answers_and_names_one_that_does_not(listening_server):
     unreachable.cache_clear()
     assert unreachable(listening_server) is None
-    assert unreachable("http://wandb.invalid").startswith("gaierror")
+    failure = unreachable("http://wandb.invalid")  # a reserved name: never resolves
+    assert failure.startswith("gaierror") or failure.startswith("no answer within")
 
 
 @pytest.mark.faults
