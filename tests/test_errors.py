@@ -2,8 +2,10 @@
 Lightning wrapped the OS error."""
 
 import errno
+import shutil
+from types import SimpleNamespace
 
-from pelab.errors import causes, storage_fault
+from pelab.errors import _free, causes, storage_fault
 from pelab.record import failure_reason
 
 
@@ -40,3 +42,11 @@ def test_causes_walks_each_error_once():
     second.__cause__ = first
     first.__context__ = second  # a cycle
     assert list(causes(second)) == [second, first]
+
+
+def test_free_space_is_given_in_the_largest_unit_below_1024(monkeypatch, tmp_path):
+    for free, text in ((512, "512 B"), (40 * 1024, "40.0 KiB"), (3 * 2**30, "3.0 GiB")):
+        monkeypatch.setattr(shutil, "disk_usage", lambda path, f=free: SimpleNamespace(free=f))
+        assert _free(str(tmp_path)) == text
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: SimpleNamespace(free=5 * 2**40))
+    assert _free(str(tmp_path)) == "5120.0 GiB"

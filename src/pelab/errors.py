@@ -4,6 +4,7 @@ here), and ``storage_fault`` for a disk that refuses a write."""
 from __future__ import annotations
 
 import errno
+import math
 import os
 import shutil
 from collections.abc import Iterator
@@ -26,15 +27,16 @@ class ConfigError(ValueError):
 def storage_fault(error: BaseException) -> str | None:
     """What a disk refused, if that is why ``error`` happened (anywhere in its chain of causes,
     e.g. under torch's ``RuntimeError: [enforce fail at inline_container.cc]``): ``cannot write
-    <file>: no space left on device (disk full; 0 B free)`` and what to do; None otherwise."""
+    <file>: no space left on device (disk full); 0 B free there`` and what to do; None
+    otherwise."""
     for cause in causes(error):
         if isinstance(cause, OSError) and cause.errno in STORAGE_FAULTS:
             what = STORAGE_FAULTS[cause.errno]
             where = cause.filename or getattr(error, "filename", None)
             target = f"cannot write {where}" if where else "a write failed"
-            if cause.errno in (errno.ENOSPC, errno.EDQUOT) and where:
-                what += f"; {_free(str(where))} free there"
             full = cause.errno in (errno.ENOSPC, errno.EDQUOT)
+            if full and where:
+                what += f"; {_free(str(where))} free there"
             remedy = "Free space or choose" if full else "Choose"
             return (
                 f"{target}: {what}. {remedy} another output directory (hydra.run.dir=..., "
@@ -59,8 +61,5 @@ def _free(path: str) -> str:
         free = shutil.disk_usage(directory).free
     except OSError:
         return "unknown"
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if free < 1024 or unit == "GiB":
-            return f"{free:.0f} {unit}" if unit == "B" else f"{free:.1f} {unit}"
-        free /= 1024
-    return ""
+    power = min(int(math.log(max(free, 1), 1024)), 3)  # B, KiB, MiB, GiB
+    return f"{free} B" if power == 0 else f"{free / 1024**power:.1f} {'BKMG'[power]}iB"

@@ -40,7 +40,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-from pelab.errors import storage_fault
+from pelab.errors import causes, storage_fault
 
 log = logging.getLogger(__name__)
 
@@ -206,10 +206,10 @@ def _git(*args: str) -> str | None:
 def failure_reason(error: BaseException) -> str:
     """``error`` as one line for ``results.json``; interruptions say how to resume."""
     resume = "re-run the same command in the same output directory to resume from last.ckpt"
-    causes = {type(e).__name__ for e in (error, error.__cause__, error.__context__) if e}
-    if "SIGTERMException" in causes:
+    names = {type(e).__name__ for e in causes(error)}
+    if "SIGTERMException" in names:
         return f"interrupted by SIGTERM (pre-emption, a time limit or kill); {resume}"
-    if "KeyboardInterrupt" in causes:
+    if "KeyboardInterrupt" in names:
         return f"interrupted by Ctrl-C (KeyboardInterrupt); {resume}"
     return storage_fault(error) or f"{type(error).__name__}: {error}"
 

@@ -82,6 +82,23 @@ def test_a_length_too_long_to_measure_is_extrapolated_from_shorter_ones(pe):
     assert measured <= extrapolated <= 2 * memory.MARGIN * measured, (measured, extrapolated)
 
 
+def test_a_task_without_shorter_lengths_to_extrapolate_from_is_not_checked_and_says_so(
+    monkeypatch, caplog
+):
+    """A user dataset has examples at its own lengths only: sampling a shorter one fails, so
+    the need cannot be extrapolated; the run goes on with a warning, never a traceback."""
+    cfg, task, model = tiny_eval("rope", batch=4, length=256)
+    monkeypatch.setattr(memory, "bound_bytes", lambda *args: float("inf"))  # too long to measure
+
+    def no_such_length(*args):
+        raise KeyError(16)
+
+    monkeypatch.setattr(task, "sample", no_such_length)
+    with caplog.at_level("WARNING", logger="pelab.reliability.memory"):
+        assert memory.check_eval_memory(cfg, task, model) is None
+    assert "no shorter lengths to extrapolate from (16); not checked" in caplog.text
+
+
 def preset_overrides():
     """Each experiment with each task its sweep runs, then each task config as shipped."""
     for experiment in options("experiment"):

@@ -137,11 +137,8 @@ class PoolLauncher(Launcher):
 
     def _prepare(self, num: int, overrides: list[str], sweep_dir: Path) -> _Job:
         assert self.hydra_context is not None and self.config is not None
-        sweep_config = self.hydra_context.config_loader.load_sweep_config(self.config, overrides)
-        with open_dict(sweep_config):  # as the job will have them (a subdir may use them)
-            sweep_config.hydra.job.id = f"{sweep_config.hydra.job.name}_{num}"
-            sweep_config.hydra.job.num = num
-        subdir = OmegaConf.select(sweep_config, "hydra.sweep.subdir")
+        sweep_config = job_config(self.hydra_context, self.config, overrides, num)
+        subdir = OmegaConf.select(sweep_config, "hydra.sweep.subdir")  # as the job will see it
         log.info("\t#%d : %s", num, " ".join(filter_overrides(overrides)))
         files = sweep_dir / LAUNCHER_DIR
         job = _Job(
@@ -193,6 +190,18 @@ class PoolLauncher(Launcher):
         returned.status = JobStatus.COMPLETED  # accounted for: the summary reports its failure
         returned.return_value = None
         return returned
+
+
+def job_config(
+    hydra_context: HydraContext, config: DictConfig, overrides: list[str], num: int
+) -> DictConfig:
+    """Job ``num``'s config, as Hydra's launchers make it: the sweep's config with the job's
+    overrides, and its ``hydra.job.id`` and ``hydra.job.num`` (a job directory may use them)."""
+    sweep_config = hydra_context.config_loader.load_sweep_config(config, overrides)
+    with open_dict(sweep_config):
+        sweep_config.hydra.job.id = f"{sweep_config.hydra.job.name}_{num}"
+        sweep_config.hydra.job.num = num
+    return sweep_config
 
 
 def _raise_keyboard_interrupt(signum: int, frame: Any) -> None:

@@ -12,7 +12,8 @@ import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.singleton import Singleton
 from hydra.core.utils import run_job, setup_globals
-from omegaconf import open_dict
+
+from hydra_plugins.pelab_launcher.pool_launcher import job_config
 
 
 def main(call_path: Path, result_path: Path, log_path: Path, threads: int) -> None:
@@ -26,10 +27,7 @@ def main(call_path: Path, result_path: Path, log_path: Path, threads: int) -> No
     )
     setup_globals()
     Singleton.set_state(singleton_state)
-    sweep_config = hydra_context.config_loader.load_sweep_config(config, overrides)
-    with open_dict(sweep_config):
-        sweep_config.hydra.job.id = f"{sweep_config.hydra.job.name}_{num}"
-        sweep_config.hydra.job.num = num
+    sweep_config = job_config(hydra_context, config, overrides, num)
     HydraConfig.instance().set_config(sweep_config)
     returned = run_job(
         hydra_context=hydra_context,

@@ -138,17 +138,18 @@ class Difference:
 
 def welch_difference(a, b) -> Difference:
     """The difference of two means over seeds, ``a - b``, with its 95% confidence interval
-    (Welch-Satterthwaite degrees of freedom) and the two-sided p-value of Welch's t-test."""
+    (Welch-Satterthwaite degrees of freedom) and the two-sided p-value of Welch's t-test
+    (``scipy.stats.ttest_ind(equal_var=False)``). Two sides without any spread: the interval
+    is the difference itself, and p is 1 if it is zero, else 0."""
     a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     if len(a) < 2 or len(b) < 2:
         raise ValueError(f"a difference needs two seeds on each side, got {len(a)} and {len(b)}")
-    va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
-    se = np.sqrt(va + vb)
-    dof = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1)) if se else np.inf
-    half = scipy_stats.t.ppf(0.975, dof) * se
     diff = a.mean() - b.mean()
-    p_value = scipy_stats.ttest_ind(a, b, equal_var=False).pvalue if se else float(diff == 0)
-    return Difference(diff, diff - half, diff + half, float(p_value), len(a), len(b))
+    if a.var() == 0 and b.var() == 0:
+        return Difference(diff, diff, diff, float(diff == 0), len(a), len(b))
+    test = scipy_stats.ttest_ind(a, b, equal_var=False)
+    interval = test.confidence_interval(confidence_level=0.95)
+    return Difference(diff, interval.low, interval.high, float(test.pvalue), len(a), len(b))
 
 
 def mark_best(stats: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
@@ -400,7 +401,7 @@ def ablation(
         lengths=evaluated,
         rows=rows,
         metric=metric,
-        caption=f"{describe(runs, metric)} {PROTOCOLS[protocol]}{seeds_note(full)}",
+        caption=f"{describe(runs, metric)} {PROTOCOLS[protocol]}{seeds_note(full, rows)}",
         by_task=task_stats(full, evaluated, rows, metric),
         by_length=length_stats(full, evaluated, rows, metric),
         steps=steps_stats(full, rows),
@@ -452,8 +453,9 @@ def select(runs: pd.DataFrame, rows: list[str], protocol: str) -> tuple[pd.DataF
     return selected, kept_rows
 
 
-def seeds_note(runs: pd.DataFrame) -> str:
-    counts = runs.groupby(["task", *runs.columns.intersection(["pe"])])["seed"].nunique()
+def seeds_note(runs: pd.DataFrame, rows: list[str]) -> str:
+    """`` Seeds per cell: 3.`` (or a range when cells differ): the seeds in each row and task."""
+    counts = runs.groupby([*rows, "task"], observed=True)["seed"].nunique()
     low, high = (int(counts.min()), int(counts.max())) if len(counts) else (0, 0)
     return f" Seeds per cell: {low}." if low == high else f" Seeds per cell: {low}-{high}."
 

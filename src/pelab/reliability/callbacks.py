@@ -156,6 +156,20 @@ class CheckpointOnSigterm(Callback):
     def __init__(self, dirpath: str | Path, filename: str = "last.ckpt") -> None:
         self.path = Path(dirpath) / filename
         self._outside: Any = None  # the SIGTERM handler outside an evaluation
+        self._lightning: Any = None  # Lightning's SIGTERM handler, called once the step is saved
+        self._noted = False
+
+    def on_train_start(self, trainer: L.Trainer, pl_module) -> None:
+        """Take SIGTERM over from Lightning for training: Lightning stops right after the step
+        during which its handler ran, so a signal landing after this callback's step end (and
+        before Lightning's check) would stop the run without a checkpoint. Here the signal is
+        only noted, and Lightning's handler runs once the step's checkpoint is saved."""
+        if threading.current_thread() is threading.main_thread():
+            self._lightning = signal.getsignal(signal.SIGTERM)
+            signal.signal(signal.SIGTERM, self._note)
+
+    def _note(self, signum: int, frame: Any) -> None:
+        self._noted = True
 
     def on_validation_start(self, trainer: L.Trainer, pl_module) -> None:
         self._stop_at_once()
@@ -189,7 +203,7 @@ class CheckpointOnSigterm(Callback):
             self._outside = None
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module, outputs, batch, batch_idx) -> None:
-        if not trainer.received_sigterm:
+        if not (self._noted or trainer.received_sigterm):
             return
         if validation_due(trainer, batch_idx):
             log.warning(
@@ -198,9 +212,14 @@ class CheckpointOnSigterm(Callback):
                 trainer.global_step,
                 self.path,
             )
-            return
-        trainer.save_checkpoint(self.path)
-        log.warning("SIGTERM: saved %s at step %d", self.path, trainer.global_step)
+        else:
+            trainer.save_checkpoint(self.path)
+            log.warning("SIGTERM: saved %s at step %d", self.path, trainer.global_step)
+        self._noted = False
+        if callable(self._lightning):
+            self._lightning(signal.SIGTERM, None)  # Lightning stops after this step
+        else:
+            raise SIGTERMException
 
 
 class RequeueAtStepEnd(Callback):

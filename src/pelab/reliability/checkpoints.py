@@ -201,10 +201,11 @@ def _remove_stale(path: Path) -> None:
 
 
 def _alive(pid: int) -> bool:
+    """Whether a process ``pid`` exists (another user's counts: signalling it is refused)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:  # another user's process
-        return True
+    except PermissionError:
+        pass
     return True

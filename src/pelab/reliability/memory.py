@@ -14,6 +14,7 @@ measured at three shorter lengths instead and extrapolated (``longer_need``).
 from __future__ import annotations
 
 import logging
+import math
 import os
 import weakref
 from pathlib import Path
@@ -141,7 +142,7 @@ def longer_need(cfg: DictConfig, task, model, free: int) -> int:
     forward_peak(model, task, 1, "cpu", lengths[0])  # fill the encodings' caches
     peaks = [forward_peak(model, task, 1, "cpu", n) for n in lengths]
     at_longest = sum(  # Lagrange's form of the quadratic through (lengths, peaks)
-        peak * _product((longest - other) / (n - other) for other in lengths if other != n)
+        peak * math.prod((longest - other) / (n - other) for other in lengths if other != n)
         for n, peak in zip(lengths, peaks, strict=True)
     )
     return int(MARGIN * batch * max(at_longest, peaks[-1]))
@@ -151,13 +152,6 @@ def tokens(task, length: int) -> int:
     """The full sequence's tokens at ``length``: ``BOS prompt SEP answer``."""
     prompt, answer = task.sample(1, length, torch.Generator().manual_seed(0))
     return prompt.shape[1] + answer.shape[1] + 2
-
-
-def _product(factors) -> float:
-    result = 1.0
-    for factor in factors:
-        result *= factor
-    return result
 
 
 def check_eval_memory(cfg: DictConfig, task, model) -> int | None:
@@ -190,6 +184,14 @@ def check_eval_memory(cfg: DictConfig, task, model) -> int | None:
             f"{where} does not fit: measuring it exhausted the {free / GIB:.1f} GiB free on the "
             f"GPU; lower data.eval_batch_size, {advice}"
         ) from None
+    except (ConfigError, KeyError, ValueError) as error:  # no shorter lengths to sample
+        log.warning(
+            "%s: too long to measure safely, and the task gives no shorter lengths to "
+            "extrapolate from (%s); not checked",
+            where,
+            error,
+        )
+        return None
     log.info("%s needs about %.2f GiB (%s)", where, need / GIB, how)
     if need > free:
         fits = free // max(1, need // batch)
