@@ -2,7 +2,13 @@ import pytest
 import torch
 
 from pelab.errors import ConfigError
-from pelab.model_kinds import DecoderKind, EncoderDecoderKind, EncoderKind, get_model_kind
+from pelab.model_kinds import (
+    BareEncoderKind,
+    DecoderKind,
+    EncoderDecoderKind,
+    EncoderKind,
+    get_model_kind,
+)
 from pelab.models.transformer import Memory
 from pelab.positions import contiguous
 from pelab.tokens import BLANK, BOS, SEP
@@ -24,6 +30,20 @@ def test_encoder_sequence_has_blank_answer_slots():
     inputs, answer_slice = EncoderKind.teacher_forcing(PROMPT, ANSWER)
     assert inputs.tolist() == [[BOS, 5, 6, 7, SEP, BLANK, BLANK, BLANK]]
     assert list(range(8))[answer_slice] == [5, 6, 7]
+
+
+def test_bare_encoder_sequence_is_the_prompt_then_blank_slots_without_markers():
+    inputs, answer_slice = BareEncoderKind.teacher_forcing(PROMPT, ANSWER)
+    assert inputs.tolist() == [[5, 6, 7, BLANK, BLANK, BLANK]]
+    assert list(range(6))[answer_slice] == [3, 4, 5]
+
+
+def test_bare_encoder_prediction_reads_the_slots_on_the_first_positions():
+    net = Recorder()
+    canonical = torch.arange(8)[None] * 10  # BOS, 3 prompt, SEP, 3 answer
+    out = BareEncoderKind.predict(net, PROMPT, 3, canonical)
+    assert out.tolist() == [[BLANK] * 3]  # the Recorder echoes its input: the slots are blank
+    assert net.positions.tolist() == [[0, 10, 20, 30, 40, 50]]  # n + m positions, from 0
 
 
 class CopyOracle(torch.nn.Module):
@@ -71,7 +91,8 @@ def test_encoder_prediction_is_one_forward_over_the_slots():
 def test_unknown_model_kind_names_the_valid_choices():
     with pytest.raises(
         ConfigError,
-        match="unknown model.kind 'seq2seq'; valid choices: decoder, encoder, encoder_decoder",
+        match="unknown model.kind 'seq2seq'; valid choices: decoder, encoder, encoder_bare, "
+        "encoder_decoder",
     ):
         get_model_kind("seq2seq")
 
@@ -84,13 +105,14 @@ class Recorder(torch.nn.Module):
         return torch.nn.functional.one_hot(tokens, 10).float()
 
 
-@pytest.mark.parametrize("kind", [DecoderKind, EncoderKind])
+@pytest.mark.parametrize("kind", [DecoderKind, EncoderKind, BareEncoderKind])
 def test_answer_logits_slice_the_canonical_positions(kind):
     net = Recorder()
     canonical = torch.arange(8)[None] * 10  # BOS, 3 prompt, SEP, 3 answer
     logits = kind.answer_logits(net, PROMPT, ANSWER, canonical)
     assert logits.shape == (1, 3, 10)
-    fed = 7 if kind is DecoderKind else 8  # the decoder never feeds the last answer token
+    # the decoder never feeds the last answer token; the bare encoder feeds no BOS or SEP
+    fed = {DecoderKind: 7, EncoderKind: 8, BareEncoderKind: 6}[kind]
     assert net.positions.tolist() == canonical[:, :fed].tolist()
 
 

@@ -6,6 +6,8 @@ Decoder (causal, GPT-style; Kazemnejad et al. 2023's setting):
     with teacher forcing).
 Encoder (bidirectional, Deletang et al. 2023's setting):
     ``BOS p_1 .. p_n SEP BLANK x m``; the answer is read off the BLANK slots in one pass.
+    ``encoder_bare`` feeds Deletang et al.'s own layout, ``p_1 .. p_n BLANK x m``: the input
+    followed by empty answer slots, with no BOS or SEP, on the first ``n + m`` positions.
 Encoder–decoder (Vaswani et al. 2017):
     the encoder reads ``BOS p_1 .. p_n SEP``; the decoder reads ``SEP a_1 .. a_{m-1}`` (``SEP``
     is its start token) and predicts ``a_1 .. a_m`` with cross-attention to the encoder's
@@ -156,6 +158,38 @@ class EncoderKind:
         return net(seq, positions)[:, -answer_length:].argmax(dim=-1)
 
 
+class BareEncoderKind(EncoderKind):
+    """The encoder on ``p_1 .. p_n BLANK x m``, no BOS or SEP (the layout of Deletang et al.
+    2023 and Ruoss et al. 2023); it is fed the first ``n + m`` canonical positions, so
+    contiguous positions run ``0 .. n + m - 1`` as in their code."""
+
+    @staticmethod
+    def teacher_forcing(prompt: Tensor, answer: Tensor) -> tuple[Tensor, Tensor]:
+        slots = answer.new_full(answer.shape, BLANK)
+        return torch.cat((prompt, slots), dim=1), slice(prompt.shape[1], None)
+
+    @classmethod
+    def answer_logits(
+        cls, net: nn.Module, prompt: Tensor, answer: Tensor, positions: Tensor
+    ) -> Tensor:
+        inputs, answer_slice = cls.teacher_forcing(prompt, answer)
+        return net(inputs, positions[:, : inputs.shape[1]])[:, answer_slice]
+
+    @staticmethod
+    @torch.no_grad()
+    def predict(
+        net: nn.Module,
+        prompt: Tensor,
+        answer_length: int,
+        positions: Tensor,
+        use_cache: bool = True,
+    ) -> Tensor:
+        """One forward over ``prompt BLANK..BLANK`` (``use_cache`` has nothing to do)."""
+        slots = prompt.new_full((prompt.shape[0], answer_length), BLANK)
+        seq = torch.cat((prompt, slots), dim=1)
+        return net(seq, positions[:, : seq.shape[1]])[:, -answer_length:].argmax(dim=-1)
+
+
 class EncoderDecoderKind:
     """Source ``BOS p SEP`` for the encoder, target ``SEP a_1 .. a_{m-1}`` for the decoder.
 
@@ -237,6 +271,7 @@ ModelKind = type[DecoderKind] | type[EncoderKind] | type[EncoderDecoderKind]
 MODEL_KINDS: dict[str, ModelKind] = {
     "decoder": DecoderKind,
     "encoder": EncoderKind,
+    "encoder_bare": BareEncoderKind,
     "encoder_decoder": EncoderDecoderKind,
 }
 

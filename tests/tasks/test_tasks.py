@@ -19,6 +19,7 @@ from omegaconf import OmegaConf
 from pelab.errors import ConfigError
 from pelab.model_kinds import MODEL_KINDS
 from pelab.tasks import TASK_REGISTRY, Task
+from pelab.tasks.base import expand_lengths
 from pelab.tokens import N_SPECIAL
 from pelab.train import run
 from tests.conftest import CONFIG_DIR
@@ -172,9 +173,17 @@ def test_in_distribution_split_and_longest_sequence():
     assert task.max_sequence_length() == 20 + 20 + 2  # BOS, prompt, SEP, answer
 
 
+def test_a_range_in_eval_lengths_stands_for_every_length_in_it():
+    task = TASK_REGISTRY["copy"](train_lengths=[1, 10], eval_lengths=[5, 10, "11..14", 20])
+    assert task.eval_lengths == [5, 10, 11, 12, 13, 14, 20]
+    assert expand_lengths(["3..3", 1]) == [3, 1]
+
+
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
+        ({"eval_lengths": [5, "11-40"]}, r"'11-40' is neither a length nor a range 'a..b'"),
+        ({"eval_lengths": [5, "40..11"]}, r"the range '40..11' is empty"),
         ({"train_lengths": [10, 2]}, r"train_lengths must be \[min, max\].*got \[10, 2\]"),
         ({"train_lengths": [0, 4]}, r"1 <= min"),
         ({"eval_lengths": [0, 8]}, r"eval_lengths must be .*>= 1, got \[0, 8\]"),

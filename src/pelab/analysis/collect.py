@@ -46,6 +46,7 @@ from pelab.record import (
     read_record,
     run_only,
 )
+from pelab.tasks.base import expand_lengths
 
 log = logging.getLogger(__name__)
 
@@ -394,7 +395,7 @@ def lengths_frame(records: list[dict[str, Any]]) -> pd.DataFrame:
     for run, record in enumerate(records):
         metrics = record.get("metrics") or {}
         measured, chance = metrics.get("test", {}), metrics.get("chance", {})
-        for length in measured or _task_config(record).get("eval_lengths") or []:
+        for length in measured or expand_lengths(_task_config(record).get("eval_lengths") or []):
             values = measured.get(str(length), {})
             levels = chance.get(str(length), {})
             rows.append(

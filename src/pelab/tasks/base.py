@@ -31,6 +31,27 @@ from pelab.errors import ConfigError
 from pelab.tokens import N_SPECIAL
 
 
+def expand_lengths(lengths: Sequence[int | str]) -> list[int]:
+    """``task.eval_lengths`` as integers: each item is a length or an inclusive range ``"a..b"``
+    (``[5, 10, "11..40"]`` -> 5, 10, 11, 12, ..., 40: every length of a range, as the score of
+    Deletang et al. 2023 averages over every unseen length)."""
+    expanded = []
+    for item in lengths:
+        if isinstance(item, str):
+            low, dots, high = item.partition("..")
+            if not (dots and low.strip().isdigit() and high.strip().isdigit()):
+                raise ConfigError(
+                    f"task.eval_lengths: {item!r} is neither a length nor a range 'a..b' "
+                    "(e.g. [5, 10, 11..40])"
+                )
+            if int(low) > int(high):
+                raise ConfigError(f"task.eval_lengths: the range {item!r} is empty (a > b)")
+            expanded.extend(range(int(low), int(high) + 1))
+        else:
+            expanded.append(int(item))
+    return expanded
+
+
 class Task(ABC):
     """A length-parameterised sequence task with a train-short / test-long protocol.
 
@@ -63,7 +84,7 @@ class Task(ABC):
     def __init__(
         self,
         train_lengths: Sequence[int] | None = None,
-        eval_lengths: Sequence[int] | None = None,
+        eval_lengths: Sequence[int | str] | None = None,
         num_symbols: int | None = None,
         n_val: int = 128,
         n_test: int = 512,
@@ -72,7 +93,9 @@ class Task(ABC):
         name = type(self).__name__
         num_symbols = self._resolve_num_symbols(num_symbols)
         train_lengths = self.default_train_lengths if train_lengths is None else train_lengths
-        eval_lengths = self.default_eval_lengths if eval_lengths is None else eval_lengths
+        eval_lengths = expand_lengths(
+            self.default_eval_lengths if eval_lengths is None else eval_lengths
+        )
         if len(train_lengths) != 2 or not 1 <= train_lengths[0] <= train_lengths[1]:
             raise ConfigError(
                 f"{name}: task.train_lengths must be [min, max] with 1 <= min <= max, "
