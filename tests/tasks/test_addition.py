@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from pelab.errors import ConfigError
-from pelab.tasks.addition import PLUS, AdditionTask, add_little_endian
+from pelab.tasks.addition import END, PLUS, AdditionTask, add_little_endian
 from tests.tasks.run_check import learn
 
 
@@ -29,6 +29,30 @@ def test_hand_computed_sums(prompt, answer, reverse_answer):
     expected = tokens(answer[::-1] if reverse_answer else answer)
     assert task.reference(tokens(prompt)) == expected
     assert task.solve(torch.tensor([tokens(prompt)])).tolist() == [expected]
+
+
+@pytest.mark.parametrize(
+    ("prompt", "answer"),
+    [("475+168", "643E"), ("999+101", "1100"), ("5+7", "12"), ("0+0", "0E"), ("12+34", "46E")],
+)
+@pytest.mark.parametrize("reverse_answer", [False, True])
+def test_sums_without_leading_zeros_end_with_end(prompt, answer, reverse_answer):
+    task = AdditionTask(leading_zeros=False, reverse_answer=reverse_answer)
+    digits = answer.rstrip("E")
+    written = digits[::-1] if reverse_answer else digits
+    expected = tokens(written) + [END] * answer.count("E")
+    assert task.reference(tokens(prompt)) == expected
+    assert task.solve(torch.tensor([tokens(prompt)])).tolist() == [expected]
+    assert task.vocab_size == 3 + 12  # END is a symbol of its own
+
+
+def test_operands_without_leading_zeros_start_with_a_nonzero_digit():
+    task = AdditionTask(leading_zeros=False)
+    prompt, _ = task.sample(2000, 4, torch.Generator().manual_seed(0))
+    assert (prompt[:, 0] != 3).all() and (prompt[:, 5] != 3).all()  # token 3 is the digit 0
+    assert set(prompt[:, 0].tolist()) == set(range(4, 13))  # every first digit 1-9 occurs
+    one_digit, _ = task.sample(2000, 1, torch.Generator().manual_seed(0))
+    assert 3 in one_digit[:, 0].tolist()  # at length 1 an operand may be 0, as in the study
 
 
 def little_endian(value: int, width: int, base: int) -> list[int]:

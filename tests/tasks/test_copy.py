@@ -1,4 +1,4 @@
-"""Copy and its variants (random, repeated, double): hand-written answers, properties, runs."""
+"""Copy and its variants (random, repeated, double, double_next): hand-written answers, properties, runs."""
 
 import pytest
 import torch
@@ -17,6 +17,7 @@ PROMPT = [5, 3, 4, 3]
         ("random", [5, 3, 4, 3]),
         ("repeated", [5, 3, 4, 3, 3 + 32]),  # the end marker: the token after the 32 symbols
         ("double", [5, 3, 4, 3, 5, 3, 4, 3]),
+        ("double_next", [5, 3, 4, 3, 3 + 32, 5, 3, 4, 3]),  # NEXT: the token after the symbols
     ],
 )
 def test_hand_written_answers(variant, answer):
@@ -41,6 +42,7 @@ def test_repeated_answers_end_with_a_marker_no_prompt_holds():
     assert answer.shape == (300, 6) and (answer[:, 5] == 9).all()
     assert task.vocab_size == 3 + 6 + 1 and int(prompt.max()) < 9
     assert CopyTask(num_symbols=6).vocab_size == 3 + 6  # random and double: no marker
+    assert CopyTask(num_symbols=6, variant="double_next").vocab_size == 3 + 6 + 1  # NEXT
 
 
 def test_random_prompts_are_uniform_over_symbols():
@@ -51,9 +53,10 @@ def test_random_prompts_are_uniform_over_symbols():
 
 def test_variants_have_their_own_evaluation_sets():
     keys = {
-        cache_key(CopyTask(variant=v), "test", 8, 16) for v in ("random", "repeated", "double")
+        cache_key(CopyTask(variant=v), "test", 8, 16)
+        for v in ("random", "repeated", "double", "double_next")
     }
-    assert len(keys) == 3
+    assert len(keys) == 4
 
 
 def test_an_unknown_variant_is_refused_with_the_choices():

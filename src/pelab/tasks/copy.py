@@ -11,7 +11,7 @@ from pelab.errors import ConfigError
 from pelab.tasks.base import Task, register_task
 from pelab.tokens import N_SPECIAL
 
-VARIANTS = ("random", "repeated", "double")
+VARIANTS = ("random", "repeated", "double", "double_next")
 
 
 @register_task("copy")
@@ -28,9 +28,13 @@ class CopyTask(Task):
       prompt symbols.
     - ``double``: the prompt twice, ``BOS a b SEP`` -> ``a b a b`` (answer ``2 * length``
       tokens); as ``duplicate`` but with the copy alphabet.
+    - ``double_next``: the prompt twice with a ``NEXT`` token between, ``BOS a b SEP`` ->
+      ``a b NEXT a b`` (``2 * length + 1`` tokens), the NoPE study's "copy 2x" (``[NEXT]``).
+
+    ``END`` and ``NEXT`` are tokens of their own, after the ``num_symbols`` prompt symbols.
     """
 
-    variants = ({"variant": "repeated"}, {"variant": "double"})
+    variants = ({"variant": "repeated"}, {"variant": "double"}, {"variant": "double_next"})
 
     def __init__(self, variant: str = "random", **kwargs: Any) -> None:
         if variant not in VARIANTS:
@@ -42,15 +46,17 @@ class CopyTask(Task):
 
     @property
     def end(self) -> int:
-        """The end marker of ``repeated`` answers: the token after the prompt symbols."""
+        """The marker of ``repeated`` (its end) and ``double_next`` (``NEXT``) answers: the
+        token after the prompt symbols."""
         return N_SPECIAL + self.num_symbols
 
     @property
     def vocab_size(self) -> int:
-        return super().vocab_size + (self.variant == "repeated")
+        return super().vocab_size + (self.variant in ("repeated", "double_next"))
 
     def answer_length(self, length: int) -> int:
-        return {"random": length, "repeated": length + 1, "double": 2 * length}[self.variant]
+        lengths = {"random": length, "repeated": length + 1, "double": 2 * length}
+        return lengths.get(self.variant, 2 * length + 1)
 
     def sample(self, batch: int, length: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
         if self.variant != "repeated":
@@ -60,13 +66,18 @@ class CopyTask(Task):
         return prompt, self.solve(prompt)
 
     def solve(self, prompt: Tensor) -> Tensor:
+        marker = prompt.new_full((prompt.shape[0], 1), self.end)
         if self.variant == "repeated":
-            return torch.cat((prompt, prompt.new_full((prompt.shape[0], 1), self.end)), dim=1)
+            return torch.cat((prompt, marker), dim=1)
+        if self.variant == "double_next":
+            return torch.cat((prompt, marker, prompt), dim=1)
         return prompt.repeat(1, 2) if self.variant == "double" else prompt.clone()
 
     def reference(self, prompt: list[int]) -> list[int]:
         if self.variant == "repeated":
             return [*prompt, self.end]
+        if self.variant == "double_next":
+            return [*prompt, self.end, *prompt]
         return list(prompt) * (2 if self.variant == "double" else 1)
 
     def spec(self) -> dict[str, Any]:
