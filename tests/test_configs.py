@@ -35,6 +35,7 @@ GROUPS = [
     "hydra",
     "debug",
     "experiment",
+    "study_task",
 ]
 
 
@@ -76,7 +77,12 @@ def test_every_model_and_encoding_builds(model, pe):
     assert module.kind is MODEL_KINDS[cfg.model.kind]
     net = module.net
     stacks = [net.encoder, net.decoder] if model == "encoder_decoder" else [net]
-    causal = {"decoder": [True], "encoder": [False], "encoder_decoder": [False, True]}[model]
+    causal = {
+        "decoder": [True],
+        "encoder": [False],
+        "encoder_bare": [False],
+        "encoder_decoder": [False, True],
+    }[model]
     assert [stack.dims.causal for stack in stacks] == causal
     assert all(type(stack.pe) is PE_REGISTRY[pe] for stack in stacks)
 

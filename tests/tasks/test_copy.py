@@ -1,4 +1,5 @@
-"""Copy and its variants (random, repeated, double, double_next): hand-written answers, properties, runs."""
+"""Copy and its variants (random, repeated, double, double_next): hand-written answers,
+properties, runs."""
 
 import pytest
 import torch
