@@ -1,5 +1,7 @@
 """The end-of-sweep summary: every job that did not complete is named; failures exit 1."""
 
+import json
+
 import pytest
 from omegaconf import OmegaConf
 
@@ -36,3 +38,17 @@ def test_a_complete_sweep_ends_normally(tmp_path, capsys):
     write_job(tmp_path / "0_none", done, choices, 0, ["pe=none", "seed=0"])
     sweep_end(tmp_path)
     assert "1 jobs: 1 completed" in capsys.readouterr().err
+
+
+def test_a_sweep_of_stacks_counts_its_jobs_and_their_members_runs(tmp_path, capsys):
+    write_multirun(tmp_path, {}, ["pe=none", "seeds=[0,1]"])
+    choices = {"pe": "none", "task": "copy", **CHOICES}
+    job = write_job(tmp_path / "none_copy", None, choices, 0, ["pe=none", "seeds=[0,1]"])
+    for seed, status in ((0, "completed"), (1, "failed")):
+        member = record("none", "copy", seed, {8: 1.0, 32: 0.0}, status=status)
+        member["member_of"] = {"seeds": [0, 1], "learning_rates": None, "directory": str(job)}
+        (job / f"seed_{seed}").mkdir()
+        (job / f"seed_{seed}" / "results.json").write_text(json.dumps(member))
+    with pytest.raises(SystemExit, match="1 of 2 runs did not complete"):
+        sweep_end(tmp_path)
+    assert "1 jobs (2 runs): 1 completed, 1 failed" in capsys.readouterr().err

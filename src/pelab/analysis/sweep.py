@@ -1,5 +1,6 @@
 """The end of a sweep (``python scripts/train.py -m ...``, or ``scripts/eval.py -m``): a Hydra
-callback that counts the jobs by status, lists every one that did not complete with its error,
+callback that counts the jobs and their runs by status (a job of ``seeds``/``learning_rates``
+holds one run per member), lists every run that did not complete with its error,
 prints the command that makes the table, and ends the process with exit status 1 if any job did
 not complete."""
 
@@ -22,19 +23,25 @@ class SweepSummary(Callback):
 
         sweep_dir = Path(config.hydra.sweep.dir)
         if OmegaConf.select(config, "hydra.job.config_name") == "eval":  # jobs link to records
-            runs = runs_frame(eval_records(sweep_dir) + _unrecorded(sweep_dir))
+            records = eval_records(sweep_dir) + _unrecorded(sweep_dir)
         else:
-            runs = runs_frame(directory_records(sweep_dir))
+            records = directory_records(sweep_dir)
+        runs = runs_frame(records)
         failed = runs[runs["status"] != "completed"]
         counts = ", ".join(f"{n} {status}" for status, n in runs["status"].value_counts().items())
-        lines = [f"Sweep {sweep_dir}: {len(runs)} jobs: {counts}"]
+        started = {r["job"] for r in records if r["status"] != "missing" and "job" in r}
+        jobs = len(started) + sum(r["status"] == "missing" for r in records)
+        members = 0 < jobs < len(runs)  # a stack's job holds one record per member
+        unit = "runs" if members else "jobs"
+        size = f"{jobs} jobs ({len(runs)} runs)" if members else f"{len(runs)} jobs"
+        lines = [f"Sweep {sweep_dir}: {size}: {counts}"]
         for _, run in failed.iterrows():
             error = str(run["error"]).split("\n")[0]
             lines.append(f"  {run['status']}: {Path(run['source']).name}: {error}")
         lines.append(f"Table: python scripts/make_table.py {sweep_dir}")
         print("\n".join(lines), file=sys.stderr)
         if len(failed):
-            raise SystemExit(f"{len(failed)} of {len(runs)} jobs did not complete")
+            raise SystemExit(f"{len(failed)} of {len(runs)} {unit} did not complete")
 
 
 def _unrecorded(sweep_dir: Path) -> list[dict[str, Any]]:
