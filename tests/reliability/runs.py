@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -62,6 +63,13 @@ def config(tmp_path: Path, output_dir: Path, *overrides: str):
     return cfg
 
 
+def default_sigint() -> None:
+    """In the child before it starts: Ctrl-C (SIGINT) acts as it does from a terminal. A test
+    suite run as a background job of a non-interactive shell ignores SIGINT, and a child would
+    inherit that, so an injected Ctrl-C would do nothing."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def cli(
     repo_root: Path, tmp_path: Path, output_dir: Path, *overrides: str, wait: bool = True, env=None
 ):
@@ -75,7 +83,9 @@ def cli(
         f"paths.cache_dir={tmp_path / 'cache'}",
     ]
     env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true", **(env or {})}
-    kwargs = dict(cwd=repo_root, env=env, stdin=subprocess.DEVNULL, text=True)
+    kwargs = dict(
+        cwd=repo_root, env=env, stdin=subprocess.DEVNULL, text=True, preexec_fn=default_sigint
+    )
     if not wait:
         return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, **kwargs)
     return subprocess.run(cmd, capture_output=True, timeout=300, **kwargs)

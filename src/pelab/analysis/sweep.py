@@ -22,7 +22,8 @@ class SweepSummary(Callback):
         from pelab.analysis.collect import directory_records, eval_records, runs_frame
 
         sweep_dir = Path(config.hydra.sweep.dir)
-        if OmegaConf.select(config, "hydra.job.config_name") == "eval":  # jobs link to records
+        evaluation = OmegaConf.select(config, "hydra.job.config_name") == "eval"
+        if evaluation:  # one job per record, each linking to it
             records = eval_records(sweep_dir) + _unrecorded(sweep_dir)
         else:
             records = directory_records(sweep_dir)
@@ -31,7 +32,7 @@ class SweepSummary(Callback):
         counts = ", ".join(f"{n} {status}" for status, n in runs["status"].value_counts().items())
         started = {r["job"] for r in records if r["status"] != "missing" and "job" in r}
         jobs = len(started) + sum(r["status"] == "missing" for r in records)
-        members = 0 < jobs < len(runs)  # a stack's job holds one record per member
+        members = not evaluation and 0 < jobs < len(runs)  # a stack's job: a record per member
         unit = "runs" if members else "jobs"
         size = f"{jobs} jobs ({len(runs)} runs)" if members else f"{len(runs)} jobs"
         lines = [f"Sweep {sweep_dir}: {size}: {counts}"]
