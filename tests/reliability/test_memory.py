@@ -100,14 +100,21 @@ def test_a_task_without_shorter_lengths_to_extrapolate_from_is_not_checked_and_s
 
 
 def preset_overrides():
-    """Each experiment with each task its sweep runs, then each task config as shipped."""
+    """Each experiment with each task its sweep runs (a grid over ``task`` or ``study_task``),
+    then each task config as shipped."""
     for experiment in options("experiment"):
         GlobalHydra.instance().clear()
         with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
             full = compose("train", [f"experiment={experiment}"], return_hydra_config=True)
-        swept = str((full.hydra.sweeper.get("params") or {}).get("task", "")).split(",")
-        for task in [t for t in swept if t] or [None]:
-            yield [f"experiment={experiment}", *([f"task={task}"] if task else [])]
+        params = full.hydra.sweeper.get("params") or {}
+        grid = [
+            f"{group}={value}"
+            for group in ("task", "study_task")
+            for value in str(params.get(group, "")).split(",")
+            if value
+        ]
+        for choice in grid or [None]:
+            yield [f"experiment={experiment}", *([choice] if choice else [])]
     for task in options("task"):
         if task != "from_dataset":  # a user's own dataset: its lengths are the user's
             yield [f"task={task}"]
