@@ -46,6 +46,15 @@ def test_bare_encoder_prediction_reads_the_slots_on_the_first_positions():
     assert net.positions.tolist() == [[0, 10, 20, 30, 40, 50]]  # n + m positions, from 0
 
 
+def test_bare_encoder_feeds_k_d_coordinates_of_the_prompt_and_slots_only():
+    net = Recorder()
+    grid = torch.tensor([[[9, 9], [0, 0], [0, 1], [0, 2], [8, 8], [1, 0], [1, 1], [1, 2]]])
+    BareEncoderKind.answer_logits(net, PROMPT, ANSWER, grid)  # BOS and SEP at [9 9], [8 8]
+    assert net.positions.tolist() == [[[0, 0], [0, 1], [0, 2], [1, 0], [1, 1], [1, 2]]]
+    BareEncoderKind.predict(net, PROMPT, 3, grid)
+    assert net.positions.tolist() == [[[0, 0], [0, 1], [0, 2], [1, 0], [1, 1], [1, 2]]]
+
+
 class CopyOracle(torch.nn.Module):
     """Predicts, at every position, the token found ``offset`` positions back (or token 3)."""
 

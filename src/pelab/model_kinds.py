@@ -158,10 +158,19 @@ class EncoderKind:
         return net(seq, positions)[:, -answer_length:].argmax(dim=-1)
 
 
+def _bare_positions(positions: Tensor, n: int, m: int) -> Tensor:
+    """The positions of ``p_1 .. p_n`` and ``m`` slots without BOS and SEP: for 1-D positions
+    the first ``n + m`` canonical ones (contiguous positions then run ``0 .. n + m - 1``), for a
+    task's k-D coordinates ``[b|1, n + m + 2, k]`` those of the prompt and answer tokens."""
+    if positions.dim() == 3:
+        return torch.cat((positions[:, 1 : n + 1], positions[:, n + 2 : n + m + 2]), dim=1)
+    return positions[:, : n + m]
+
+
 class BareEncoderKind(EncoderKind):
     """The encoder on ``p_1 .. p_n BLANK x m``, no BOS or SEP (the layout of Deletang et al.
-    2023 and Ruoss et al. 2023); it is fed the first ``n + m`` canonical positions, so
-    contiguous positions run ``0 .. n + m - 1`` as in their code."""
+    2023 and Ruoss et al. 2023), on ``_bare_positions``: contiguous 1-D positions run
+    ``0 .. n + m - 1`` as in their code."""
 
     @staticmethod
     def teacher_forcing(prompt: Tensor, answer: Tensor) -> tuple[Tensor, Tensor]:
@@ -173,7 +182,8 @@ class BareEncoderKind(EncoderKind):
         cls, net: nn.Module, prompt: Tensor, answer: Tensor, positions: Tensor
     ) -> Tensor:
         inputs, answer_slice = cls.teacher_forcing(prompt, answer)
-        return net(inputs, positions[:, : inputs.shape[1]])[:, answer_slice]
+        bare = _bare_positions(positions, prompt.shape[1], answer.shape[1])
+        return net(inputs, bare)[:, answer_slice]
 
     @staticmethod
     @torch.no_grad()
@@ -187,7 +197,8 @@ class BareEncoderKind(EncoderKind):
         """One forward over ``prompt BLANK..BLANK`` (``use_cache`` has nothing to do)."""
         slots = prompt.new_full((prompt.shape[0], answer_length), BLANK)
         seq = torch.cat((prompt, slots), dim=1)
-        return net(seq, positions[:, : seq.shape[1]])[:, -answer_length:].argmax(dim=-1)
+        bare = _bare_positions(positions, prompt.shape[1], answer_length)
+        return net(seq, bare)[:, -answer_length:].argmax(dim=-1)
 
 
 class EncoderDecoderKind:

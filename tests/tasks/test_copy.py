@@ -46,6 +46,14 @@ def test_repeated_answers_end_with_a_marker_no_prompt_holds():
     assert CopyTask(num_symbols=6, variant="double_next").vocab_size == 3 + 6 + 1  # NEXT
 
 
+@pytest.mark.parametrize("variant", ["random", "repeated", "double", "double_next"])
+def test_no_prompt_holds_the_marker(variant):
+    task = CopyTask(variant=variant, num_symbols=4)
+    prompt, _ = task.sample(500, 8, torch.Generator().manual_seed(0))
+    assert int(prompt.max()) < task.end  # END / NEXT only ever in answers
+    assert set(prompt.unique().tolist()) == {3, 4, 5, 6}
+
+
 def test_random_prompts_are_uniform_over_symbols():
     prompt, _ = CopyTask(num_symbols=4).sample(5000, 8, torch.Generator().manual_seed(0))
     shares = torch.bincount(prompt.flatten() - 3, minlength=4) / prompt.numel()

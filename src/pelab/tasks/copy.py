@@ -59,10 +59,12 @@ class CopyTask(Task):
         return lengths.get(self.variant, 2 * length + 1)
 
     def sample(self, batch: int, length: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
-        if self.variant != "repeated":
-            return super().sample(batch, length, generator)
-        symbol = torch.randint(N_SPECIAL, self.end, (batch, 1), generator=generator)
-        prompt = symbol.expand(batch, length).contiguous()  # [b, n], one symbol per row
+        """Prompts of the ``num_symbols`` symbols only (never the marker ``END``/``NEXT``)."""
+        if self.variant == "repeated":
+            symbol = torch.randint(N_SPECIAL, self.end, (batch, 1), generator=generator)
+            prompt = symbol.expand(batch, length).contiguous()  # [b, n], one symbol per row
+        else:
+            prompt = torch.randint(N_SPECIAL, self.end, (batch, length), generator=generator)
         return prompt, self.solve(prompt)
 
     def solve(self, prompt: Tensor) -> Tensor:
