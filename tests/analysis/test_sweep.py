@@ -52,3 +52,17 @@ def test_a_sweep_of_stacks_counts_its_jobs_and_their_members_runs(tmp_path, caps
     with pytest.raises(SystemExit, match="1 of 2 runs did not complete"):
         sweep_end(tmp_path)
     assert "1 jobs (2 runs): 1 completed, 1 failed" in capsys.readouterr().err
+
+
+def test_a_stack_that_never_started_counts_as_one_job(tmp_path, capsys):
+    write_multirun(tmp_path, {"pe": "none,alibi"}, ["seeds=[0,1,2]"])
+    choices = {"pe": "none", "task": "copy", **CHOICES}
+    job = write_job(tmp_path / "none_copy", None, choices, 0, ["pe=none", "seeds=[0,1,2]"])
+    for seed in range(3):
+        member = record("none", "copy", seed, {8: 1.0, 32: 0.0})
+        member["member_of"] = {"seeds": [0, 1, 2], "learning_rates": None, "directory": str(job)}
+        (job / f"seed_{seed}").mkdir()
+        (job / f"seed_{seed}" / "results.json").write_text(json.dumps(member))
+    with pytest.raises(SystemExit, match="3 of 6 runs did not complete"):
+        sweep_end(tmp_path)
+    assert "2 jobs (6 runs): 3 completed, 3 missing" in capsys.readouterr().err

@@ -20,6 +20,7 @@ class SweepSummary(Callback):
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         from pelab.analysis.collect import directory_records, eval_records, runs_frame
+        from pelab.record import job_key
 
         sweep_dir = Path(config.hydra.sweep.dir)
         evaluation = OmegaConf.select(config, "hydra.job.config_name") == "eval"
@@ -30,8 +31,13 @@ class SweepSummary(Callback):
         runs = runs_frame(records)
         failed = runs[runs["status"] != "completed"]
         counts = ", ".join(f"{n} {status}" for status, n in runs["status"].value_counts().items())
-        started = {r["job"] for r in records if r["status"] != "missing" and "job" in r}
-        jobs = len(started) + sum(r["status"] == "missing" for r in records)
+        # a job: its directory, or for one never started its overrides (one record per member)
+        jobs = len(
+            {
+                job_key(r["overrides"]) if r["status"] == "missing" else r.get("job")
+                for r in records
+            }
+        )
         members = not evaluation and 0 < jobs < len(runs)  # a stack's job: a record per member
         unit = "runs" if members else "jobs"
         size = f"{jobs} jobs ({len(runs)} runs)" if members else f"{len(runs)} jobs"
