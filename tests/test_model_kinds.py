@@ -226,3 +226,12 @@ def test_cached_greedy_decoding_feeds_each_new_token_with_its_own_position():
     positions = torch.tensor([[0, 5, 9, 14, 20, 21, 30, 41]])
     assert DecoderKind.predict(oracle, PROMPT, 3, positions).tolist() == [[5, 6, 7]]
     assert [p.tolist() for p in oracle.positions] == [[[0, 5, 9, 14, 20]], [[21]], [[30]]]
+
+
+@pytest.mark.parametrize("kind", [DecoderKind, EncoderKind, BareEncoderKind])
+def test_markers_count_the_tokens_fed_before_the_answer_besides_the_prompt(kind):
+    inputs, _ = kind.teacher_forcing(PROMPT, ANSWER)
+    first_answer_token = PROMPT.shape[1] + kind.markers  # where figures draw the divider
+    expected = ANSWER[0, 0] if kind is DecoderKind else BLANK
+    assert inputs[0, first_answer_token] == expected
+    assert inputs[0, first_answer_token - 1] == (SEP if kind.markers else PROMPT[0, -1])

@@ -92,6 +92,7 @@ def _note_full_forwards() -> None:
 
 class DecoderKind:
     net_options: ClassVar[dict[str, bool]] = {"causal": True}
+    markers: ClassVar[int] = 2  # tokens fed before the answer besides the prompt: BOS, SEP
 
     @staticmethod
     def teacher_forcing(prompt: Tensor, answer: Tensor) -> tuple[Tensor, Tensor]:
@@ -129,6 +130,7 @@ class DecoderKind:
 
 class EncoderKind:
     net_options: ClassVar[dict[str, bool]] = {"causal": False}
+    markers: ClassVar[int] = 2  # BOS, SEP
 
     @staticmethod
     def teacher_forcing(prompt: Tensor, answer: Tensor) -> tuple[Tensor, Tensor]:
@@ -171,6 +173,8 @@ class BareEncoderKind(EncoderKind):
     """The encoder on ``p_1 .. p_n BLANK x m``, no BOS or SEP (the layout of Deletang et al.
     2023 and Ruoss et al. 2023), on ``_bare_positions``: contiguous 1-D positions run
     ``0 .. n + m - 1`` as in their code."""
+
+    markers: ClassVar[int] = 0
 
     @staticmethod
     def teacher_forcing(prompt: Tensor, answer: Tensor) -> tuple[Tensor, Tensor]:
@@ -217,6 +221,7 @@ class EncoderDecoderKind:
     """
 
     net_options: ClassVar[dict[str, bool]] = {}  # bidirectional encoder, causal decoder
+    markers: ClassVar[int] = 2  # BOS, SEP
 
     @staticmethod
     def teacher_forcing(prompt: Tensor, answer: Tensor) -> tuple[Tensor, Tensor]:

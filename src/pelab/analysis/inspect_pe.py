@@ -249,7 +249,7 @@ def attention_figures(trained: Run, out_dir: Path) -> list[Path]:
         split = "in distribution" if task.in_distribution(length) else "beyond training"
         path = out_dir / f"attention_len{length}.png"
         title = f"{trained.model.net.pe.pe_name} on {task.task_name}, length {length} ({split})"
-        plot_attention(first, prompt.shape[1] + 2, title, path)
+        plot_attention(first, prompt.shape[1] + model.kind.markers, title, path)
         paths.append(path)
     return paths
 

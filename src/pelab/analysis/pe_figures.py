@@ -123,7 +123,8 @@ def plot_heatmaps(maps: Tensor, radius: int, title: str, path: Path) -> None:
 def plot_attention(maps: dict[str, Tensor], tokens: int, title: str, path: Path) -> None:
     """The attention probabilities of one sample, one row per attention module (``{name:
     [h, i, j]}``, e.g. ``blocks.0.attn``), one panel per head; queries down, keys across; the
-    first ``tokens`` keys are the prompt (BOS, prompt, SEP), marked by a line."""
+    first ``tokens`` keys are the prompt (with BOS and SEP where the model kind feeds them),
+    marked by a line."""
     rows, heads = len(maps), max(len(m) for m in maps.values())
     fig, axes = plt.subplots(
         rows, heads, figsize=(3.2 * heads, 3.2 * rows), squeeze=False, layout="constrained"
