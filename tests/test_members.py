@@ -149,6 +149,17 @@ def test_padding_keeps_the_answer_targets_and_counts_positions_on():
 def test_every_encoding_runs_batched_or_falls_back_with_a_reason(tmp_path, pe, model, caplog):
     """The contract: a batched step gives each member its single run's loss; an encoding that
     vmap cannot run trains its members sequentially, and the log says why."""
+    check_batched_losses(tmp_path, pe, model, caplog)
+
+
+@pytest.mark.parametrize("pe", ["sinusoidal", "rope", "t5_bias", "rope_2d"])
+def test_the_bare_encoder_runs_batched_with_each_members_single_loss(tmp_path, pe, caplog):
+    """``model=encoder_bare`` (the Chomsky presets' stacks): 1-D positions and a task's 2-D
+    coordinates (``rope_2d`` on the grid) slice alike in the batched and the single step."""
+    check_batched_losses(tmp_path, pe, "encoder_bare", caplog)
+
+
+def check_batched_losses(tmp_path, pe, model, caplog):
     task = "grid" if pe.endswith("_2d") else "copy"
     cfg = stack_config(tmp_path, f"pe={pe}", f"task={task}", f"model={model}")
     configs = member_configs(cfg)

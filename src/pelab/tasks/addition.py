@@ -48,6 +48,8 @@ class AdditionTask(Task):
     answer's ``length + 1`` slots, as the study's end-of-sequence token closes its answer:
     ``BOS 4 7 5 + 1 6 8 SEP`` -> ``6 4 3 END``. (The study also pairs operands of different
     digit counts; pelab's batches hold one prompt length, so both operands have ``length``.)
+    ``solve`` and ``reference`` agree on every prompt ``sample`` draws: operands of exactly
+    ``length`` digits (a prompt with a leading zero is not a sample of this setting).
     """
 
     length_axis = "digits per operand"
