@@ -83,3 +83,42 @@ def test_odd_rotated_dimension_is_refused_with_the_numbers():
 def test_unknown_layout_names_valid_choices():
     with pytest.raises(ConfigError, match="interleaved"):
         RotaryPE(dims(8), layout="spiral")
+
+
+def test_p_rope_keeps_the_highest_frequencies_and_zeroes_the_rest():
+    pe = RotaryPE(dims(16), base=100.0, keep_frequencies=0.5)  # 8 pairs: the first 4 keep theta_i
+    frequencies, _ = pe.frequencies(Positions.from_tensor(torch.arange(4)))
+    expected = 100.0 ** (-torch.arange(0, 16, 2).float() / 16)
+    assert torch.equal(frequencies[:4], expected[:4]) and torch.all(frequencies[4:] == 0)
+    assert int(RotaryPE(dims(16), keep_frequencies=0.3).kept.sum()) == 2  # floor(0.3 * 8)
+
+
+def test_p_rope_pairs_without_a_frequency_never_turn_and_scores_stay_relative():
+    torch.manual_seed(0)
+    pe = RotaryPE(dims(8), layout="half", keep_frequencies=0.5)  # pairs (i, i + 4): 2 of 4 turn
+    x = torch.randn(1, 1, 5, 8)
+    out = rotated(pe, x, [0, 7, 30, 100, 1000])
+    still = [2, 3, 6, 7]  # the two lowest-frequency pairs
+    assert torch.equal(out[..., still], x[..., still])
+    assert not torch.allclose(out[..., 1, :2], x[..., 1, :2])  # the kept ones turn
+    q, k = torch.randn(1, 1, 6, 8), torch.randn(1, 1, 6, 8)
+    scores = []
+    for shift in (0, 50):
+        pos = Positions.from_tensor(torch.arange(6) + shift)
+        rq, rk = pe.transform_qk(q, k, pos)
+        scores.append(rq @ rk.transpose(-1, -2))
+    torch.testing.assert_close(scores[0], scores[1], rtol=1e-4, atol=1e-4)
+
+
+def test_p_rope_at_zero_rotates_nothing_even_when_scaled():
+    x = torch.randn(1, 1, 4, 8)
+    for scaling in ("none", "ntk", "linear"):
+        factor = 1.0 if scaling == "none" else 4.0
+        pe = RotaryPE(dims(8), keep_frequencies=0.0, scaling=scaling, scaling_factor=factor)
+        assert torch.equal(rotated(pe, x, [0, 3, 9, 40]), x), scaling
+
+
+@pytest.mark.parametrize("bad", [-0.1, 1.5])
+def test_p_rope_outside_zero_to_one_is_refused_with_the_value(bad):
+    with pytest.raises(ConfigError, match=rf"pe.keep_frequencies \(p-RoPE's p\).*got {bad}"):
+        RotaryPE(dims(8), keep_frequencies=bad)

@@ -12,7 +12,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from pelab.errors import ConfigError
 from pelab.evaluate import load_weights
 from pelab.reliability.callbacks import PortableCheckpoint
-from pelab.reliability.checkpoints import AtomicCheckpointIO, read_checkpoint
+from pelab.reliability.checkpoints import AtomicCheckpointIO, differences, read_checkpoint
 from pelab.train import build_model, build_task, run
 from tests.reliability.runs import checkpoint, config, fault, results
 
@@ -109,3 +109,17 @@ def test_a_killed_run_resumed_into_a_new_directory_ends_as_the_uninterrupted_one
         for d in (tmp_path / "whole", elsewhere)
     ]
     assert best[0] == best[1]
+
+
+def test_an_option_the_checkpoint_predates_is_no_difference_at_its_default():
+    rope = "pelab.pe.rotary.RotaryPE"
+    saved = {"pe": {"_target_": rope, "base": 10000.0}}  # saved before keep_frequencies existed
+    at_default = {"pe": {"_target_": rope, "base": 10000.0, "keep_frequencies": 1.0}}
+    assert differences(saved, at_default) == []
+    changed = {"pe": {"_target_": rope, "base": 10000.0, "keep_frequencies": 0.5}}
+    assert differences(saved, changed) == ["pe.keep_frequencies: checkpoint None != this run 0.5"]
+    renamed = {"pe": {"_target_": rope, "base": 10000.0, "no_such_option": 1.0}}
+    assert differences(saved, renamed) == ["pe.no_such_option: checkpoint None != this run 1.0"]
+    assert differences(at_default, saved) == [  # an option the run no longer has is a change
+        "pe.keep_frequencies: checkpoint 1.0 != this run None"
+    ]

@@ -202,6 +202,13 @@ class RotaryPE(PositionalEncoding):
     only. Remaining dims pass through unrotated (GPT-NeoX's partial rotary). Rotation runs in
     float32 whatever the autocast dtype.
 
+    ``keep_frequencies = p`` is p-RoPE (Barbero et al. 2025, "Round and Round We Go! What makes
+    Rotary Positional Encodings useful?"): of the ``r/2`` frequencies only the ``floor(p r/2)``
+    highest keep their value, the lowest ``theta_i`` (large ``i``) are set to 0, so those pairs
+    never turn (p = 1: RoPE, p = 0: no rotation at all). Unlike ``fraction``, which spreads the
+    whole frequency range over fewer dims, it keeps every dim and drops the slow end of the
+    range. The zeros hold under every ``scaling``.
+
     ``scaling`` picks a strategy record (see ``SCALINGS``) with factor ``s = scaling_factor``;
     ``none`` is plain RoPE. ``original_max_len`` (the context length the model was trained on,
     needed by ``dynamic_ntk`` and ``yarn``) defaults to ``dims.train_max_len``; set it to
@@ -222,8 +229,13 @@ class RotaryPE(PositionalEncoding):
         scaling: str = "none",
         scaling_factor: float = 1.0,
         original_max_len: int | None = None,
+        keep_frequencies: float = 1.0,
     ) -> None:
         super().__init__(dims)
+        if not 0.0 <= keep_frequencies <= 1.0:
+            raise ConfigError(
+                f"pe.keep_frequencies (p-RoPE's p) must be in [0, 1], got {keep_frequencies}"
+            )
         if layout not in LAYOUTS:
             raise ConfigError(f"unknown pe.layout {layout!r}; valid choices: {list(LAYOUTS)}")
         if not 0.0 < fraction <= 1.0:
@@ -245,6 +257,9 @@ class RotaryPE(PositionalEncoding):
         self.make_rotation, self.apply_rotation = LAYOUTS[layout]
         inv_freq = base ** (-torch.arange(0, self.rot_dim, 2, dtype=torch.float32) / self.rot_dim)
         self.register_buffer("inv_freq", inv_freq, persistent=False)  # unscaled theta_i, [r/2]
+        kept = torch.arange(self.rot_dim // 2) < int(keep_frequencies * (self.rot_dim // 2) + 1e-9)
+        self.register_buffer("kept", kept.float(), persistent=False)  # p-RoPE: 1 turns, 0 not
+        self.keep_frequencies = keep_frequencies
 
     def _check_scaling(
         self, name: str, factor: float, original_max_len: int | None
@@ -288,7 +303,8 @@ class RotaryPE(PositionalEncoding):
             self.original_max_len,
             current_len,
         )
-        return self.scaling.frequencies(given), self.scaling.qk_scale(self.scaling_factor)
+        frequencies = self.scaling.frequencies(given) * self.kept
+        return frequencies, self.scaling.qk_scale(self.scaling_factor)
 
     def magnitude(self, positions: Tensor, sign: int) -> Tensor | None:
         """Per-pair scale of the rotation at ``positions: [b|1, n]`` (None: pure rotation);

@@ -5,6 +5,7 @@ keys that differ."""
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 import pickle
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from hydra.utils import get_class
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
@@ -54,18 +56,34 @@ def identity(cfg: DictConfig) -> dict[str, Any]:
 
 
 def differences(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
-    """``key: checkpoint <a> != this run <b>`` for every differing leaf of two identities."""
+    """``key: checkpoint <a> != this run <b>`` for every differing leaf of two identities; an
+    option the checkpoint predates (``predates``) at its default is no difference."""
     out: list[str] = []
 
     def walk(prefix: str, a: Any, b: Any) -> None:
         if isinstance(a, dict) and isinstance(b, dict):
             for k in sorted(set(a) | set(b), key=str):
-                walk(f"{prefix}.{k}" if prefix else str(k), a.get(k), b.get(k))
+                if not predates(a, b, k):
+                    walk(f"{prefix}.{k}" if prefix else str(k), a.get(k), b.get(k))
         elif a != b:
             out.append(f"{prefix}: checkpoint {a!r} != this run {b!r}")
 
     walk("", saved, current)
     return out
+
+
+def predates(saved: dict[str, Any], current: dict[str, Any], key: str) -> bool:
+    """Whether ``key`` is an option of ``current``'s class (``_target_``) that a checkpoint
+    saved before pelab had it lacks, with this run at the option's default: it then changes
+    nothing (e.g. ``pe.keep_frequencies: 1.0`` resuming a RoPE run saved before p-RoPE)."""
+    target = current.get("_target_")
+    if key in saved or key not in current or not isinstance(target, str):
+        return False
+    try:
+        parameter = inspect.signature(get_class(target)).parameters.get(key)
+    except (ImportError, ValueError, TypeError, AttributeError):
+        return False
+    return parameter is not None and parameter.default == current[key]
 
 
 def check_integrity(path: Path) -> None:
