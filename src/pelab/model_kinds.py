@@ -129,80 +129,69 @@ class DecoderKind:
 
 
 class EncoderKind:
+    """The encoder on ``BOS p_1 .. p_n SEP BLANK x m``; a subclass changes the layout through
+    ``inputs`` (the tokens fed), ``fed_positions`` (their positions) and ``markers``."""
+
     net_options: ClassVar[dict[str, bool]] = {"causal": False}
     markers: ClassVar[int] = 2  # BOS, SEP
 
     @staticmethod
-    def teacher_forcing(prompt: Tensor, answer: Tensor) -> tuple[Tensor, Tensor]:
-        slots = answer.new_full(answer.shape, BLANK)
-        seq = torch.cat((_prefix(prompt), slots), dim=1)
-        return seq, slice(prompt.shape[1] + 2, None)
+    def inputs(prompt: Tensor, slots: Tensor) -> Tensor:
+        """``[b, n]``, ``[b, m]`` -> the tokens fed, ``[b, n + markers + m]``."""
+        return torch.cat((_prefix(prompt), slots), dim=1)
+
+    @staticmethod
+    def fed_positions(positions: Tensor, n: int, m: int) -> Tensor:
+        """The canonical positions ``[b|1, n + m + 2(, k)]`` of the tokens fed."""
+        return positions
+
+    @classmethod
+    def teacher_forcing(cls, prompt: Tensor, answer: Tensor) -> tuple[Tensor, Tensor]:
+        seq = cls.inputs(prompt, answer.new_full(answer.shape, BLANK))
+        return seq, slice(prompt.shape[1] + cls.markers, None)
 
     @classmethod
     def answer_logits(
         cls, net: nn.Module, prompt: Tensor, answer: Tensor, positions: Tensor
     ) -> Tensor:
         inputs, answer_slice = cls.teacher_forcing(prompt, answer)
-        return net(inputs, positions)[:, answer_slice]
+        fed = cls.fed_positions(positions, prompt.shape[1], answer.shape[1])
+        return net(inputs, fed)[:, answer_slice]
 
-    @staticmethod
+    @classmethod
     @torch.no_grad()
     def predict(
+        cls,
         net: nn.Module,
         prompt: Tensor,
         answer_length: int,
         positions: Tensor,
         use_cache: bool = True,
     ) -> Tensor:
-        """One forward over ``BOS prompt SEP BLANK..BLANK`` (``use_cache`` has nothing to do)."""
-        slots = prompt.new_full((prompt.shape[0], answer_length), BLANK)
-        seq = torch.cat((_prefix(prompt), slots), dim=1)
-        return net(seq, positions)[:, -answer_length:].argmax(dim=-1)
-
-
-def _bare_positions(positions: Tensor, n: int, m: int) -> Tensor:
-    """The positions of ``p_1 .. p_n`` and ``m`` slots without BOS and SEP: for 1-D positions
-    the first ``n + m`` canonical ones (contiguous positions then run ``0 .. n + m - 1``), for a
-    task's k-D coordinates ``[b|1, n + m + 2, k]`` those of the prompt and answer tokens."""
-    if positions.dim() == 3:
-        return torch.cat((positions[:, 1 : n + 1], positions[:, n + 2 : n + m + 2]), dim=1)
-    return positions[:, : n + m]
+        """One forward over the prompt and ``BLANK`` slots (``use_cache`` has nothing to do)."""
+        seq = cls.inputs(prompt, prompt.new_full((prompt.shape[0], answer_length), BLANK))
+        fed = cls.fed_positions(positions, prompt.shape[1], answer_length)
+        return net(seq, fed)[:, -answer_length:].argmax(dim=-1)
 
 
 class BareEncoderKind(EncoderKind):
     """The encoder on ``p_1 .. p_n BLANK x m``, no BOS or SEP (the layout of Deletang et al.
-    2023 and Ruoss et al. 2023), on ``_bare_positions``: contiguous 1-D positions run
-    ``0 .. n + m - 1`` as in their code."""
+    2023 and Ruoss et al. 2023)."""
 
     markers: ClassVar[int] = 0
 
     @staticmethod
-    def teacher_forcing(prompt: Tensor, answer: Tensor) -> tuple[Tensor, Tensor]:
-        slots = answer.new_full(answer.shape, BLANK)
-        return torch.cat((prompt, slots), dim=1), slice(prompt.shape[1], None)
-
-    @classmethod
-    def answer_logits(
-        cls, net: nn.Module, prompt: Tensor, answer: Tensor, positions: Tensor
-    ) -> Tensor:
-        inputs, answer_slice = cls.teacher_forcing(prompt, answer)
-        bare = _bare_positions(positions, prompt.shape[1], answer.shape[1])
-        return net(inputs, bare)[:, answer_slice]
+    def inputs(prompt: Tensor, slots: Tensor) -> Tensor:
+        return torch.cat((prompt, slots), dim=1)
 
     @staticmethod
-    @torch.no_grad()
-    def predict(
-        net: nn.Module,
-        prompt: Tensor,
-        answer_length: int,
-        positions: Tensor,
-        use_cache: bool = True,
-    ) -> Tensor:
-        """One forward over ``prompt BLANK..BLANK`` (``use_cache`` has nothing to do)."""
-        slots = prompt.new_full((prompt.shape[0], answer_length), BLANK)
-        seq = torch.cat((prompt, slots), dim=1)
-        bare = _bare_positions(positions, prompt.shape[1], answer_length)
-        return net(seq, bare)[:, -answer_length:].argmax(dim=-1)
+    def fed_positions(positions: Tensor, n: int, m: int) -> Tensor:
+        """For 1-D positions the first ``n + m`` canonical ones (contiguous positions then run
+        ``0 .. n + m - 1``, as in Deletang et al.'s code); for a task's k-D coordinates
+        ``[b|1, n + m + 2, k]`` those of the prompt and answer tokens."""
+        if positions.dim() == 3:
+            return torch.cat((positions[:, 1 : n + 1], positions[:, n + 2 : n + m + 2]), dim=1)
+        return positions[:, : n + m]
 
 
 class EncoderDecoderKind:
