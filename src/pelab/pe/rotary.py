@@ -259,7 +259,6 @@ class RotaryPE(PositionalEncoding):
         self.register_buffer("inv_freq", inv_freq, persistent=False)  # unscaled theta_i, [r/2]
         kept = torch.arange(self.rot_dim // 2) < int(keep_frequencies * (self.rot_dim // 2) + 1e-9)
         self.register_buffer("kept", kept.float(), persistent=False)  # p-RoPE: 1 turns, 0 not
-        self.keep_frequencies = keep_frequencies
 
     def _check_scaling(
         self, name: str, factor: float, original_max_len: int | None
