@@ -95,8 +95,17 @@ class Attention(nn.Module):
         else:
             q, k, v = self.cross_qkv(x, context, cache)
             q, k = self.pe.transform_qk(q, k, pos)
-        out = self.attend(q, k, v, pos)
+        out = self.attend(q, k, v, pos, self.bias(x, pos))
         return self.proj(rearrange(out, "b h n d -> b n (h d)"))
+
+    def bias(self, x: Tensor, pos: Positions) -> Tensor | None:
+        """The additive logit bias ``[b|1, h|1, i, j]`` (or None): the encoding's content-free
+        ``logit_bias`` plus its ``input_bias`` of this block's attention input ``x``."""
+        fixed = self.pe.logit_bias(pos, self.layer)
+        dynamic = self.pe.input_bias(x, pos, self.layer)
+        if dynamic is None or fixed is None:
+            return fixed if dynamic is None else dynamic
+        return fixed + dynamic
 
     def heads(self, projected: Tensor) -> Tensor:
         """``[b, n, parts * d_model]`` -> ``[parts, b, h, n, d]`` (e.g. q, k, v of each token)."""
@@ -119,21 +128,23 @@ class Attention(nn.Module):
         k, v = context_kv() if cache is None else cache.context(context_kv)
         return q, k, v
 
-    def attend_eager(self, q: Tensor, k: Tensor, v: Tensor, pos: Positions) -> Tensor:
-        return self.values(self.probabilities(q, k, pos), v, pos)
+    def attend_eager(
+        self, q: Tensor, k: Tensor, v: Tensor, pos: Positions, bias: Tensor | None
+    ) -> Tensor:
+        return self.values(self.probabilities(q, k, pos, bias), v, pos)
 
-    def probabilities(self, q: Tensor, k: Tensor, pos: Positions) -> Tensor:
-        """``modify_probs(softmax(mask(modify_logits(q k^T / sqrt(d) + logit_bias))))``, the
-        attention probabilities ``[b, h, i, j]`` (before dropout), with every hook."""
+    def probabilities(self, q: Tensor, k: Tensor, pos: Positions, bias: Tensor | None) -> Tensor:
+        """``modify_probs(normalize(mask(modify_logits(q k^T / sqrt(d) + bias))))``, the
+        attention probabilities ``[b, h, i, j]`` (before dropout), with every hook; ``bias`` is
+        ``Attention.bias`` and ``normalize`` a softmax unless the encoding replaces it."""
         pe = self.pe
         logits = torch.einsum("bhid,bhjd->bhij", q, k) * self.scale
-        bias = pe.logit_bias(pos, self.layer)
         if bias is not None:
             logits = logits + bias
         logits = pe.modify_logits(logits, q, k, pos, self.layer)
         if self.causal:  # the mask comes after every encoding hook, so no bias can unmask
             logits = logits.masked_fill(~causal_mask(q.shape[2], k.shape[2], q.device), -math.inf)
-        return pe.modify_probs(logits.softmax(dim=-1), pos, self.layer)
+        return pe.modify_probs(pe.normalize(logits, pos, self.layer), pos, self.layer)
 
     def values(self, probs: Tensor, v: Tensor, pos: Positions) -> Tensor:
         """The output ``[b, h, i, d]`` of the probabilities ``[b, h, i, j]`` and values
@@ -141,8 +152,9 @@ class Attention(nn.Module):
         dropped = F.dropout(probs, self.dropout, self.training)
         return self.pe.modify_output(dropped @ v, dropped, pos, self.layer)
 
-    def attend_fused(self, q: Tensor, k: Tensor, v: Tensor, pos: Positions) -> Tensor:
-        bias = self.pe.logit_bias(pos, self.layer)
+    def attend_fused(
+        self, q: Tensor, k: Tensor, v: Tensor, pos: Positions, bias: Tensor | None
+    ) -> Tensor:
         i, j = q.shape[2], k.shape[2]
         if self.causal and (bias is not None or i != j):
             # once per forward for a bias all layers share, per layer for a per-layer bias

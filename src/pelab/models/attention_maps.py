@@ -40,11 +40,11 @@ def attention_maps(model: nn.Module) -> Iterator[dict[str, list[Tensor]]]:
 
 def _recording(
     attention: Attention, store: list[Tensor]
-) -> Callable[[Tensor, Tensor, Tensor, Positions], Tensor]:
+) -> Callable[[Tensor, Tensor, Tensor, Positions, Tensor | None], Tensor]:
     """``attention``'s explicit kernel, appending its probabilities to ``store``."""
 
-    def attend(q: Tensor, k: Tensor, v: Tensor, pos: Positions) -> Tensor:
-        probs = attention.probabilities(q, k, pos)
+    def attend(q: Tensor, k: Tensor, v: Tensor, pos: Positions, bias: Tensor | None) -> Tensor:
+        probs = attention.probabilities(q, k, pos, bias)
         store.append(probs)
         return attention.values(probs, v, pos)
 

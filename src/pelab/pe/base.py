@@ -11,7 +11,9 @@ token embeddings, once        sinusoidal, learned, ...              ``embed(x, t
 each block's input            FLOATER                               ``layer_input(x, pos, l)``
 q and k before the product    RoPE, xPos                            ``transform_qk(q, k, pos)``
 logits, content-free          ALiBi, T5 buckets, Kerple, FIRE       ``logit_bias(pos, l)``
+logits, from the layer input  FoX (forget gates)                    ``input_bias(x, pos, l)``
 logits, content-dependent     Shaw, Transformer-XL, DeBERTa, CoPE   ``modify_logits(...)``
+logits -> weights (softmax)   stick-breaking                        ``normalize(...)``
 probabilities after softmax   URPE                                  ``modify_probs(...)``
 attention output (values)     Shaw values                           ``modify_output(...)``
 ============================  ====================================  ============================
@@ -41,7 +43,9 @@ SHIFT_CLASSES = (
     "relative_below_threshold",  # nothing while every position stays below a (learned) threshold
     "absolute",  # the model sees the shift
 )
-EAGER_HOOKS = ("modify_logits", "modify_probs", "modify_output")  # the fused kernel has no room
+# the fused kernel has no room for these (an additive bias, ``logit_bias`` or ``input_bias``, it
+# takes as its mask)
+EAGER_HOOKS = ("modify_logits", "normalize", "modify_probs", "modify_output")
 
 
 @dataclass(frozen=True)
@@ -78,8 +82,7 @@ class PositionalEncoding(nn.Module):
     """Base class and null object: every hook is an identity, so this class alone is NoPE.
 
     Attention decides once, at construction, whether it can use the fused kernel: only when an
-    encoding leaves ``modify_logits``, ``modify_probs`` and ``modify_output`` untouched (see
-    ``needs_eager_attention``).
+    encoding leaves every hook of ``EAGER_HOOKS`` untouched (see ``needs_eager_attention``).
     """
 
     causal_only = False  # True: defined for decoders only; an encoder gets a ConfigError
@@ -124,11 +127,25 @@ class PositionalEncoding(nn.Module):
         depends on it."""
         return None
 
+    def input_bias(self, x: Tensor, pos: Positions, layer: int) -> Tensor | None:
+        """An additive bias ``[b, h|1, i, j]`` on the logits of block ``layer`` computed from that
+        block's attention input ``x: [b, i, d_model]`` (the normed residual stream), or None:
+        data-dependent biases such as FoX's forget gates. Added to ``logit_bias``; the fused
+        kernel takes the sum as its mask. With a key/value cache ``x`` holds only the new tokens,
+        so an encoding that needs the earlier ones declares ``supports_kv_cache = False``."""
+        return None
+
     def modify_logits(
         self, logits: Tensor, q: Tensor, k: Tensor, pos: Positions, layer: int
     ) -> Tensor:
         """Content-dependent change of the scaled logits ``[b, h, i, j]`` (before masking)."""
         return logits
+
+    def normalize(self, logits: Tensor, pos: Positions, layer: int) -> Tensor:
+        """The attention weights ``[b, h, i, j]`` of the masked logits (a masked entry is
+        ``-inf``; the query rows are the last ``i`` of the ``j`` keys): a softmax over the keys,
+        unless an encoding replaces it (stick-breaking attention)."""
+        return logits.softmax(dim=-1)
 
     def modify_probs(self, probs: Tensor, pos: Positions, layer: int) -> Tensor:
         """Change of the attention probabilities ``[b, h, i, j]``."""

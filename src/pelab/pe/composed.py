@@ -21,9 +21,10 @@ class ComposedPE(PositionalEncoding):
     """The encodings ``parts`` (name -> factory called with the model's ``ModelDims``) as one.
 
     Each hook chains the parts in order: ``embed``, ``layer_input``, ``transform_qk`` and the
-    ``modify_*`` hooks apply part after part (``h = h_n ∘ … ∘ h_1``); ``logit_bias`` is the sum of
-    the parts' biases (None when no part has one). E.g. URPE on T5 is the T5 bias plus a Toeplitz
-    scaling of the probabilities (``pelab.pe.urpe``).
+    ``modify_*`` hooks apply part after part (``h = h_n ∘ … ∘ h_1``); ``logit_bias`` and
+    ``input_bias`` are the sums of the parts' biases (None when no part has one); ``normalize`` is
+    the one part's that replaces the softmax (two such parts are refused). E.g. URPE on T5 is
+    the T5 bias plus a Toeplitz scaling of the probabilities (``pelab.pe.urpe``).
 
     The composition needs the eager kernel when any part does (``needs_eager_attention``, asked of
     the instance); it is causal-only when any part is, supports a key/value cache when every part
@@ -53,6 +54,13 @@ class ComposedPE(PositionalEncoding):
         reads = any(part.position_dims is not None for part in built)
         self.position_dims = dims.position_dims if reads else None
         self.shift = max((part.shift for part in built), key=SHIFT_CLASSES.index)
+        normalizers = [key for key, part in self.parts.items() if part.overrides("normalize")]
+        if len(normalizers) > 1:
+            raise ConfigError(
+                f"pe={name}: parts {normalizers} each replace the softmax (normalize); "
+                "a composition can use one"
+            )
+        self.normalizer = normalizers[0] if normalizers else None  # the part's key
 
     @class_or_instance_method
     def needs_eager_attention(pe: ComposedPE | type[ComposedPE]) -> bool:
@@ -87,12 +95,25 @@ class ComposedPE(PositionalEncoding):
         # summed once per forward when the parts' biases are shared by the layers
         return memo_derived(pos, (id(self), "bias"), biases, lambda: sum(biases[1:], biases[0]))
 
+    def input_bias(self, x: Tensor, pos: Positions, layer: int) -> Tensor | None:
+        biases = [
+            bias
+            for bias in (part.input_bias(x, pos, layer) for part in self.parts.values())
+            if bias is not None
+        ]
+        return sum(biases[1:], biases[0]) if biases else None
+
     def modify_logits(
         self, logits: Tensor, q: Tensor, k: Tensor, pos: Positions, layer: int
     ) -> Tensor:
         for part in self.parts.values():
             logits = part.modify_logits(logits, q, k, pos, layer)
         return logits
+
+    def normalize(self, logits: Tensor, pos: Positions, layer: int) -> Tensor:
+        if self.normalizer is None:
+            return super().normalize(logits, pos, layer)
+        return self.parts[self.normalizer].normalize(logits, pos, layer)
 
     def modify_probs(self, probs: Tensor, pos: Positions, layer: int) -> Tensor:
         for part in self.parts.values():

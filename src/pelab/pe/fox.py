@@ -1,0 +1,76 @@
+"""FoX: a data-dependent forget gate per head, as a bias on the attention logits."""
+
+from __future__ import annotations
+
+import torch.nn.functional as F
+from einops import rearrange
+from torch import Tensor, nn
+
+from pelab.errors import ConfigError
+from pelab.pe.base import PE_REGISTRY, ModelDims, PositionalEncoding, register_pe
+from pelab.pe.composed import ComposedPE
+from pelab.positions import Positions
+
+
+def forget_bias(log_f: Tensor) -> Tensor:
+    """``D_ij = sum_{l=j+1..i} log f_l = c_i - c_j`` with ``c = cumsum(log f)``, for the log
+    forget gates ``log_f: [b, h, n]`` -> ``[b, h, i, j]`` (``D_ii = 0``; entries with ``j > i``
+    are the causal mask's to hide)."""
+    c = log_f.cumsum(dim=-1)  # [b, h, n]
+    return c[..., :, None] - c[..., None, :]
+
+
+class ForgetGate(PositionalEncoding):
+    """The forget gates of FoX: per layer and head, ``f_t = sigmoid(w · x_t + b)`` of the
+    block's attention input ``x_t`` (the normed residual stream), and the logit bias
+    ``D_ij = sum_{l=j+1..i} log f_l`` (``input_bias``). ``log f`` is ``logsigmoid``, exact for
+    gates near 0. Reads no positions: the gates are computed from the tokens, so any
+    position information comes from the causal order alone."""
+
+    position_dims = None
+    shift = "relative"
+    causal_only = True  # the product of gates runs from the key to the query: a causal order
+    supports_kv_cache = False  # D needs the gates of every earlier token, not only the new ones
+
+    def __init__(self, dims: ModelDims) -> None:
+        super().__init__(dims)
+        self.gates = nn.ModuleList(
+            nn.Linear(dims.d_model, dims.n_heads) for _ in range(dims.n_layers)
+        )
+
+    def input_bias(self, x: Tensor, pos: Positions, layer: int) -> Tensor:
+        log_f = F.logsigmoid(rearrange(self.gates[layer](x), "b n h -> b h n"))
+        return forget_bias(log_f.float()).to(x.dtype)
+
+
+@register_pe("fox")
+class ForgettingPE(ComposedPE):
+    """FoX (Lin, Nikishin, He & Courville 2025, "Forgetting Transformer: Softmax Attention with a
+    Forget Gate")::
+
+        o_i = sum_j exp(q_i·k_j/sqrt(d) + D_ij) v_j / sum_j exp(q_i·k_j/sqrt(d) + D_ij),
+        D_ij = sum_{l=j+1..i} log f_l,    f_t = sigmoid(w_h · x_t + b_h)
+
+    A data-dependent decay: each token decides how much of the past it lets through, and the
+    logit of a key drops by the log-gates of every token after it. With every ``f = const`` it is
+    ALiBi with slope ``-log f``. The paper's FoX runs without a positional encoding
+    (``base: none``, the default); ``base`` composes the gates with another encoding's hooks
+    (e.g. ``rope``, which the paper also ablates), built with that encoding's defaults.
+    Choices: one gate projection (with bias) per layer and head from the attention input, as
+    the paper; PyTorch's default ``nn.Linear`` initialisation; the paper's "Pro" block (output
+    gate, QK-norm, key shift) is not included, since it changes the block, not the encoding.
+    """
+
+    position_dims = None
+    shift = "relative"
+    causal_only = True  # as its gate part (the instance takes these from its parts)
+    supports_kv_cache = False
+
+    def __init__(self, dims: ModelDims, base: str = "none") -> None:
+        if base not in PE_REGISTRY or base == "fox":
+            valid = ", ".join(sorted(set(PE_REGISTRY) - {"fox"}))
+            raise ConfigError(f"unknown pe.base {base!r} for pe=fox; valid choices: {valid}")
+        parts = {"gate": ForgetGate}
+        if base != "none":
+            parts["base"] = PE_REGISTRY[base]
+        super().__init__(dims, parts)
