@@ -1,0 +1,59 @@
+"""Stick-breaking attention: the softmax replaced by breaking a stick from the nearest key back."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from pelab.pe.base import ModelDims, PositionalEncoding, register_pe
+from pelab.positions import Positions
+
+
+def stick_breaking_weights(logits: Tensor, attend_current: bool = False) -> Tensor:
+    """``A_ij = beta_ij * prod_{j<k<i} (1 - beta_ik)`` with ``beta = sigmoid(z)``, for the
+    masked logits ``z: [b, h, i, j]`` (``-inf`` where a key is hidden; the query rows are the last
+    ``i`` of the ``j`` keys). Keys strictly before the query take part, and with
+    ``attend_current`` the query's own key too (the stick then starts there). In log space:
+    ``log A_ij = logsigmoid(z_ij) - sum_{k>j} softplus(z_ik)``, the sum running over the visible
+    keys after ``j`` (a hidden key has ``softplus(-inf) = 0``)."""
+    i, j = logits.shape[-2:]
+    visible = torch.ones(i, j, dtype=torch.bool, device=logits.device)
+    visible = visible.tril(diagonal=j - i - (0 if attend_current else 1))
+    z = logits.float().masked_fill(~visible, -torch.inf)
+    log_remaining = -F.softplus(z)  # log(1 - beta): 0 for a hidden key
+    after = log_remaining.flip(-1).cumsum(-1).flip(-1) - log_remaining  # sum over k > j
+    return (F.logsigmoid(z) + after).exp().to(logits.dtype)
+
+
+@register_pe("stick_breaking")
+class StickBreakingPE(PositionalEncoding):
+    """Stick-breaking attention (Tan, Shen, Yang, Courville & Panda 2025, "Scaling
+    Stick-Breaking Attention"): in place of the softmax (``normalize``)::
+
+        A_ij = beta_ij prod_{j<k<i} (1 - beta_ik),    beta_ij = sigmoid(q_i · k_j / sqrt(d))
+
+    Walking back from the query, each key takes the share ``beta`` of what the nearer keys left
+    of a unit stick, so nearer keys come first: a recency bias with no positional encoding at
+    all, and each weight depends only on the logits between key and query (invariant to
+    shifting positions, defined at any length). Weights need not sum to one; the remainder
+    ``1 - sum_j A_ij`` is dropped, as in the paper's attention output. Choices:
+    ``attend_current`` (default false, the paper's) lets the query attend to its own token; the
+    first token then attends to nothing and its attention output is zero. Causal models only:
+    the stick is broken in the order of the sequence. Needs the eager kernel; the authors'
+    fused Triton kernel is for GPUs.
+    """
+
+    position_dims = None
+    shift = "relative"
+    causal_only = True
+
+    def __init__(self, dims: ModelDims, attend_current: bool = False) -> None:
+        super().__init__(dims)
+        self.attend_current = attend_current
+
+    def normalize(self, logits: Tensor, pos: Positions, layer: int) -> Tensor:
+        return stick_breaking_weights(logits, self.attend_current)
+
+    def extra_repr(self) -> str:
+        return f"attend_current={self.attend_current}"
