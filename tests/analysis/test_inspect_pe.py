@@ -1,5 +1,6 @@
 """pelab.analysis.inspect_pe draws valid PNGs for encodings of each family, of what each adds."""
 
+import math
 from pathlib import Path
 
 import pytest
@@ -34,6 +35,9 @@ def draw(tmp_path: Path, *overrides: str) -> list[Path]:
         ("rope", {"relative_transform_qk"}),
         ("floater", {"layer_input"}),
         ("complex_order", {"absolute", "cosine"}),
+        ("fox", {"relative_input_bias"}),
+        ("stick_breaking", {"relative_normalize"}),
+        ("dape", {"relative_logit_bias", "relative_modify_logits"}),
     ],
 )
 def test_draws_the_figures_of_each_family_as_png_files(tmp_path, pe, expected):
@@ -53,7 +57,9 @@ def test_additive_encodings_are_drawn_from_zero_token_vectors():
     pe = SinusoidalPE(ModelDims(16, 2, 1, True, 64))
     table, fed = inspect_pe.position_vectors(pe, 10)
     assert fed == "zero token vectors"
-    assert torch.allclose(table, pe.table(Positions.contiguous(10))[0])
+    assert torch.allclose(table, pe.position_vectors(Positions.contiguous(10))[0])
+    louder = SinusoidalPE(ModelDims(16, 2, 1, True, 64), token_scale="sqrt_d_model")
+    assert torch.allclose(inspect_pe.position_vectors(louder, 10)[0], table)
 
 
 def test_complex_order_is_drawn_from_a_random_token_vector_turning_with_position():
@@ -94,6 +100,27 @@ def test_relative_curve_of_alibi_is_minus_slope_times_distance(causal):
     distance, response = inspect_pe.relative_curves(pe, "logit_bias", 5)
     assert distance.tolist() == (list(range(4, -1, -1)) if causal else list(range(4, -5, -1)))
     assert torch.equal(response, -pe.slopes[:, None] * distance.abs())
+
+
+def test_relative_curve_of_stick_breaking_halves_with_each_step_back():
+    from pelab.pe.base import ModelDims
+    from pelab.pe.stick_breaking import StickBreakingPE
+
+    pe = StickBreakingPE(ModelDims(8, 2, 1, True, 16))
+    distance, response = inspect_pe.relative_curves(pe, "normalize", 5)  # equal logits: beta 1/2
+    expected = torch.where(distance > 0, 0.5 ** distance.clamp(min=1).float(), 0.0)
+    assert torch.equal(response, expected.expand(2, -1))
+
+
+def test_relative_curve_of_fox_is_the_cumulated_log_gates_behind_the_query():
+    from pelab.pe.base import ModelDims
+    from pelab.pe.fox import ForgettingPE
+
+    pe = ForgettingPE(ModelDims(8, 2, 1, True, 16))
+    with torch.no_grad():  # constant gates f = 1/2: the bias is (i - j) log(1/2)
+        pe.parts["gate"].gates[0].weight.zero_()
+    distance, response = inspect_pe.relative_curves(pe, "input_bias", 5)
+    torch.testing.assert_close(response, (distance * math.log(0.5)).expand(2, -1).float())
 
 
 def test_the_options_are_config_keys_beside_the_training_overrides(tmp_path):

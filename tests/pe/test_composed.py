@@ -39,7 +39,7 @@ def test_hooks_chain_the_parts_in_order():
     pos = Positions.contiguous(5, offset=3)
     x = torch.randn(2, 5, 16)
     assert torch.equal(
-        pe.embed(x, torch.zeros(2, 5, dtype=torch.long), pos), x + sinusoidal.table(pos)
+        pe.embed(x, torch.zeros(2, 5, dtype=torch.long), pos), x + sinusoidal.position_vectors(pos)
     )
     q, k = torch.randn(2, 2, 5, 8), torch.randn(2, 2, 5, 8)
     for got, want in zip(pe.transform_qk(q, k, pos), rope.transform_qk(q, k, pos), strict=True):

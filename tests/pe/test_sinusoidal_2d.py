@@ -15,7 +15,7 @@ def dims(d_model: int) -> ModelDims:
 
 
 def table(pe: Sinusoidal2dPE, coords: list[list[int]]) -> torch.Tensor:
-    return pe.table(Positions.from_tensor(torch.tensor([coords])))[0]
+    return pe.position_vectors(Positions.from_tensor(torch.tensor([coords])))[0]
 
 
 def test_exact_values_at_a_hand_computed_point():
@@ -37,7 +37,7 @@ def test_concat_layout_puts_each_axis_sines_before_its_cosines():
 def test_row_sinusoid_on_the_first_half_column_sinusoid_on_the_second(layout):
     pe = Sinusoidal2dPE(dims(32), base=100.0, layout=layout)
     coords = torch.randint(0, 50, (3, 7, 2))
-    out = pe.table(Positions.from_tensor(coords))
+    out = pe.position_vectors(Positions.from_tensor(coords))
     assert out.shape == (3, 7, 32)
     assert torch.equal(out[..., :16], sinusoid_table(coords[..., 0], 16, 100.0, layout))
     assert torch.equal(out[..., 16:], sinusoid_table(coords[..., 1], 16, 100.0, layout))
@@ -52,7 +52,9 @@ def test_embed_adds_the_table_to_the_token_vectors():
     pe = Sinusoidal2dPE(dims(8))
     pos = Positions.from_tensor(torch.tensor([[[0, 0], [3, 4]]]))
     x = torch.randn(2, 2, 8)
-    assert torch.allclose(pe.embed(x, torch.zeros(2, 2, dtype=torch.long), pos), x + pe.table(pos))
+    assert torch.allclose(
+        pe.embed(x, torch.zeros(2, 2, dtype=torch.long), pos), x + pe.position_vectors(pos)
+    )
 
 
 @pytest.mark.parametrize("d_model", [6, 10])
@@ -68,4 +70,4 @@ def test_an_unknown_layout_names_the_valid_ones():
 
 def test_one_dimensional_positions_are_refused_clearly():
     with pytest.raises(ConfigError, match=r"pe=sinusoidal_2d reads 2-D positions .* \[1, 5\]"):
-        Sinusoidal2dPE(dims(8)).table(Positions.contiguous(5))
+        Sinusoidal2dPE(dims(8)).position_vectors(Positions.contiguous(5))

@@ -4,6 +4,7 @@ properties, and the attention that uses them."""
 import pytest
 import torch
 
+from pelab.errors import ConfigError
 from pelab.models.transformer import Transformer
 from pelab.pe.base import ModelDims
 from pelab.pe.stick_breaking import StickBreakingPE, stick_breaking_weights
@@ -80,4 +81,28 @@ def test_attending_to_the_current_token_changes_the_model():
     current = Transformer(pe=lambda d: StickBreakingPE(d, attend_current=True), **dims).eval()
     current.load_state_dict(plain.state_dict())
     assert not torch.allclose(plain(tokens), current(tokens))
-    assert "attend_current=True" in repr(StickBreakingPE(ModelDims(8, 2, 1, True, 8), True))
+    assert "attend_current=True, remainder=bias" in repr(
+        StickBreakingPE(ModelDims(8, 2, 1, True, 8), True)
+    )
+
+
+def test_the_remainder_adds_a_learned_head_vector_or_is_dropped():
+    dims = ModelDims(8, 2, 2, True, 8)
+    pe = StickBreakingPE(dims)
+    assert pe.head_bias.shape == (2, 2, 4) and (pe.head_bias == 0).all()
+    with torch.no_grad():
+        pe.head_bias[1] = torch.arange(8.0).view(2, 4)
+    probs = stick_breaking_weights(masked(torch.zeros(1, 2, 3, 3)))  # rows sum to 0, 1/2, 3/4
+    out = torch.zeros(1, 2, 3, 4)
+    added = pe.modify_output(out, probs, Positions.contiguous(3), layer=1)
+    left = torch.tensor([1.0, 0.5, 0.25])
+    torch.testing.assert_close(added, left[None, None, :, None] * pe.head_bias[1][None, :, None])
+    assert pe.modify_output(out, probs, Positions.contiguous(3), layer=0).abs().sum() == 0
+    dropped = StickBreakingPE(dims, remainder="drop")
+    assert not list(dropped.parameters())
+    assert dropped.modify_output(out, probs, Positions.contiguous(3), 1) is out
+
+
+def test_an_unknown_remainder_is_refused():
+    with pytest.raises(ConfigError, match="unknown pe.remainder 'keep'.*'bias', 'drop'"):
+        StickBreakingPE(ModelDims(8, 2, 1, True, 8), remainder="keep")

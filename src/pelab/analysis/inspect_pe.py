@@ -64,7 +64,7 @@ from pelab.analysis.pe_figures import (
 from pelab.errors import ConfigError
 from pelab.load import Run, load_run
 from pelab.models.attention_maps import attention_maps
-from pelab.pe.absolute import SinusoidalPE
+from pelab.pe.absolute import AdditivePE, SinusoidalPE
 from pelab.pe.base import PositionalEncoding
 from pelab.pe.scaled_sinusoidal import ScaledSinusoidalPE
 from pelab.positions import Positions
@@ -75,7 +75,8 @@ from pelab.utils.wandb_mode import wandb_mode
 def position_vectors(pe: PositionalEncoding, n: int) -> tuple[Tensor, str]:
     """``embed`` of one token vector at positions ``0..n-1``: ``[n, d_model]``, and what it fed.
 
-    Zeros where ``embed(x) = x + P(pos)`` (checked on a random ``x``), so the output is ``P``;
+    Zeros for an ``AdditivePE`` (the output is what positions contribute: ``P``, or ``W_p P``
+    with ``join=concat``) and wherever ``embed(x) = x + P(pos)`` (checked on a random ``x``);
     otherwise ``embed`` transforms the token vector (complex_order rotates it), zeros would stay
     zero, and it gets one seeded random vector as token 0.
     """
@@ -84,7 +85,7 @@ def position_vectors(pe: PositionalEncoding, n: int) -> tuple[Tensor, str]:
     vector = torch.randn(pe.dims.d_model, generator=generator).expand(1, n, -1)
     zeros = torch.zeros_like(vector)
     added, moved = pe.embed(zeros, tokens, pos), pe.embed(vector, tokens, pos)
-    if torch.allclose(moved - vector, added, atol=1e-5):
+    if isinstance(pe, AdditivePE) or torch.allclose(moved - vector, added, atol=1e-5):
         return added[0], "zero token vectors"
     return moved[0], "one random vector as token 0"
 
@@ -112,6 +113,14 @@ def relative_curves(pe: PositionalEncoding, hook: str, length: int) -> tuple[Ten
     scale = dims.head_dim**-0.5
     if hook == "logit_bias":
         response = pe.logit_bias(pos, 0).expand(1, dims.n_heads, n, n)
+    elif hook == "input_bias":
+        x = torch.randn(1, n, dims.d_model, generator=generator)
+        response = pe.input_bias(x, pos, 0).expand(1, dims.n_heads, n, n)
+    elif hook == "normalize":
+        equal = torch.zeros(1, dims.n_heads, n, n)
+        if dims.causal:
+            equal = equal.masked_fill(~torch.ones(n, n, dtype=torch.bool).tril(), -torch.inf)
+        response = pe.normalize(equal, pos, 0)
     elif hook == "transform_qk":
         q, k = pe.transform_qk(q, k, pos)
         response = q @ k.transpose(-1, -2) * scale

@@ -1,6 +1,8 @@
-"""Absolute encodings: a position vector added to each token embedding."""
+"""Absolute encodings: a position vector joined to each token embedding."""
 
 from __future__ import annotations
+
+import math
 
 import torch
 from torch import Tensor, nn
@@ -10,6 +12,8 @@ from pelab.pe.base import ModelDims, PositionalEncoding, register_pe
 from pelab.positions import Positions
 
 SINUSOID_LAYOUTS = ("interleaved", "concat")
+TOKEN_SCALES = ("none", "sqrt_d_model")
+JOINS = ("add", "concat")
 
 
 def sinusoid_table(
@@ -36,18 +40,64 @@ def sinusoid_table(
     return torch.cat((angles.sin(), angles.cos()), dim=-1)
 
 
+class AdditivePE(PositionalEncoding):
+    """An absolute encoding: a position vector ``p = position_vectors(pos)`` joined to each token
+    embedding ``x``, after scaling the tokens by ``s`` (``token_scale``)::
+
+        join=add:     x' = s x + p                        (Vaswani et al. 2017; today's default)
+        join=concat:  x' = W [s x ; p],  W: [d_model, 2 d_model], learned
+
+    ``token_scale``: ``none`` (``s = 1``) or ``sqrt_d_model`` (``s = sqrt(d_model)``, as
+    Vaswani et al. and the DeepMind RPE code, whose token table starts at std 0.02; pelab's
+    starts at std 1, so there the tokens drown the positions further). ``W [s x ; p] = W_x s x
+    + W_p p``: concatenating then projecting adds a *learned linear map* of the position vector
+    (and of the token), so a one-hot position (a table) gains nothing over ``add``, while a fixed
+    sinusoid can be given its own subspace (docs/encodings.md, "Joining positions to tokens").
+    ``W`` starts as ``N(0, 1 / (2 d_model))``, which keeps the joined vector's scale.
+    """
+
+    def __init__(self, dims: ModelDims, token_scale: str = "none", join: str = "add") -> None:
+        super().__init__(dims)
+        if token_scale not in TOKEN_SCALES:
+            raise ConfigError(
+                f"unknown pe.token_scale {token_scale!r}; valid choices: {list(TOKEN_SCALES)}"
+            )
+        if join not in JOINS:
+            raise ConfigError(f"unknown pe.join {join!r}; valid choices: {list(JOINS)}")
+        self.token_scale, self.join = token_scale, join
+        self.token_factor = math.sqrt(dims.d_model) if token_scale == "sqrt_d_model" else 1.0
+        if join == "concat":
+            self.joiner = nn.Linear(2 * dims.d_model, dims.d_model, bias=False)
+            nn.init.normal_(self.joiner.weight, std=(2 * dims.d_model) ** -0.5)
+
+    def position_vectors(self, pos: Positions) -> Tensor:
+        """The position vectors ``[b|1, n, d_model]`` of the query positions ``pos.q``."""
+        raise NotImplementedError
+
+    def embed(self, x: Tensor, tokens: Tensor, pos: Positions) -> Tensor:
+        p = self.position_vectors(pos).to(x.dtype)
+        if self.join == "add":
+            return self.token_factor * x + p
+        return self.joiner(torch.cat((self.token_factor * x, p.expand_as(x)), dim=-1))
+
+
 @register_pe("sinusoidal")
-class SinusoidalPE(PositionalEncoding):
+class SinusoidalPE(AdditivePE):
     """Fixed sinusoids added to the token embeddings (Vaswani et al. 2017); see ``sinusoid_table``.
     Defined for every position, so it runs at any length (whether the model generalises is the
-    experiment)."""
+    experiment). ``token_scale`` and ``join``: ``AdditivePE``."""
 
     shift = "absolute"
 
     def __init__(
-        self, dims: ModelDims, base: float = 10000.0, layout: str = "interleaved"
+        self,
+        dims: ModelDims,
+        base: float = 10000.0,
+        layout: str = "interleaved",
+        token_scale: str = "none",
+        join: str = "add",
     ) -> None:
-        super().__init__(dims)
+        super().__init__(dims, token_scale, join)
         if dims.d_model % 2:
             raise ConfigError(
                 f"pe={self.pe_name} needs an even model.net.d_model, got {dims.d_model}; "
@@ -56,26 +106,32 @@ class SinusoidalPE(PositionalEncoding):
         sinusoid_table(torch.zeros(1), dims.d_model, base, layout)  # validate layout early
         self.base, self.layout = base, layout
 
-    def table(self, pos: Positions) -> Tensor:
+    def position_vectors(self, pos: Positions) -> Tensor:
         return sinusoid_table(pos.q, self.dims.d_model, self.base, self.layout)  # [b|1, n, d]
-
-    def embed(self, x: Tensor, tokens: Tensor, pos: Positions) -> Tensor:
-        return x + self.table(pos).to(x.dtype)
 
 
 @register_pe("learned")
-class LearnedPE(PositionalEncoding):
+class LearnedPE(AdditivePE):
     """A trained table of position vectors (Gehring et al. 2017; BERT, Devlin et al. 2019).
 
     ``x_p += E[p]`` for ``p < max_len``. Rows of positions never seen in training keep their
     initial values, so the table does not extrapolate; positions ``>= max_len`` are an error.
-    ``max_len=None`` sizes the table to the longest sequence of the run.
+    ``max_len=None`` sizes the table to the longest sequence of the run. ``token_scale`` and
+    ``join``: ``AdditivePE`` (``join=concat`` is ``add`` reparametrised: ``W_p E[p]`` is a
+    learned table too).
     """
 
     shift = "absolute"
 
-    def __init__(self, dims: ModelDims, max_len: int | None = None, init_std: float = 1.0) -> None:
-        super().__init__(dims)
+    def __init__(
+        self,
+        dims: ModelDims,
+        max_len: int | None = None,
+        init_std: float = 1.0,
+        token_scale: str = "none",
+        join: str = "add",
+    ) -> None:
+        super().__init__(dims, token_scale, join)
         max_len = dims.max_len if max_len is None else max_len
         if max_len < dims.max_len:
             raise ConfigError(
@@ -87,14 +143,14 @@ class LearnedPE(PositionalEncoding):
         self.table = nn.Embedding(max_len, dims.d_model)
         nn.init.normal_(self.table.weight, std=init_std)
 
-    def embed(self, x: Tensor, tokens: Tensor, pos: Positions) -> Tensor:
+    def position_vectors(self, pos: Positions) -> Tensor:
         top = int(pos.q.max())
         if top >= self.table.num_embeddings:
             raise ConfigError(
                 f"pe=learned has {self.table.num_embeddings} positions but got position {top}; "
                 f"a learned table cannot extrapolate: raise pe.max_len"
             )
-        return x + self.table(pos.q)
+        return self.table(pos.q)
 
     def extra_repr(self) -> str:
         return f"max_len={self.table.num_embeddings}"

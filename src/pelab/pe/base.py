@@ -163,9 +163,11 @@ class PositionalEncoding(nn.Module):
         cls = pe if isinstance(pe, type) else type(pe)
         return any(cls.overrides(name) for name in EAGER_HOOKS)
 
-    @classmethod
-    def overrides(cls, hook: str) -> bool:
-        """Whether this class replaces ``hook``, the identity of ``PositionalEncoding``."""
+    @class_or_instance_method
+    def overrides(pe: PositionalEncoding | type[PositionalEncoding], hook: str) -> bool:
+        """Whether this class replaces ``hook``, the identity of ``PositionalEncoding`` (a
+        composition's instance answers from its parts)."""
+        cls = pe if isinstance(pe, type) else type(pe)
         return getattr(cls, hook) is not getattr(PositionalEncoding, hook)
 
 

@@ -69,6 +69,13 @@ class ComposedPE(PositionalEncoding):
             return True
         return any(part.needs_eager_attention() for part in pe.parts.values())
 
+    @class_or_instance_method
+    def overrides(pe: ComposedPE | type[ComposedPE], hook: str) -> bool:
+        """Of an instance: whether any part replaces ``hook``. Of a class: True."""
+        if isinstance(pe, type):
+            return True
+        return any(part.overrides(hook) for part in pe.parts.values())
+
     def embed(self, x: Tensor, tokens: Tensor, pos: Positions) -> Tensor:
         for part in self.parts.values():
             x = part.embed(x, tokens, pos)

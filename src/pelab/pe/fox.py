@@ -37,6 +37,9 @@ class ForgetGate(PositionalEncoding):
         self.gates = nn.ModuleList(
             nn.Linear(dims.d_model, dims.n_heads) for _ in range(dims.n_layers)
         )
+        for gate in self.gates:  # the paper's: N(0, 0.02) weights, zero bias (f = 1/2)
+            nn.init.normal_(gate.weight, std=0.02)
+            nn.init.zeros_(gate.bias)
 
     def input_bias(self, x: Tensor, pos: Positions, layer: int) -> Tensor:
         log_f = F.logsigmoid(rearrange(self.gates[layer](x), "b n h -> b h n"))
@@ -56,9 +59,11 @@ class ForgettingPE(ComposedPE):
     ALiBi with slope ``-log f``. The paper's FoX runs without a positional encoding
     (``base: none``, the default); ``base`` composes the gates with another encoding's hooks
     (e.g. ``rope``, which the paper also ablates), built with that encoding's defaults.
-    Choices: one gate projection (with bias) per layer and head from the attention input, as
-    the paper; PyTorch's default ``nn.Linear`` initialisation; the paper's "Pro" block (output
-    gate, QK-norm, key shift) is not included, since it changes the block, not the encoding.
+    As the released code (zhixuan-lin/forgetting-transformer): one gate projection (with bias)
+    per layer and head from the attention input (the normed stream q, k, v come from), weights
+    ``N(0, 0.02)`` and bias 0 (every gate starts near 1/2), ``log f`` by ``logsigmoid`` in fp32.
+    Not included: the "Pro" block (key/value shift, QK-norm, output gate and norm), a change of
+    the block, not of the encoding.
     """
 
     position_dims = None

@@ -8,12 +8,13 @@ import torch
 from torch import Tensor, nn
 
 from pelab.errors import ConfigError
-from pelab.pe.base import ModelDims, PositionalEncoding, register_pe
+from pelab.pe.absolute import AdditivePE
+from pelab.pe.base import ModelDims, register_pe
 from pelab.positions import Positions
 
 
 @register_pe("hierarchical")
-class HierarchicalPE(PositionalEncoding):
+class HierarchicalPE(AdditivePE):
     """Su Jianlin 2020, "层次分解位置编码，让BERT可以处理超长文本" ("Hierarchical decomposition
     position encoding: letting BERT handle ultra-long text"), Scientific Spaces blog,
     https://kexue.fm/archives/7947 (also bert4keras ``PositionEmbedding(hierarchical=...)``).
@@ -31,14 +32,21 @@ class HierarchicalPE(PositionalEncoding):
     (normal, std ``init_std``). Set ``base_len`` near the longest training sequence, so that
     evaluation positions beyond training are composed from trained rows; the default 32 is about
     the training span of the default tasks (34 tokens). Positions ``>= n^2`` are an error.
+    ``token_scale`` and ``join``: ``pelab.pe.absolute.AdditivePE``.
     """
 
     shift = "absolute"
 
     def __init__(
-        self, dims: ModelDims, base_len: int = 32, alpha: float = 0.4, init_std: float = 1.0
+        self,
+        dims: ModelDims,
+        base_len: int = 32,
+        alpha: float = 0.4,
+        init_std: float = 1.0,
+        token_scale: str = "none",
+        join: str = "add",
     ) -> None:
-        super().__init__(dims)
+        super().__init__(dims, token_scale, join)
         if not 0.0 < alpha < 1.0 or alpha == 0.5:
             raise ConfigError(
                 f"pe=hierarchical needs 0 < pe.alpha < 1 and pe.alpha != 0.5, got {alpha} "
@@ -57,7 +65,7 @@ class HierarchicalPE(PositionalEncoding):
         self.table = nn.Parameter(torch.empty(base_len, dims.d_model))
         nn.init.normal_(self.table, std=init_std)
 
-    def embed(self, x: Tensor, tokens: Tensor, pos: Positions) -> Tensor:
+    def position_vectors(self, pos: Positions) -> Tensor:
         n = self.table.shape[0]
         top = int(pos.q.max())
         if top >= n * n:
@@ -66,7 +74,7 @@ class HierarchicalPE(PositionalEncoding):
                 f"position {top}; raise pe.base_len to at least {math.isqrt(top) + 1}"
             )
         offset = self.alpha / (1 - self.alpha) * (self.table - self.table[0])  # [n, d]
-        return x + (self.table[pos.q % n] + offset[pos.q // n])
+        return self.table[pos.q % n] + offset[pos.q // n]
 
     def extra_repr(self) -> str:
         return f"base_len={self.table.shape[0]}, alpha={self.alpha}"

@@ -23,6 +23,7 @@ class ScaledSinusoidalPE(SinusoidalPE):
     ``ScaledSinusoidalPositionalEmbedding``) and x-transformers (``ScaledSinusoidalEmbedding``)
     do; ports in the lucidrains FLASH lineage (``ScaledSinuEmbedding``) start at 1.0, which
     ``init_scale=1.0`` reproduces. Defined at every position, like the plain sinusoid.
+    ``token_scale`` and ``join``: ``pelab.pe.absolute.AdditivePE``.
     """
 
     shift = "absolute"
@@ -33,10 +34,12 @@ class ScaledSinusoidalPE(SinusoidalPE):
         base: float = 10000.0,
         layout: str = "interleaved",
         init_scale: float | None = None,
+        token_scale: str = "none",
+        join: str = "add",
     ) -> None:
-        super().__init__(dims, base, layout)
+        super().__init__(dims, base, layout, token_scale, join)
         init = dims.d_model**-0.5 if init_scale is None else init_scale
         self.scale = nn.Parameter(torch.tensor(float(init)))
 
-    def embed(self, x: Tensor, tokens: Tensor, pos: Positions) -> Tensor:
-        return x + (self.scale * self.table(pos)).to(x.dtype)
+    def position_vectors(self, pos: Positions) -> Tensor:
+        return self.scale * super().position_vectors(pos)

@@ -7,13 +7,13 @@ import torch
 from torch import Tensor
 
 from pelab.errors import ConfigError
-from pelab.pe.absolute import SINUSOID_LAYOUTS, sinusoid_table
-from pelab.pe.base import ModelDims, PositionalEncoding, register_pe
+from pelab.pe.absolute import SINUSOID_LAYOUTS, AdditivePE, sinusoid_table
+from pelab.pe.base import ModelDims, register_pe
 from pelab.positions import Positions
 
 
 @register_pe("sinusoidal_2d")
-class Sinusoidal2dPE(PositionalEncoding):
+class Sinusoidal2dPE(AdditivePE):
     """Fixed 2-D sinusoids added to the token embeddings, for (row, col) positions.
 
     ``PE(r, c) = [S(r), S(c)]`` with ``S`` the 1-D sinusoid of Vaswani et al. 2017 over
@@ -24,16 +24,22 @@ class Sinusoidal2dPE(PositionalEncoding):
     Math Formula Images to LaTeX Sequences Using Deep Neural Networks with Sequence-level
     Training"; DETR, Carion et al. 2020, likewise), who put the horizontal axis first: a fixed
     permutation of channels, which the learned projections absorb. Defined at every coordinate,
-    so it runs on grids of any size. No parameters.
+    so it runs on grids of any size. No parameters (but ``W`` of ``join=concat``).
+    ``token_scale`` and ``join``: ``pelab.pe.absolute.AdditivePE``.
     """
 
     position_dims = 2
     shift = "absolute"  # in each axis
 
     def __init__(
-        self, dims: ModelDims, base: float = 10000.0, layout: str = "interleaved"
+        self,
+        dims: ModelDims,
+        base: float = 10000.0,
+        layout: str = "interleaved",
+        token_scale: str = "none",
+        join: str = "add",
     ) -> None:
-        super().__init__(dims)
+        super().__init__(dims, token_scale, join)
         if dims.d_model % 4:
             raise ConfigError(
                 f"pe={self.pe_name} gives each axis an even half of the channels, so "
@@ -45,12 +51,9 @@ class Sinusoidal2dPE(PositionalEncoding):
             )
         self.base, self.layout = base, layout
 
-    def table(self, pos: Positions) -> Tensor:
+    def position_vectors(self, pos: Positions) -> Tensor:
         """``[b|1, n, d_model]``: the row sinusoid, then the column sinusoid."""
         pos.require(2, f"pe={self.pe_name}")
         half = self.dims.d_model // 2
         axes = [sinusoid_table(pos.q[..., a], half, self.base, self.layout) for a in (0, 1)]
         return torch.cat(axes, dim=-1)
-
-    def embed(self, x: Tensor, tokens: Tensor, pos: Positions) -> Tensor:
-        return x + self.table(pos).to(x.dtype)

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 
+from pelab.errors import ConfigError
 from pelab.pe.base import ModelDims, PositionalEncoding, register_pe
 from pelab.positions import Positions
+
+REMAINDERS = ("bias", "drop")
 
 
 def stick_breaking_weights(logits: Tensor, attend_current: bool = False) -> Tensor:
@@ -36,24 +39,43 @@ class StickBreakingPE(PositionalEncoding):
     Walking back from the query, each key takes the share ``beta`` of what the nearer keys left
     of a unit stick, so nearer keys come first: a recency bias with no positional encoding at
     all, and each weight depends only on the logits between key and query (invariant to
-    shifting positions, defined at any length). Weights need not sum to one; the remainder
-    ``1 - sum_j A_ij`` is dropped, as in the paper's attention output. Choices:
-    ``attend_current`` (default false, the paper's) lets the query attend to its own token; the
-    first token then attends to nothing and its attention output is zero. Causal models only:
-    the stick is broken in the order of the sequence. Needs the eager kernel; the authors'
-    fused Triton kernel is for GPUs.
+    shifting positions, defined at any length). Weights need not sum to one. The remainder
+    ``r_i = 1 - sum_j A_ij`` (``remainder``): ``bias`` (default) adds ``r_i b_h`` to the
+    output, ``b`` a learned vector per layer and head starting at zero, as the authors' released
+    model (IBM dolomite-engine's ``SBAttention``, ``rem * head_bias``); ``drop`` leaves it out,
+    as the bare kernel. ``r`` is read off the probabilities ``modify_output`` receives (after
+    attention dropout, when there is any). ``attend_current`` (default false, the kernel's
+    default) lets the query attend to its own token; without it the first token attends to
+    nothing. Causal models only: the stick is broken in the order of the sequence. Needs the
+    eager kernel (the authors' fused kernel is Triton, for GPUs). Not included: the released
+    model's per-head GroupNorm of the output, a change of the block.
     """
 
     position_dims = None
     shift = "relative"
     causal_only = True
 
-    def __init__(self, dims: ModelDims, attend_current: bool = False) -> None:
+    def __init__(
+        self, dims: ModelDims, attend_current: bool = False, remainder: str = "bias"
+    ) -> None:
         super().__init__(dims)
-        self.attend_current = attend_current
+        if remainder not in REMAINDERS:
+            raise ConfigError(
+                f"unknown pe.remainder {remainder!r}; valid choices: {list(REMAINDERS)}"
+            )
+        self.attend_current, self.remainder = attend_current, remainder
+        if remainder == "bias":  # [l, h, d]
+            shape = (dims.n_layers, dims.n_heads, dims.head_dim)
+            self.head_bias = nn.Parameter(torch.zeros(shape))
 
     def normalize(self, logits: Tensor, pos: Positions, layer: int) -> Tensor:
         return stick_breaking_weights(logits, self.attend_current)
 
+    def modify_output(self, out: Tensor, probs: Tensor, pos: Positions, layer: int) -> Tensor:
+        if self.remainder == "drop":
+            return out
+        left = 1 - probs.sum(dim=-1, keepdim=True)  # [b, h, i, 1]
+        return out + left * self.head_bias[layer][:, None].to(out.dtype)
+
     def extra_repr(self) -> str:
-        return f"attend_current={self.attend_current}"
+        return f"attend_current={self.attend_current}, remainder={self.remainder}"
