@@ -1,12 +1,16 @@
 import math
+from pathlib import Path
 
 import pytest
 import torch
+from omegaconf import OmegaConf
 
 from pelab.errors import ConfigError
-from pelab.pe.absolute import LearnedPE, SinusoidalPE, sinusoid_table
+from pelab.pe import PE_REGISTRY
+from pelab.pe.absolute import AdditivePE, LearnedPE, SinusoidalPE, sinusoid_table
 from pelab.pe.base import ModelDims
 from pelab.positions import Positions
+from tests.conftest import CONFIG_DIR
 
 DIMS = ModelDims(d_model=4, n_heads=1, n_layers=1, causal=True, max_len=16)
 
@@ -92,3 +96,66 @@ def test_learned_embedding_is_the_table_row_of_each_position():
         x, torch.zeros(1, 3, dtype=torch.long), Positions.from_tensor(torch.tensor([4, 0, 9]))
     )
     assert torch.equal(out[0], pe.table.weight[[4, 0, 9]])
+
+
+ADDITIVE = sorted(n for n, c in PE_REGISTRY.items() if issubclass(c, AdditivePE))
+
+
+def test_every_additive_encoding_offers_both_knobs_in_its_config():
+    assert {"sinusoidal", "learned", "scaled_sinusoidal", "hierarchical"} <= set(ADDITIVE)
+    for name in ADDITIVE:
+        config = OmegaConf.load(Path(CONFIG_DIR) / "pe" / f"{name}.yaml")
+        assert (config.token_scale, config.join) == ("none", "add"), name
+
+
+def test_sqrt_d_model_scales_the_tokens_not_the_positions():
+    dims = ModelDims(d_model=16, n_heads=1, n_layers=1, causal=True, max_len=16)
+    pe = SinusoidalPE(dims, token_scale="sqrt_d_model")
+    x, pos = torch.randn(2, 5, 16), Positions.contiguous(5)
+    expected = 4.0 * x + sinusoid_table(torch.arange(5), 16)
+    torch.testing.assert_close(pe.embed(x, torch.zeros(2, 5).long(), pos), expected)
+
+
+def test_concat_projects_the_scaled_tokens_and_the_positions():
+    pe = SinusoidalPE(DIMS, token_scale="sqrt_d_model", join="concat")
+    x, pos = torch.randn(2, 3, 4), Positions.contiguous(3)
+    joined = torch.cat((2.0 * x, sinusoid_table(torch.arange(3), 4).expand(2, 3, 4)), dim=-1)
+    expected = joined @ pe.joiner.weight.T
+    torch.testing.assert_close(pe.embed(x, torch.zeros(2, 3).long(), pos), expected)
+
+
+def test_concatenating_a_learned_table_is_adding_one_reparametrised():
+    """``W [x ; E[p]] = W_x x + W_p E[p]``: adding the table ``W_p E`` to the tokens ``W_x x``."""
+    concat = LearnedPE(DIMS, join="concat")
+    added = LearnedPE(DIMS)
+    w_x, w_p = concat.joiner.weight.split(4, dim=1)
+    with torch.no_grad():
+        added.table.weight.copy_(concat.table.weight @ w_p.T)
+    x, pos = torch.randn(2, 6, 4), Positions.contiguous(6)
+    tokens = torch.zeros(2, 6).long()
+    torch.testing.assert_close(concat.embed(x, tokens, pos), added.embed(x @ w_x.T, tokens, pos))
+
+
+def test_concat_can_keep_a_fixed_sinusoid_in_its_own_subspace():
+    dims = ModelDims(d_model=8, n_heads=1, n_layers=1, causal=True, max_len=16)
+    pe = SinusoidalPE(dims, join="concat")
+    keep_first, keep_second = torch.diag(torch.tensor([1.0] * 4 + [0.0] * 4)), torch.zeros(8, 8)
+    keep_second[4:, :4] = torch.eye(4)  # the sinusoid's first 4 dims into dims 4..7
+    with torch.no_grad():
+        pe.joiner.weight.copy_(torch.cat((keep_first, keep_second), dim=1))
+    x, pos, tokens = torch.randn(1, 6, 8), Positions.contiguous(6), torch.zeros(1, 6).long()
+    out = pe.embed(x, tokens, pos)
+    torch.testing.assert_close(out[..., :4], x[..., :4])  # tokens alone
+    torch.testing.assert_close(out[..., 4:], sinusoid_table(torch.arange(6), 8)[None, :, :4])
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"token_scale": "sqrt"}, r"unknown pe.token_scale 'sqrt'.*'none', 'sqrt_d_model'"),
+        ({"join": "sum"}, r"unknown pe.join 'sum'.*'add', 'concat'"),
+    ],
+)
+def test_bad_knobs_are_refused_with_the_choices(options, message):
+    with pytest.raises(ConfigError, match=message):
+        SinusoidalPE(DIMS, **options)
