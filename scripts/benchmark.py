@@ -206,13 +206,15 @@ def tokens_per_second(stamps: list[float], window: int, tokens: int, warmup: int
     return [window * tokens / g for g in gaps]
 
 
-def encoding_step_times(batches, shape, steps: int, rounds: int) -> dict[str, dict]:
-    """Median ms per training step of every 1-D encoding (2-D ones need a grid task),
-    interleaved by round."""
+def encoding_step_times(
+    batches, shape, steps: int, rounds: int, names: list[str] | None = None
+) -> dict[str, dict]:
+    """Median ms per training step of every 1-D encoding (2-D ones need a grid task), or of
+    ``names`` beside ``none`` (the baseline of every ratio), interleaved by round."""
     task_len = 2 * shape["length"] + 2
     models = {}
     for name, cls in sorted(PE_REGISTRY.items()):
-        if cls.position_dims == 2:
+        if cls.position_dims == 2 or (names and name not in {"none", *names}):
             continue
         torch.manual_seed(0)
         net = Transformer(
@@ -246,7 +248,7 @@ def encoding_step_times(batches, shape, steps: int, rounds: int) -> dict[str, di
             "ms_per_step": round(1e3 * statistics.median(t), 1),
             "vs_none": round(statistics.median(t) / base, 3),
             "pe_params": models[name][0].num_params()["pe"],
-            "attention": "eager" if PE_REGISTRY[name].needs_eager_attention() else "fused",
+            "attention": "eager" if models[name][0].pe.needs_eager_attention() else "fused",
         }
         for name, t in times.items()
     }
@@ -612,6 +614,12 @@ def main() -> None:
         help="run only these sections (default: all)",
     )
     parser.add_argument(
+        "--encodings",
+        nargs="+",
+        choices=sorted(n for n, c in PE_REGISTRY.items() if c.position_dims != 2),
+        help="the encodings section for these only, beside none (default: every 1-D encoding)",
+    )
+    parser.add_argument(
         "--ablation",
         action="store_true",
         help="also run experiment=ablation_cpu whole (about 20 minutes on 2 cores) and report "
@@ -641,7 +649,7 @@ def main() -> None:
     if "encodings" in args.only:
         steps_per_round, enc_rounds = (2, 1) if args.quick else (5, 3)
         encodings = encoding_step_times(
-            batches, {**shape, "vocab": vocab}, steps_per_round, enc_rounds
+            batches, {**shape, "vocab": vocab}, steps_per_round, enc_rounds, args.encodings
         )
         print(f"\n{'encoding':<20}{'attention':>10}{'ms/step':>10}{'vs none':>9}{'PE params':>11}")
         for name, r in encodings.items():

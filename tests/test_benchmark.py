@@ -29,6 +29,8 @@ def test_quick_benchmark_reports_every_measure(tmp_path, repo_root):
     assert report["encodings"]["none"]["vs_none"] == 1.0
     assert report["encodings"]["learned"]["pe_params"] > 0
     assert report["encodings"]["shaw"]["attention"] == "eager"
+    assert report["encodings"]["stick_breaking"]["attention"] == "eager"  # replaces the softmax
+    assert report["encodings"]["fox"]["attention"] == "fused"  # asked of the built encoding
     labels = {
         " ".join([name, *(f"{k}={v}" for k, v in variant.items())])
         for name, cls in TASK_REGISTRY.items()
@@ -43,3 +45,18 @@ def test_quick_benchmark_reports_every_measure(tmp_path, repo_root):
         for r in by_k.values():
             assert r["batched_vs_sequential"] > 0 and r["bound_vs_sequential"] > 0
         assert by_k["2"]["mode"] == "padded"
+
+
+def test_the_encodings_section_can_time_a_few_beside_none(tmp_path, repo_root):
+    out = tmp_path / "benchmark.json"
+    proc = subprocess.run(
+        [sys.executable, "scripts/benchmark.py", "--quick", "--json", str(out)]
+        + ["--only", "encodings", "--encodings", "fox", "dape"],
+        cwd=repo_root,
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert set(json.loads(out.read_text())["encodings"]) == {"none", "fox", "dape"}
