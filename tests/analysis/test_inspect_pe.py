@@ -36,6 +36,7 @@ def draw(tmp_path: Path, *overrides: str) -> list[Path]:
         ("floater", {"layer_input"}),
         ("complex_order", {"absolute", "cosine"}),
         ("fox", {"relative_input_bias"}),
+        ("path", {"relative_input_bias"}),
         ("stick_breaking", {"relative_normalize"}),
         ("dape", {"relative_logit_bias", "relative_modify_logits"}),
     ],

@@ -32,7 +32,7 @@ def test_constant_gates_are_alibi_with_slope_minus_log_f():
         gate.weight.zero_()
         gate.bias.copy_(torch.tensor([0.0, 2.0]))  # f = sigmoid(0) = 1/2, sigmoid(2)
     x = torch.randn(1, 5, 8)
-    bias = pe.input_bias(x, Positions.contiguous(5), layer=1)[0]  # [h, i, j]
+    bias = pe.input_bias(x, None, None, Positions.contiguous(5), layer=1)[0]  # [h, i, j]
     alibi = AlibiPE(ModelDims(8, 2, 2, True, 16))
     alibi.slopes = -torch.nn.functional.logsigmoid(torch.tensor([0.0, 2.0]))
     expected = alibi.logit_bias(Positions.contiguous(5), 1)[0]
@@ -48,7 +48,11 @@ def test_a_token_changes_only_the_bias_of_pairs_whose_span_holds_it():
     changed = x.clone()
     changed[0, 4] += 1.0
     pos = Positions.contiguous(7)
-    diff = (pe.input_bias(x, pos, 0) - pe.input_bias(changed, pos, 0)).abs()[0].amax(0)
+    diff = (
+        (pe.input_bias(x, None, None, pos, 0) - pe.input_bias(changed, None, None, pos, 0))
+        .abs()[0]
+        .amax(0)
+    )
     i, j = torch.meshgrid(torch.arange(7), torch.arange(7), indexing="ij")
     spans = (j < 4) & (4 <= i)  # the gate of token 4 is in sum_{l=j+1..i}
     others = ~spans & (j <= i)  # (keys after the query are the causal mask's)
@@ -58,7 +62,9 @@ def test_a_token_changes_only_the_bias_of_pairs_whose_span_holds_it():
 def test_gates_are_per_layer():
     pe = ForgettingPE(DIMS)
     x, pos = torch.randn(1, 4, 8), Positions.contiguous(4)
-    assert not torch.allclose(pe.input_bias(x, pos, 0), pe.input_bias(x, pos, 1))
+    assert not torch.allclose(
+        pe.input_bias(x, None, None, pos, 0), pe.input_bias(x, None, None, pos, 1)
+    )
 
 
 def test_fox_runs_on_the_fused_kernel_and_composes_with_a_base_encoding():

@@ -115,7 +115,7 @@ def relative_curves(pe: PositionalEncoding, hook: str, length: int) -> tuple[Ten
         response = pe.logit_bias(pos, 0).expand(1, dims.n_heads, n, n)
     elif hook == "input_bias":
         x = torch.randn(1, n, dims.d_model, generator=generator)
-        response = pe.input_bias(x, pos, 0).expand(1, dims.n_heads, n, n)
+        response = pe.input_bias(x, q, k, pos, 0).expand(1, dims.n_heads, n, n)
     elif hook == "normalize":
         equal = torch.zeros(1, dims.n_heads, n, n)
         if dims.causal:

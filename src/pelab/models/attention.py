@@ -95,14 +95,15 @@ class Attention(nn.Module):
         else:
             q, k, v = self.cross_qkv(x, context, cache)
             q, k = self.pe.transform_qk(q, k, pos)
-        out = self.attend(q, k, v, pos, self.bias(x, pos))
+        out = self.attend(q, k, v, pos, self.bias(x, q, k, pos))
         return self.proj(rearrange(out, "b h n d -> b n (h d)"))
 
-    def bias(self, x: Tensor, pos: Positions) -> Tensor | None:
+    def bias(self, x: Tensor, q: Tensor, k: Tensor, pos: Positions) -> Tensor | None:
         """The additive logit bias ``[b|1, h|1, i, j]`` (or None): the encoding's content-free
-        ``logit_bias`` plus its ``input_bias`` of this block's attention input ``x``."""
+        ``logit_bias`` plus its ``input_bias`` of this block's attention input ``x`` and its
+        queries and keys."""
         fixed = self.pe.logit_bias(pos, self.layer)
-        dynamic = self.pe.input_bias(x, pos, self.layer)
+        dynamic = self.pe.input_bias(x, q, k, pos, self.layer)
         if dynamic is None or fixed is None:
             return fixed if dynamic is None else dynamic
         return fixed + dynamic

@@ -11,7 +11,7 @@ token embeddings, once        sinusoidal, learned, ...              ``embed(x, t
 each block's input            FLOATER                               ``layer_input(x, pos, l)``
 q and k before the product    RoPE, xPos                            ``transform_qk(q, k, pos)``
 logits, content-free          ALiBi, T5 buckets, Kerple, FIRE       ``logit_bias(pos, l)``
-logits, from the layer input  FoX (forget gates)                    ``input_bias(x, pos, l)``
+logits, from the layer input  FoX, PaTH                             ``input_bias(x, q, k, pos, l)``
 logits, content-dependent     Shaw, Transformer-XL, DeBERTa, CoPE   ``modify_logits(...)``
 logits -> weights (softmax)   stick-breaking                        ``normalize(...)``
 probabilities after softmax   URPE                                  ``modify_probs(...)``
@@ -127,12 +127,16 @@ class PositionalEncoding(nn.Module):
         depends on it."""
         return None
 
-    def input_bias(self, x: Tensor, pos: Positions, layer: int) -> Tensor | None:
+    def input_bias(
+        self, x: Tensor, q: Tensor, k: Tensor, pos: Positions, layer: int
+    ) -> Tensor | None:
         """An additive bias ``[b, h|1, i, j]`` on the logits of block ``layer`` computed from that
-        block's attention input ``x: [b, i, d_model]`` (the normed residual stream), or None:
-        data-dependent biases such as FoX's forget gates. Added to ``logit_bias``; the fused
-        kernel takes the sum as its mask. With a key/value cache ``x`` holds only the new tokens,
-        so an encoding that needs the earlier ones declares ``supports_kv_cache = False``."""
+        block's attention input ``x: [b, i, d_model]`` (the normed residual stream) and its
+        queries and keys ``[b, h, n, d]`` (after ``transform_qk``), or None: data-dependent
+        encodings such as FoX's forget gates and PaTH's Householder products. Added to
+        ``logit_bias``; the fused kernel takes the sum as its mask. With a key/value cache ``x``
+        holds only the new tokens, so an encoding that needs the earlier ones declares
+        ``supports_kv_cache = False``."""
         return None
 
     def modify_logits(

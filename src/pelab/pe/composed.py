@@ -102,10 +102,12 @@ class ComposedPE(PositionalEncoding):
         # summed once per forward when the parts' biases are shared by the layers
         return memo_derived(pos, (id(self), "bias"), biases, lambda: sum(biases[1:], biases[0]))
 
-    def input_bias(self, x: Tensor, pos: Positions, layer: int) -> Tensor | None:
+    def input_bias(
+        self, x: Tensor, q: Tensor, k: Tensor, pos: Positions, layer: int
+    ) -> Tensor | None:
         biases = [
             bias
-            for bias in (part.input_bias(x, pos, layer) for part in self.parts.values())
+            for bias in (part.input_bias(x, q, k, pos, layer) for part in self.parts.values())
             if bias is not None
         ]
         return sum(biases[1:], biases[0]) if biases else None

@@ -41,7 +41,7 @@ class ForgetGate(PositionalEncoding):
             nn.init.normal_(gate.weight, std=0.02)
             nn.init.zeros_(gate.bias)
 
-    def input_bias(self, x: Tensor, pos: Positions, layer: int) -> Tensor:
+    def input_bias(self, x: Tensor, q: Tensor, k: Tensor, pos: Positions, layer: int) -> Tensor:
         log_f = F.logsigmoid(rearrange(self.gates[layer](x), "b n h -> b h n"))
         return forget_bias(log_f.float()).to(x.dtype)
 
