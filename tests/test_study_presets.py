@@ -33,7 +33,9 @@ def test_the_study_has_its_tasks_and_the_gpu_preset_sweeps_them_all():
         "copy",
         "copy_double",
         "copy_repeated",
+        "lego",
         "parity",
+        "polynomial_evaluation",
         "reverse",
         "sort",
         "sort_multi_digit",
@@ -69,6 +71,8 @@ def test_nope_lengths_train_up_to_n_and_test_every_length_to_2n(experiment, name
         ("addition", {"leading_zeros": False, "reverse_answer": False}, 11),
         ("summation", {}, 10),
         ("parity", {}, 4),
+        ("polynomial_evaluation", {}, 14),
+        ("lego", {"query": True, "shuffle": True, "num_names": 26}, 30),
     ],
 )
 def test_nope_alphabets_and_formats(name, settings, symbols):

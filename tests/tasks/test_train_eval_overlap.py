@@ -30,6 +30,9 @@ def shared_prompts(name: str, kwargs: dict, length: int, n_train_batches: int) -
         ("bucket_sort", {}, 16),  # 5^16 ~ 1.5e11
         ("addition", {}, 8),  # 10^16 operand pairs
         ("summation", {}, 16),  # 9^16 ~ 1.9e15
+        ("polynomial_evaluation", {}, 8),  # 28^8 * 5 ~ 1.9e12
+        ("lego", {}, 8),  # 26! / 18! names * 2^8 values * 8! orders
+        ("lego", {"query": True}, 8),
         ("duplicate", {}, 40),  # binary tasks need the paper's lengths: 2^40 ~ 1.1e12
         ("odds_first", {}, 40),
         ("binary_addition", {}, 40),
@@ -57,6 +60,7 @@ def test_large_spaces_share_nothing(name, kwargs, length):
         ("odds_first", {}, 8),
         ("addition", {}, 2),  # 10^4 operand pairs
         ("summation", {}, 3),  # 9^3 = 729
+        ("polynomial_evaluation", {}, 1),  # 28 terms * 5 points = 140
     ],
 )
 def test_small_spaces_are_seen_in_training(name, kwargs, length):
