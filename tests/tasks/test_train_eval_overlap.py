@@ -36,6 +36,9 @@ def shared_prompts(name: str, kwargs: dict, length: int, n_train_batches: int) -
         ("duplicate", {}, 40),  # binary tasks need the paper's lengths: 2^40 ~ 1.1e12
         ("odds_first", {}, 40),
         ("binary_addition", {}, 40),
+        ("binary_multiplication", {}, 40),
+        ("compute_sqrt", {}, 40),  # 2^40 - 1 numbers
+        ("missing_duplicate_string", {}, 61),  # 2^30 strings, 60 holes; 40 tokens: ~4e7 prompts
         ("parity", {}, 40),  # short lengths repeat by necessity: 2^n prompts of n bits
         ("even_pairs", {}, 40),
         ("cycle_navigation", {}, 30),  # 3^30
@@ -44,6 +47,7 @@ def shared_prompts(name: str, kwargs: dict, length: int, n_train_batches: int) -
         ("stack_manipulation", {}, 30),
         ("modular_arithmetic", {}, 31),
         ("modular_arithmetic", {"brackets": True}, 31),
+        ("solve_equation", {}, 31),
         ("selective_copy", {}, 32),
         ("associative_recall", {}, 8),
     ],
@@ -58,6 +62,8 @@ def test_large_spaces_share_nothing(name, kwargs, length):
         ("copy", {"variant": "repeated"}, 16),  # 32 prompts per length
         ("duplicate", {}, 8),  # 2^8 = 256 prompts
         ("odds_first", {}, 8),
+        ("missing_duplicate_string", {}, 8),  # 2^4 strings, 8 holes: 128 prompts
+        ("compute_sqrt", {}, 8),  # 255 numbers
         ("addition", {}, 2),  # 10^4 operand pairs
         ("summation", {}, 3),  # 9^3 = 729
         ("polynomial_evaluation", {}, 1),  # 28 terms * 5 points = 140

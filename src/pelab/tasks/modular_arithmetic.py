@@ -82,7 +82,7 @@ class ModularArithmeticTask(Task):
 
     def sample(self, batch: int, length: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
         if self.brackets:
-            return _sample_bracketed(batch, length, generator)
+            return sample_bracketed(batch, length, generator)
         n = self.prompt_length(length)
         prompt = torch.empty(batch, n, dtype=torch.long)
         digits = torch.randint(0, MODULUS, (batch, n // 2 + 1), generator=generator)
@@ -126,10 +126,11 @@ def _evaluate_flat(prompt: Tensor) -> Tensor:
     return value.sum(dim=1) % MODULUS
 
 
-def _sample_bracketed(
-    batch: int, length: int, generator: torch.Generator
+def sample_bracketed(
+    batch: int, length: int, generator: torch.Generator, operators: Tensor = OPERATOR_TOKENS
 ) -> tuple[Tensor, Tensor]:
-    """``batch`` expressions of exactly ``length`` tokens from the bracket grammar and their
+    """``batch`` expressions of exactly ``length`` tokens from the bracket grammar, each
+    operator uniform over ``operators`` (``+ - *``; ``solve_equation`` takes ``+ -``), and their
     answers. Each loop step handles one depth of the trees: every node of that depth (of every
     sample) becomes a leaf (length <= 4) or ``( left op right )`` with two children one level
     deeper; values are then combined bottom-up."""
@@ -143,7 +144,7 @@ def _sample_bracketed(
         leaf = lengths <= 4
         digit = torch.randint(0, MODULUS, (n,), generator=generator)
         uniform = torch.rand(n, generator=generator, dtype=torch.float64)
-        op = torch.randint(0, len(OPERATOR_TOKENS), (n,), generator=generator)
+        op = torch.randint(0, len(operators), (n,), generator=generator)
         # leaves: write their pattern, value +-digit
         pattern = LEAVES[lengths[leaf]]  # [l, 4]
         pattern = torch.where(pattern == DIGIT, DIGIT_0 + digit[leaf, None], pattern)
@@ -156,7 +157,7 @@ def _sample_bracketed(
         inner = ~leaf
         r, s, m = rows[inner], starts[inner], lengths[inner]
         left = 1 + (uniform[inner] * (m - 4)).long()
-        op_token = OPERATOR_TOKENS[op[inner]]
+        op_token = operators[op[inner]]
         prompt[r, s] = OPEN
         prompt[r, s + 1 + left] = op_token
         prompt[r, s + m - 1] = CLOSE
