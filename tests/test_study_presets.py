@@ -13,8 +13,15 @@ from pelab.model_kinds import BareEncoderKind, get_model_kind
 from tests.conftest import CONFIG_DIR, compose_config
 
 NOPE_TASKS = sorted(p.stem for p in (Path(CONFIG_DIR) / "study_task" / "nope").glob("*.yaml"))
-# the study's splits: copy and reverse len_tr20_ts40, the others len_tr8_ts16
-NOPE_TRAIN_MAX = {name: 20 if name.startswith(("copy", "reverse")) else 8 for name in NOPE_TASKS}
+# the study's splits: copy and reverse len_tr20_ts40, scan len_tr25_ts48 (actions), the others
+# len_tr8_ts16 (pcfg: functions)
+NOPE_TRAIN_MAX = {
+    name: 20 if name.startswith(("copy", "reverse")) else 25 if name == "scan" else 8
+    for name in NOPE_TASKS
+}
+# tested on every longer length up to 2n; scan: every action count from 26 to 48 with commands
+NOPE_TEST = {name: list(range(n + 1, 2 * n + 1)) for name, n in NOPE_TRAIN_MAX.items()}
+NOPE_TEST["scan"] = [26, 27, 28, 30, 32, 33, 36, 40, 48]
 
 
 def grid(experiment: str, group: str) -> list[str]:
@@ -36,7 +43,9 @@ def test_the_study_has_its_tasks_and_the_gpu_preset_sweeps_them_all():
         "lego",
         "parity",
         "polynomial_evaluation",
+        "pcfg",
         "reverse",
+        "scan",
         "sort",
         "sort_multi_digit",
         "summation",
@@ -51,9 +60,7 @@ def test_nope_lengths_train_up_to_n_and_test_every_length_to_2n(experiment, name
     cfg, task = nope_task(experiment, name)
     n = NOPE_TRAIN_MAX[name]
     assert task.train_lengths == (1, n)
-    assert [m for m in task.eval_lengths if not task.in_distribution(m)] == list(
-        range(n + 1, 2 * n + 1)
-    )
+    assert [m for m in task.eval_lengths if not task.in_distribution(m)] == NOPE_TEST[name]
     assert n in task.eval_lengths  # in distribution: shows the task was learned
     assert cfg.data.length_sampling == "uniform"  # each length bin equally often
     assert get_model_kind(cfg.model.kind).net_options == {"causal": True}
@@ -73,6 +80,8 @@ def test_nope_lengths_train_up_to_n_and_test_every_length_to_2n(experiment, name
         ("parity", {}, 4),
         ("polynomial_evaluation", {}, 14),
         ("lego", {"query": True, "shuffle": True, "num_names": 26}, 30),
+        ("scan", {}, 20),  # 13 words, 6 actions, END
+        ("pcfg", {"letters": 520}, 532),  # 520 letters, 10 functions, ",", END
     ],
 )
 def test_nope_alphabets_and_formats(name, settings, symbols):

@@ -50,6 +50,7 @@ def shared_prompts(name: str, kwargs: dict, length: int, n_train_batches: int) -
         ("solve_equation", {}, 31),
         ("selective_copy", {}, 32),
         ("associative_recall", {}, 8),
+        ("pcfg", {}, 8),  # about 26 letters of 520 per expression
     ],
 )
 def test_large_spaces_share_nothing(name, kwargs, length):
@@ -67,6 +68,7 @@ def test_large_spaces_share_nothing(name, kwargs, length):
         ("addition", {}, 2),  # 10^4 operand pairs
         ("summation", {}, 3),  # 9^3 = 729
         ("polynomial_evaluation", {}, 1),  # 28 terms * 5 points = 140
+        ("scan", {}, 22),  # 576 commands of 22 actions (20,910 in all)
     ],
 )
 def test_small_spaces_are_seen_in_training(name, kwargs, length):

@@ -25,7 +25,8 @@ def check_length_sampling(length_sampling: str) -> None:
 
 class TrainBatches(Dataset):
     """Batch ``i`` is a pure function of ``(seed, i)``: its length is drawn from the task's train
-    range, then the samples. Re-running or resuming a step gives the same batch.
+    range (among the lengths the task can build, ``Task.lengths_between``), then the samples.
+    Re-running or resuming a step gives the same batch.
 
     ``length_sampling``: ``uniform``, every length equally often (Delétang et al. 2023), or
     ``tokens``, a length in proportion to itself (``P(n) = n / sum(lo..hi)``), so that every
@@ -55,12 +56,12 @@ class TrainBatches(Dataset):
 
     def __getitem__(self, index: int) -> tuple[Tensor, Tensor]:
         generator = torch.Generator().manual_seed(self.seed * 1_000_003 + index)
-        lo, hi = self.task.train_lengths
+        lengths = self.task.lengths_between(*self.task.train_lengths)
         if self.length_sampling == "uniform":
-            length = int(torch.randint(lo, hi + 1, (1,), generator=generator))
+            length = lengths[int(torch.randint(len(lengths), (1,), generator=generator))]
         else:
-            weights = torch.arange(lo, hi + 1, dtype=torch.float64)
-            length = lo + int(torch.multinomial(weights, 1, generator=generator))
+            weights = torch.tensor(lengths, dtype=torch.float64)
+            length = lengths[int(torch.multinomial(weights, 1, generator=generator))]
         return self.task.sample(self.batch_size, length, generator)
 
 

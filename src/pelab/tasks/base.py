@@ -76,6 +76,9 @@ class Task(ABC):
     default_eval_lengths: ClassVar[tuple[int, ...]] = (8, 16, 24, 32)
     default_num_symbols: ClassVar[int] = 32
     fixed_num_symbols: ClassVar[int | None] = None  # set by tasks with a fixed alphabet
+    # the longest length of a bounded length axis (``scan``: 48 actions); the contract tests
+    # build such a task there instead of at the benchmark's lengths 64 and 512
+    max_length: ClassVar[int | None] = None
     # other settings that change the kind of data (e.g. ``{"variant": "double"}``): the contract
     # tests and the benchmark run each of them as well as the defaults
     variants: ClassVar[tuple[dict[str, Any], ...]] = ()
@@ -143,6 +146,12 @@ class Task(ABC):
         built at ``length``; every length >= 1 is valid unless a task says otherwise."""
         if length < 1:
             raise ConfigError(f"{type(self).__name__}: lengths must be >= 1, got {length}")
+
+    def lengths_between(self, low: int, high: int) -> list[int]:
+        """The lengths from ``low`` to ``high`` the task can build; training draws its lengths
+        among those of ``train_lengths``. All of them unless the length axis has gaps
+        (``scan``: no command has 23 actions)."""
+        return list(range(low, high + 1))
 
     @classmethod
     def example_settings(cls, directory: Path) -> dict[str, Any]:
