@@ -319,7 +319,8 @@ def generation_vs_training(
 
 def data_generation(quick: bool) -> dict[str, dict]:
     """Every registered task and declared variant at lengths 64 and 512 (16 only with
-    ``--quick``): generated vs consumed samples/s; the target is a ratio >= 10."""
+    ``--quick``; a task with a bounded length axis at most at its ``max_length``): generated vs
+    consumed samples/s; the target is a ratio >= 10."""
     config_dir = str(Path(__file__).resolve().parents[1] / "configs")
     rows = {}
     with (
@@ -329,7 +330,9 @@ def data_generation(quick: bool) -> dict[str, dict]:
         for name in sorted(TASK_REGISTRY):
             for variant in ({}, *TASK_REGISTRY[name].variants):
                 label = " ".join([name, *(f"{k}={v}" for k, v in variant.items())])
-                for length in QUICK_DATA_LENGTHS if quick else DATA_LENGTHS:
+                bound = TASK_REGISTRY[name].max_length  # a bounded length axis: its longest
+                lengths = QUICK_DATA_LENGTHS if quick else DATA_LENGTHS
+                for length in sorted({min(n, bound or n) for n in lengths}):
                     row = generation_vs_training(name, variant, length, quick, Path(scratch))
                     rows[f"{label} @ {length}"] = row
                     print(
