@@ -58,10 +58,11 @@ def by_run(sweep: Path) -> dict[str, str]:
 
 def test_every_encoding_in_one_parallel_sweep(tmp_path, repo_root):
     """All encodings on copy with the parallel launcher (a process per job): the 1-D ones train
-    and log to W&B; the 2-D ones (grid tasks only) fail with a clear error, recorded, while the
-    others complete."""
+    and log to W&B; the 2-D ones (grid tasks only) and those that index digits (abacus: tasks
+    with numbers) fail with a clear error, recorded, while the others complete."""
     encodings = sorted(PE_REGISTRY)
-    flat = {pe for pe in encodings if PE_REGISTRY[pe].position_dims in (None, 1)}
+    digits = {pe for pe in encodings if PE_REGISTRY[pe].needs_digit_tokens}
+    flat = {pe for pe in encodings if PE_REGISTRY[pe].position_dims in (None, 1)} - digits
     sweep = tmp_path / "sweep"
     proc = cli(
         repo_root,
@@ -82,6 +83,9 @@ def test_every_encoding_in_one_parallel_sweep(tmp_path, repo_root):
         if pe in flat:
             assert res["status"] == "completed", (name, res.get("error"))
             assert list((sweep / name / "wandb").glob("offline-run-*/*.wandb")), name
+        elif pe in digits:
+            assert res["status"] == "failed"
+            assert "task=copy declares no digit tokens" in res["error"]
         else:
             assert res["status"] == "failed"
             assert "reads 2-D positions but the task gives 1-D" in res["error"]

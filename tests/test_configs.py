@@ -51,7 +51,7 @@ def test_config_files_and_encoding_registry_agree():
 
 
 def test_an_encoding_config_is_named_with_its_dimensions_exactly_when_it_reads_2d_positions():
-    """The ablation grids sweep ``pe: glob(*,exclude=*_2d)``: this name keeps them 1-D."""
+    """The ablation grids sweep ``pe: glob(*,exclude=[*_2d,abacus])``: this name keeps them 1-D."""
     for name, cls in PE_REGISTRY.items():
         assert name.endswith("_2d") == (cls.position_dims == 2), name
         assert cls.position_dims in (None, 1, 2), f"{name}: extend the grids' exclude pattern"
@@ -68,6 +68,7 @@ def test_every_task_config_targets_a_registered_task():
 @pytest.mark.parametrize("pe", options("pe"))
 def test_every_model_and_encoding_builds(model, pe):
     task = "grid" if PE_REGISTRY[pe].position_dims == 2 else "copy"  # 2-D encodings need a grid
+    task = "addition" if PE_REGISTRY[pe].needs_digit_tokens else task  # abacus: numbers
     cfg = compose_config([f"model={model}", f"pe={pe}", f"task={task}"])
     if model != "decoder" and PE_REGISTRY[pe].causal_only:  # an encoder (stack) refuses it
         with pytest.raises(ConfigError, match="causal"):
@@ -85,6 +86,7 @@ def test_every_model_and_encoding_builds(model, pe):
     }[model]
     assert [stack.dims.causal for stack in stacks] == causal
     assert all(type(stack.pe) is PE_REGISTRY[pe] for stack in stacks)
+    assert all(stack.dims.digit_tokens == module.task.digit_tokens for stack in stacks)
 
 
 @pytest.mark.parametrize("task", options("task"))

@@ -5,6 +5,7 @@ chance levels on the same test sets, and close their W&B run with their outcome.
 
 from __future__ import annotations
 
+import json
 import logging
 import shutil
 from collections.abc import Callable, Sequence
@@ -118,7 +119,7 @@ def outcome(cfg: DictConfig, model: SequenceModel, **notes: Any) -> Outcome:
         scores=dict(model.scores),
         chance=chance,
         params=model.net.num_params(),
-        model_dims=asdict(model.net.dims),
+        model_dims=json.loads(json.dumps(asdict(model.net.dims))),  # as results.json holds it
         **notes,
     )
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import lightning as L
 import torch
-from hydra.utils import instantiate
+from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from pelab import pe as _pe  # noqa: F401  (registers the encodings)
@@ -30,6 +30,7 @@ from pelab.reliability.data import ResumableTaskData
 from pelab.reliability.memory import check_eval_memory
 from pelab.reliability.validate import check_types
 from pelab.runner import Outcome, choices, execute, make_trainer, outcome, sweep_job
+from pelab.tasks import TASK_REGISTRY
 from pelab.tasks.base import Task
 
 log = logging.getLogger(__name__)
@@ -52,6 +53,7 @@ def build_model(cfg: DictConfig, task: Task, sizes: dict[str, int] | None = None
         "max_len": max(task.max_sequence_length(), positions.max_position),
         "train_max_len": task.max_train_sequence_length(),
     }
+    check_digit_tokens(cfg, task)
     # called outside Hydra, so configuration errors reach the user unwrapped
     build_net = instantiate(cfg.model.net, _partial_=True)
     net: Transformer | EncoderDecoder = build_net(
@@ -60,6 +62,7 @@ def build_model(cfg: DictConfig, task: Task, sizes: dict[str, int] | None = None
         train_max_len=sizes["train_max_len"],
         pe=instantiate(cfg.pe),
         position_dims=task.position_dims,
+        digit_tokens=task.digit_tokens,
         **kind.net_options,  # the model kind's structure, e.g. causal or not
     )
     return SequenceModel(
@@ -73,6 +76,20 @@ def build_model(cfg: DictConfig, task: Task, sizes: dict[str, int] | None = None
         seed=cfg.seed,
         **cfg.model.schedule,
     )
+
+
+def check_digit_tokens(cfg: DictConfig, task: Task) -> None:
+    """A ``ConfigError`` when the encoding indexes the digits of numbers (``pe=abacus``) and the
+    task declares no digit tokens (``Task.digit_tokens``), naming the tasks that declare them."""
+    encoding = get_class(cfg.pe._target_)
+    if encoding.needs_digit_tokens and not task.digit_tokens:
+        having = sorted(name for name, cls in TASK_REGISTRY.items() if cls.digit_tokens)
+        raise ConfigError(
+            f"pe={encoding.pe_name} indexes the digits within each number, but "
+            f"task={task.task_name} declares no digit tokens (Task.digit_tokens) with these "
+            f"settings; tasks that declare them (some only in some settings, see docs/tasks.md): "
+            f"{', '.join(having)}"
+        )
 
 
 def data_module(cfg: DictConfig, task: Task) -> ResumableTaskData:

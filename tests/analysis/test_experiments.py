@@ -18,8 +18,14 @@ from tests.conftest import CONFIG_DIR, compose_config
 from tests.test_configs import options
 
 ABLATIONS = ["ablation_cpu", "ablation_gpu"]
-# the registry's encodings that read 1-D positions, in Hydra's glob order (sorted)
-FLAT = sorted(pe for pe, cls in PE_REGISTRY.items() if cls.position_dims in (None, 1))
+# the registry's encodings that read 1-D positions, in Hydra's glob order (sorted), but those that
+# index digits (abacus), which the grids' tasks have none of
+FLAT = sorted(
+    pe
+    for pe, cls in PE_REGISTRY.items()
+    if cls.position_dims in (None, 1) and not cls.needs_digit_tokens
+)
+GRID_PE = "glob(*,exclude=[*_2d,abacus])"
 
 
 def composed(*overrides: str) -> DictConfig:
@@ -63,7 +69,7 @@ def test_the_ablation_grids_are_a_glob_over_the_encoding_configs():
     """No hand-kept list: a new 1-D encoding joins both ablations by its config file alone."""
     for experiment in ABLATIONS:
         params = OmegaConf.load(f"{CONFIG_DIR}/experiment/{experiment}.yaml").hydra.sweeper.params
-        assert params.pe == "glob(*,exclude=*_2d)"
+        assert params.pe == GRID_PE
 
 
 def test_missing_jobs_of_a_glob_sweep_come_from_its_saved_config_tree(tmp_path):
@@ -86,7 +92,7 @@ def test_a_glob_sweep_whose_config_tree_is_gone_warns_and_detects_no_missing_job
     OmegaConf.save(multirun, tmp_path / "multirun.yaml")
     with caplog.at_level(logging.WARNING):
         assert directory_records(tmp_path) == []
-    assert "pe=glob(*,exclude=*_2d) matches no config" in caplog.text
+    assert f"pe={GRID_PE} matches no config" in caplog.text
     assert str(tmp_path / "moved") in caplog.text
 
 

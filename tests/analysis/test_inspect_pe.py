@@ -39,10 +39,12 @@ def draw(tmp_path: Path, *overrides: str) -> list[Path]:
         ("path", {"relative_input_bias"}),
         ("stick_breaking", {"relative_normalize"}),
         ("dape", {"relative_logit_bias", "relative_modify_logits"}),
+        ("abacus", {"absolute", "cosine"}),
     ],
 )
 def test_draws_the_figures_of_each_family_as_png_files(tmp_path, pe, expected):
-    paths = draw(tmp_path, f"pe={pe}", "model.net.d_model=32", "length=16")
+    task = "task=addition" if pe == "abacus" else "task=copy"  # abacus needs numbers
+    paths = draw(tmp_path, f"pe={pe}", task, "model.net.d_model=32", "length=16")
     assert {path.stem for path in paths} == expected
     assert sorted(tmp_path.glob("*.png")) == sorted(paths)
     for path in paths:

@@ -7,6 +7,9 @@ import torch
 from pelab.models.transformer import Transformer
 from pelab.pe import ModelDims, PositionalEncoding
 
+# the tokens the nets treat as digits of numbers (pe=abacus reads them); 10 and 11 are not
+DIGITS = tuple(range(3, 10))
+
 
 def sharp_net(
     pe: Callable[[ModelDims], PositionalEncoding],
@@ -16,8 +19,8 @@ def sharp_net(
     n_layers: int = 2,
     impl: str = "auto",
 ) -> Transformer:
-    """A 2-head model over 12 tokens in eval mode, seeded, with weights drawn large (std 0.5) so
-    attention is sharp and positions visibly matter."""
+    """A 2-head model over 12 tokens (``DIGITS`` among them) in eval mode, seeded, with weights
+    drawn large (std 0.5) so attention is sharp and positions visibly matter."""
     torch.manual_seed(0)
     net = Transformer(
         vocab_size=12,
@@ -28,6 +31,7 @@ def sharp_net(
         n_heads=2,
         n_layers=n_layers,
         attn_impl=impl,
+        digit_tokens=DIGITS,
     )
     for p in net.parameters():
         torch.nn.init.normal_(p, std=0.5 if p.dim() > 1 else 1.0)

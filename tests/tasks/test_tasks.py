@@ -128,6 +128,16 @@ def test_every_symbol_of_the_vocabulary_occurs(task):
     assert used == set(range(N_SPECIAL, task.vocab_size))
 
 
+def test_digit_tokens_are_distinct_symbols_that_occur(task):
+    """``Task.digit_tokens`` (read by ``pe=abacus``): distinct symbols of the task's own alphabet,
+    each of which the data uses."""
+    digits = task.digit_tokens
+    assert isinstance(digits, tuple) and len(set(digits)) == len(digits)
+    assert all(N_SPECIAL <= t < task.vocab_size for t in digits)
+    prompt, answer = task.sample(512, task.train_lengths[1], torch.Generator().manual_seed(0))
+    assert set(digits) <= set(prompt.unique().tolist()) | set(answer.unique().tolist())
+
+
 def test_same_seed_same_data_other_seed_other_data(task):
     length = task.train_lengths[1]
     a = task.sample(8, length, torch.Generator().manual_seed(3))

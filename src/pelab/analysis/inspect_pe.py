@@ -8,7 +8,8 @@ The encoding is built exactly as training builds it (``configs/inspect.yaml`` is
 
 - ``absolute.png``: ``embed`` at positions ``0..length-1`` (positions x dims), for encodings
   that act on the embeddings: of zero token vectors where ``embed`` adds a vector per position,
-  else (it transforms the token vector, as complex_order does) of one random token vector;
+  else (it transforms the token vector, as complex_order does) of one random token vector; an
+  encoding that indexes digits (abacus) is fed one number of ``length`` digits (places 1..);
 - ``cosine.png``: cosine similarity of those position vectors, as a matrix and against distance;
 - ``layer_input.png``: for encodings injected at every block (FLOATER), ``layer_input`` of a zero
   residual stream per block (positions x dims), and its change from position 0;
@@ -78,15 +79,17 @@ def position_vectors(pe: PositionalEncoding, n: int) -> tuple[Tensor, str]:
     Zeros for an ``AdditivePE`` (the output is what positions contribute: ``P``, or ``W_p P``
     with ``join=concat``) and wherever ``embed(x) = x + P(pos)`` (checked on a random ``x``);
     otherwise ``embed`` transforms the token vector (complex_order rotates it), zeros would stay
-    zero, and it gets one seeded random vector as token 0.
+    zero, and it gets one seeded random vector as token 0. The tokens are token 0, or, for an
+    encoding that indexes digits (abacus), the first digit token: one number of ``n`` digits.
     """
-    tokens, pos = torch.zeros(1, n, dtype=torch.long), Positions.contiguous(n)
+    token = pe.dims.digit_tokens[0] if pe.needs_digit_tokens else 0
+    tokens, pos = torch.full((1, n), token), Positions.contiguous(n)
     generator = torch.Generator().manual_seed(0)
     vector = torch.randn(pe.dims.d_model, generator=generator).expand(1, n, -1)
     zeros = torch.zeros_like(vector)
     added, moved = pe.embed(zeros, tokens, pos), pe.embed(vector, tokens, pos)
     if isinstance(pe, AdditivePE) or torch.allclose(moved - vector, added, atol=1e-5):
-        return added[0], "zero token vectors"
+        return added[0], "zero token vectors" + (" of one number" if pe.needs_digit_tokens else "")
     return moved[0], "one random vector as token 0"
 
 
@@ -271,7 +274,8 @@ def run(cfg: DictConfig) -> list[Path]:
     check_options(cfg)
     out_dir = Path(cfg.out_dir)
     trained = load_run(cfg.ckpt_path, cfg.ckpt_path) if cfg.get("ckpt_path") else None
-    pe = (trained.model if trained else build_model(cfg, build_task(cfg))).net.pe
+    # as evaluation computes it (no training draws: abacus's offset)
+    pe = (trained.model if trained else build_model(cfg, build_task(cfg))).net.pe.eval()
     with torch.no_grad():
         paths = draw(pe, out_dir, cfg.length)
     if trained is not None:

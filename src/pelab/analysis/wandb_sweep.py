@@ -2,9 +2,9 @@
 of ``configs/experiment/ablation_cpu.yaml`` as a W&B sweep config, for ``wandb agent`` users.
 
 W&B reads literal values, so the file is generated from the grid Hydra expands (a
-``glob(*,exclude=*_2d)`` over the encodings becomes every registered 1-D encoding), never kept by
-hand: a new encoding joins the sweep by its config file alone. Each W&B job runs
-``python scripts/train.py experiment=<name> <key>=<value> ...``, a one-job sweep of the
+``glob(*,exclude=[*_2d,abacus])`` over the encodings becomes every registered 1-D encoding but
+abacus), never kept by hand: a new encoding joins the sweep by its config file alone. Each W&B
+job runs ``python scripts/train.py experiment=<name> <key>=<value> ...``, a one-job sweep of the
 experiment (its ``results.json`` under ``logs/<run_name>/`` as usual).
 """
 

@@ -26,7 +26,7 @@ it); the output projection is separate, as in pelab's one-stack models.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from torch import Tensor, nn
 
@@ -87,6 +87,7 @@ class EncoderDecoder(nn.Module):
         attn_impl: str = "auto",
         position_dims: int = 1,
         train_max_len: int = 0,
+        digit_tokens: Sequence[int] = (),
     ) -> None:
         super().__init__()
         check_sizes(d_model, n_heads, n_layers)
@@ -102,6 +103,7 @@ class EncoderDecoder(nn.Module):
                 vocab_size,
                 position_dims,
                 train_max_len,
+                tuple(digit_tokens),
             )
 
         self.dims = dims(True)  # the decoder's; the encoder's differ only in ``causal``

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from torch import Tensor, nn
@@ -152,11 +152,20 @@ class Transformer(nn.Module):
         attn_impl: str = "auto",
         position_dims: int = 1,
         train_max_len: int = 0,
+        digit_tokens: Sequence[int] = (),
     ) -> None:
         super().__init__()
         check_sizes(d_model, n_heads, n_layers)
         self.dims = ModelDims(
-            d_model, n_heads, n_layers, causal, max_len, vocab_size, position_dims, train_max_len
+            d_model,
+            n_heads,
+            n_layers,
+            causal,
+            max_len,
+            vocab_size,
+            position_dims,
+            train_max_len,
+            tuple(digit_tokens),
         )
         self.pe = pe(self.dims)
         self.tok_emb = nn.Embedding(vocab_size, d_model)

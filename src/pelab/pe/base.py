@@ -62,6 +62,9 @@ class ModelDims:
     # the longest sequence seen in training (BOS + prompt + SEP + answer at the longest training
     # length); 0 when unknown. Context-length scalings (RoPE's pe.scaling) read it.
     train_max_len: int = 0
+    # the token ids that are digits of numbers (the task's ``Task.digit_tokens``); () when the
+    # task has none. Encodings that index digits within numbers (Abacus) read it.
+    digit_tokens: tuple[int, ...] = ()
 
     @property
     def head_dim(self) -> int:
@@ -88,6 +91,7 @@ class PositionalEncoding(nn.Module):
     causal_only = False  # True: defined for decoders only; an encoder gets a ConfigError
     position_dims: int | None = 1  # coordinates it reads per position; None: reads no positions
     supports_kv_cache = True  # False: greedy decoding re-runs full forwards (pelab.model_kinds)
+    needs_digit_tokens = False  # True: reads ModelDims.digit_tokens; a model without gets an error
     shift: ClassVar[str]  # one of SHIFT_CLASSES, declared by every registered encoding
 
     def __init__(self, dims: ModelDims) -> None:
@@ -97,6 +101,12 @@ class PositionalEncoding(nn.Module):
             raise ConfigError(
                 f"pe={name} is defined for causal models only; use model=decoder, or another "
                 "encoding for model=encoder"
+            )
+        if self.needs_digit_tokens and not dims.digit_tokens:
+            raise ConfigError(
+                f"pe={name} reads where the digits of numbers are, but this model was given no "
+                "digit tokens (ModelDims.digit_tokens, from the task's Task.digit_tokens): use a "
+                "task with numbers, e.g. task=addition"
             )
         if self.position_dims is not None and self.position_dims != dims.position_dims:
             fitting = sorted(

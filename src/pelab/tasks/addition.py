@@ -54,6 +54,7 @@ class AdditionTask(Task):
 
     length_axis = "digits per operand"
     fixed_num_symbols = 11  # 0-9 and +
+    digit_tokens = tuple(range(N_SPECIAL, N_SPECIAL + 10))
     default_train_lengths = (1, 8)
     default_eval_lengths = (4, 8, 12, 16)
     variants = ({"reverse_answer": True}, {"leading_zeros": False})

@@ -82,6 +82,11 @@ class Task(ABC):
     # other settings that change the kind of data (e.g. ``{"variant": "double"}``): the contract
     # tests and the benchmark run each of them as well as the defaults
     variants: ClassVar[tuple[dict[str, Any], ...]] = ()
+    # the token ids that are digits of numbers (decimal, or the bits of a binary number), so an
+    # encoding can tell where each number starts (Abacus: ``pe=abacus``); every other token
+    # (operators, letters, bits used as symbols, the special tokens) is not one. A task whose
+    # alphabet depends on its settings sets it per instance (``sort``: only with ``digits``).
+    digit_tokens: ClassVar[tuple[int, ...]] = ()
     task_name: ClassVar[str]  # set by ``register_task``
 
     def __init__(

@@ -97,6 +97,7 @@ class BinaryAdditionTask(Task):
     """
 
     fixed_num_symbols = 4  # 0, 1, +, END
+    digit_tokens = (ZERO, ONE)
     default_train_lengths = (3, 16)
 
     def check_length(self, length: int) -> None:

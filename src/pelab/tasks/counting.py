@@ -35,6 +35,7 @@ class CountingTask(Task):
     length_axis = "letters before the query"
     default_train_lengths = (1, 20)
     default_eval_lengths = (10, 20, 30, 40)
+    digit_tokens = tuple(range(DIGIT_0, DIGIT_0 + 10))  # the count's digits; letters are not
 
     def __init__(
         self,

@@ -26,6 +26,7 @@ class CycleNavigationTask(Task):
     """
 
     fixed_num_symbols = len(SYMBOLS)
+    digit_tokens = tuple(range(POSITION_0, POSITION_0 + CYCLE))  # the answer, a number mod 5
     length_axis = "moves"
     default_train_lengths = (1, 20)
     default_eval_lengths = (10, 20, 30, 40)

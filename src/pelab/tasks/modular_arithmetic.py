@@ -58,6 +58,7 @@ class ModularArithmeticTask(Task):
 
     length_axis = "expression tokens"
     variants = ({"brackets": True},)
+    digit_tokens = tuple(range(DIGIT_0, DIGIT_0 + MODULUS))
     default_train_lengths = (1, 21)
     default_eval_lengths = (11, 21, 31, 41)
 

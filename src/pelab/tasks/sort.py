@@ -31,6 +31,7 @@ class SortTask(Task):
 
     length_axis = "numbers"
     variants = ({"digits": 4},)
+    digit_tokens = tuple(range(N_SPECIAL, N_SPECIAL + 10))  # with ``digits`` only (``__init__``)
 
     def __init__(self, digits: int | None = None, **kwargs: Any) -> None:
         if digits is not None:
@@ -45,6 +46,8 @@ class SortTask(Task):
                 )
             kwargs["num_symbols"] = 10
         self.digits = digits
+        if digits is None:  # the symbols are not digits
+            self.digit_tokens = ()
         super().__init__(**kwargs)
 
     @property

@@ -16,6 +16,7 @@ class SummationTask(Task):
 
     length_axis = "terms"
     fixed_num_symbols = 10
+    digit_tokens = tuple(range(N_SPECIAL, N_SPECIAL + 10))  # each term is a number of one digit
 
     def answer_length(self, length: int) -> int:
         return 1
