@@ -29,7 +29,7 @@ test: install ## the test suite without the slow learning runs (what CI runs; ~7
 test-faults: install ## the fault-injection campaign alone (68 tests, ~3 min; also part of make test)
 	$(PY) -m pytest -m "faults and not slow"
 
-test-slow: install ## the slow tests: a small model learns each task in distribution (~17.5 min)
+test-slow: install ## the slow tests: a small model learns each task in distribution (~17.5 min before the eight tasks of 2026-11-24, which add ~20 min by their measured runs)
 	$(PY) -m pytest -m slow
 
 test-full: install ## every test, slow ones included
