@@ -80,7 +80,9 @@ def test_fox_runs_on_the_fused_kernel_and_composes_with_a_base_encoding():
     assert not torch.allclose(net(tokens), sharp_net(ForgettingPE)(tokens), atol=1e-3)
 
 
-@pytest.mark.parametrize("base", ["fox", "nope", "Rope"])
-def test_an_unknown_base_is_refused_with_the_choices(base):
-    with pytest.raises(ConfigError, match=rf"unknown pe.base '{base}' for pe=fox.*alibi"):
+@pytest.mark.parametrize(
+    ("base", "why"), [("fox", "FoX itself"), ("dape", "DAPE reads"), ("Rope", "an unknown")]
+)
+def test_an_unfit_base_is_refused_with_the_reason_and_the_choices(base, why):
+    with pytest.raises(ConfigError, match=rf"pe.base='{base}' cannot carry pe=fox \({why}.*alibi"):
         ForgettingPE(DIMS, base=base)

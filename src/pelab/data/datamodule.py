@@ -29,10 +29,10 @@ class TrainBatches(Dataset):
     Re-running or resuming a step gives the same batch.
 
     ``length_sampling``: ``uniform``, every length equally often (Delétang et al. 2023), or
-    ``tokens``, a length in proportion to itself (``P(n) = n / sum(lo..hi)``), so that every
-    token position of the training range is trained equally often and the longest lengths,
-    the hardest, are not starved (on copy with lengths 1-16 they get 12% of the batches instead
-    of 6%; docs/performance.md, "Time to learn")."""
+    ``tokens``, a length in proportion to itself (``P(n) = n / sum of the buildable lengths``),
+    so that every token position of the training range is trained equally often and the longest
+    lengths, the hardest, are not starved (on copy with lengths 1-16 they get 12% of the batches
+    instead of 6%; docs/performance.md, "Time to learn")."""
 
     def __init__(
         self,

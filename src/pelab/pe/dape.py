@@ -28,7 +28,8 @@ class DapePE(PositionalEncoding):
     chuanyang-Zheng/DAPE, ``ParallelKerpleLog_C``). The pair's scores decide how much of the
     bias applies, and the heads share what they see. ``f`` reads the pair's own entries only, so
     causality holds; as in the released code it runs before the causal mask. The scores are
-    recovered as ``logits - B`` from the logits attention hands over (``modify_logits``). The
+    recovered as ``logits - B`` from the logits attention hands over (``modify_logits``), so
+    another encoding's bias in them would count as scores (``fox`` refuses DAPE as its base). The
     shift class, causal-only flag and cache support are the base's.
     """
 

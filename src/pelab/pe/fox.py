@@ -11,6 +11,12 @@ from pelab.pe.base import PE_REGISTRY, ModelDims, PositionalEncoding, register_p
 from pelab.pe.composed import ComposedPE
 from pelab.positions import Positions
 
+# bases FoX cannot be composed with, and why
+UNFIT_BASES = {
+    "fox": "FoX itself",
+    "dape": "DAPE reads its scores as logits minus its own bias, which FoX's bias would join",
+}
+
 
 def forget_bias(log_f: Tensor) -> Tensor:
     """``D_ij = sum_{l=j+1..i} log f_l = c_i - c_j`` with ``c = cumsum(log f)``, for the log
@@ -42,8 +48,8 @@ class ForgetGate(PositionalEncoding):
             nn.init.zeros_(gate.bias)
 
     def input_bias(self, x: Tensor, q: Tensor, k: Tensor, pos: Positions, layer: int) -> Tensor:
-        log_f = F.logsigmoid(rearrange(self.gates[layer](x), "b n h -> b h n"))
-        return forget_bias(log_f.float()).to(x.dtype)
+        log_f = F.logsigmoid(rearrange(self.gates[layer](x), "b n h -> b h n").float())
+        return forget_bias(log_f).to(x.dtype)
 
 
 @register_pe("fox")
@@ -72,9 +78,12 @@ class ForgettingPE(ComposedPE):
     supports_kv_cache = False
 
     def __init__(self, dims: ModelDims, base: str = "none") -> None:
-        if base not in PE_REGISTRY or base == "fox":
-            valid = ", ".join(sorted(set(PE_REGISTRY) - {"fox"}))
-            raise ConfigError(f"unknown pe.base {base!r} for pe=fox; valid choices: {valid}")
+        valid = sorted(set(PE_REGISTRY) - set(UNFIT_BASES))
+        if base not in valid:
+            why = UNFIT_BASES.get(base, "an unknown encoding")
+            raise ConfigError(
+                f"pe.base={base!r} cannot carry pe=fox ({why}); valid choices: {', '.join(valid)}"
+            )
         parts = {"gate": ForgetGate}
         if base != "none":
             parts["base"] = PE_REGISTRY[base]

@@ -10,7 +10,9 @@ from torch import Tensor
 from pelab.tasks.addition import add_little_endian
 from pelab.tasks.base import Task, register_task
 from pelab.tasks.binary_addition import (
+    ONE,
     OPERATOR,
+    ZERO,
     check_operand_length,
     end_and_pad,
     operand_bits,
@@ -44,6 +46,7 @@ class BinaryMultiplicationTask(Task):
     """
 
     fixed_num_symbols = 4  # 0, 1, *, END
+    digit_tokens = (ZERO, ONE)
     default_train_lengths = (3, 16)
 
     def check_length(self, length: int) -> None:

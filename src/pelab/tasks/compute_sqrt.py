@@ -11,9 +11,7 @@ from torch import Tensor
 
 from pelab.tasks.addition import add_little_endian
 from pelab.tasks.base import Task, register_task
-from pelab.tokens import N_SPECIAL
-
-ZERO, ONE = N_SPECIAL, N_SPECIAL + 1
+from pelab.tasks.binary_addition import ONE, ZERO
 
 
 @register_task("compute_sqrt")
@@ -34,6 +32,7 @@ class ComputeSqrtTask(Task):
     """
 
     fixed_num_symbols = 2  # 0, 1
+    digit_tokens = (ZERO, ONE)
     length_axis = "bits"
     default_train_lengths = (1, 16)
 

@@ -35,6 +35,7 @@ class PolynomialEvaluationTask(Task):
 
     length_axis = "terms"
     fixed_num_symbols = 14  # 10 digits, + - x =
+    digit_tokens = tuple(range(N_SPECIAL, N_SPECIAL + 10))  # one-digit numbers, as summation
     default_train_lengths = (1, 8)
     default_eval_lengths = (4, 8, 12, 16)
 

@@ -46,6 +46,7 @@ class SolveEquationTask(Task):
     """
 
     fixed_num_symbols = len(SYMBOLS)
+    digit_tokens = tuple(range(DIGIT_0, DIGIT_0 + MODULUS))
     length_axis = "equation tokens"
     default_train_lengths = (3, 21)
     default_eval_lengths = (11, 21, 31, 41)
