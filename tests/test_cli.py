@@ -223,7 +223,7 @@ def test_help_names_pelabs_groups_and_keys_with_the_current_values(repo_root, co
 def test_a_bad_choice_fails_fast_with_the_valid_options(repo_root):
     proc = cli(repo_root, "scripts/train.py", "pe=rotary", timeout=120)
     assert proc.returncode == 1
-    assert "Error: pe=rotary is not an option of pe; valid choices: alibi, " in proc.stderr
+    assert "Error: pe=rotary is not an option of pe; valid choices: abacus, alibi, " in proc.stderr
     assert "rope" in proc.stderr and "Traceback" not in proc.stderr
 
 
@@ -236,7 +236,7 @@ def test_a_bad_choice_fails_fast_with_the_valid_options(repo_root):
             r"compile, kind, net, optimizer, schedule "
             r"\(\+model.optimzer=<value> adds a new key\)$",
         ),
-        (["pe=rotary"], r"^pe=rotary is not an option of pe; valid choices: alibi, .*rope, "),
+        (["pe=rotary"], r"^pe=rotary is not an option of pe; valid choices: abacus, alibi, .*rope, "),
         (["model.net.d_model=["], r"no viable alternative at input '\['"),
     ],
 )
