@@ -236,7 +236,10 @@ def test_a_bad_choice_fails_fast_with_the_valid_options(repo_root):
             r"compile, kind, net, optimizer, schedule "
             r"\(\+model.optimzer=<value> adds a new key\)$",
         ),
-        (["pe=rotary"], r"^pe=rotary is not an option of pe; valid choices: abacus, alibi, .*rope, "),
+        (
+            ["pe=rotary"],
+            r"^pe=rotary is not an option of pe; valid choices: abacus, alibi, .*rope, ",
+        ),
         (["model.net.d_model=["], r"no viable alternative at input '\['"),
     ],
 )
