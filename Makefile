@@ -23,7 +23,7 @@ install: $(VENV)/.installed ## create .venv and install pelab (torch first, CPU 
 train: install ## train the default run: pe=rope task=copy
 	$(PY) scripts/train.py pe=rope task=copy
 
-test: install ## the test suite without the slow learning runs (what CI runs; ~7.5 min on 2 cores)
+test: install ## the test suite without the slow learning runs (what CI runs; ~10 min on 2 cores)
 	$(PY) -m pytest -m "not slow"
 
 test-faults: install ## the fault-injection campaign alone (68 tests, ~3 min; also part of make test)
