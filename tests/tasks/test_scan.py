@@ -88,7 +88,8 @@ def test_a_mixed_batch_is_padded_and_a_non_command_is_refused():
 
 
 def test_lengths_without_commands_are_refused_and_never_trained():
-    with pytest.raises(ConfigError, match="no SCAN command has 23 actions; lengths with"):
+    expected = "no SCAN command has 23 actions; lengths with commands: 1-22, 24-28, 30, 32-33, 36"
+    with pytest.raises(ConfigError, match=expected):
         ScanTask(eval_lengths=[22, 23])
     with pytest.raises(ConfigError, match="49 actions"):
         ScanTask(train_lengths=[1, 49])

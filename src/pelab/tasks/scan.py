@@ -101,6 +101,17 @@ def scan_table() -> dict[int, tuple[Tensor, Tensor]]:
     return table
 
 
+def spans(lengths: list[int]) -> str:
+    """Sorted lengths as runs, e.g. ``[1, 2, 3, 5]`` -> ``"1-3, 5"``."""
+    runs: list[list[int]] = []
+    for n in lengths:
+        if runs and n == runs[-1][-1] + 1:
+            runs[-1].append(n)
+        else:
+            runs.append([n])
+    return ", ".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else f"{r[0]}" for r in runs)
+
+
 def _key(prompt: Tensor) -> Tensor:
     """One integer per command ``[b]``: its words as base-``len(SYMBOLS)`` digits, padded with
     ``END`` to ``MAX_WORDS``."""
@@ -165,7 +176,7 @@ class ScanTask(Task):
         if length not in scan_table():
             raise ConfigError(
                 f"ScanTask: no SCAN command has {length} actions; lengths with commands: "
-                "1-22, 24-28, 30, 32, 33, 36, 40, 48"
+                f"{spans(sorted(scan_table()))}"
             )
 
     def lengths_between(self, low: int, high: int) -> list[int]:
