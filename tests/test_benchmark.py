@@ -9,10 +9,11 @@ from pelab.pe import PE_REGISTRY
 from pelab.tasks import TASK_REGISTRY
 
 
-def test_quick_benchmark_reports_every_measure(tmp_path, repo_root):
+def quick_benchmark(tmp_path, repo_root, *options: str) -> dict:
+    """``scripts/benchmark.py --quick <options>``'s JSON report (the script must succeed)."""
     out = tmp_path / "benchmark.json"
     proc = subprocess.run(
-        [sys.executable, "scripts/benchmark.py", "--quick", "--json", str(out)],
+        [sys.executable, "scripts/benchmark.py", "--quick", "--json", str(out), *options],
         cwd=repo_root,
         capture_output=True,
         text=True,
@@ -20,7 +21,11 @@ def test_quick_benchmark_reports_every_measure(tmp_path, repo_root):
         timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    report = json.loads(out.read_text())
+    return json.loads(out.read_text())
+
+
+def test_quick_benchmark_reports_every_measure(tmp_path, repo_root):
+    report = quick_benchmark(tmp_path, repo_root)
     assert set(report["results"]) == {"none", "rope"}
     assert all(r["ratio"] > 0 and r["windows"] > 0 for r in report["results"].values())
     assert report["results"]["rope"]["ratio_vs_xtransformers"] > 0  # the [bench] extra
@@ -48,15 +53,7 @@ def test_quick_benchmark_reports_every_measure(tmp_path, repo_root):
 
 
 def test_the_encodings_section_can_time_a_few_beside_none(tmp_path, repo_root):
-    out = tmp_path / "benchmark.json"
-    proc = subprocess.run(
-        [sys.executable, "scripts/benchmark.py", "--quick", "--json", str(out)]
-        + ["--only", "encodings", "--encodings", "fox", "dape"],
-        cwd=repo_root,
-        capture_output=True,
-        text=True,
-        stdin=subprocess.DEVNULL,
-        timeout=600,
+    report = quick_benchmark(
+        tmp_path, repo_root, "--only", "encodings", "--encodings", "fox", "dape"
     )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert set(json.loads(out.read_text())["encodings"]) == {"none", "fox", "dape"}
+    assert set(report["encodings"]) == {"none", "fox", "dape"}

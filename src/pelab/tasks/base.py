@@ -76,6 +76,9 @@ class Task(ABC):
     default_eval_lengths: ClassVar[tuple[int, ...]] = (8, 16, 24, 32)
     default_num_symbols: ClassVar[int] = 32
     fixed_num_symbols: ClassVar[int | None] = None  # set by tasks with a fixed alphabet
+    # the shortest length the task can build, and why (e.g. two operands and an operator)
+    min_length: ClassVar[int] = 1
+    min_length_why: ClassVar[str] = ""
     # the longest length of a bounded length axis (``scan``: 48 actions); the contract tests
     # build such a task there instead of at the benchmark's lengths 64 and 512
     max_length: ClassVar[int | None] = None
@@ -148,9 +151,13 @@ class Task(ABC):
 
     def check_length(self, length: int) -> None:
         """Raise ``ConfigError`` (naming ``length`` and the valid ones) if the task cannot be
-        built at ``length``; every length >= 1 is valid unless a task says otherwise."""
-        if length < 1:
-            raise ConfigError(f"{type(self).__name__}: lengths must be >= 1, got {length}")
+        built at ``length``; every length >= ``min_length`` is valid unless a task says
+        otherwise."""
+        if length < self.min_length:
+            why = f" ({self.min_length_why})" if self.min_length_why else ""
+            raise ConfigError(
+                f"{type(self).__name__}: lengths must be >= {self.min_length}{why}, got {length}"
+            )
 
     def lengths_between(self, low: int, high: int) -> list[int]:
         """The lengths from ``low`` to ``high`` the task can build; training draws its lengths

@@ -9,22 +9,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from pelab.errors import ConfigError
 from pelab.tasks.addition import add_little_endian
 from pelab.tasks.base import Task, register_task
 from pelab.tokens import N_SPECIAL
 
 ZERO, ONE, OPERATOR, END = N_SPECIAL, N_SPECIAL + 1, N_SPECIAL + 2, N_SPECIAL + 3
 PLUS = OPERATOR  # the operator's token: + here, * in binary_multiplication
-
-
-def check_operand_length(task: Task, length: int) -> None:
-    """Refuse a prompt too short for two operands of at least one bit and the operator."""
-    if length < 3:
-        raise ConfigError(
-            f"{type(task).__name__}: lengths must be >= 3 (two operands of at least one bit "
-            f"and the operator), got {length}"
-        )
+OPERANDS_WHY = "two operands of at least one bit and the operator"  # the shortest prompt
 
 
 def sample_operands(batch: int, length: int, generator: torch.Generator) -> Tensor:
@@ -99,9 +90,8 @@ class BinaryAdditionTask(Task):
     fixed_num_symbols = 4  # 0, 1, +, END
     digit_tokens = (ZERO, ONE)
     default_train_lengths = (3, 16)
-
-    def check_length(self, length: int) -> None:
-        check_operand_length(self, length)
+    min_length = 3
+    min_length_why = OPERANDS_WHY
 
     def answer_length(self, length: int) -> int:
         return length + 1

@@ -11,9 +11,9 @@ from pelab.tasks.addition import add_little_endian
 from pelab.tasks.base import Task, register_task
 from pelab.tasks.binary_addition import (
     ONE,
+    OPERANDS_WHY,
     OPERATOR,
     ZERO,
-    check_operand_length,
     end_and_pad,
     operand_bits,
     reference_answer,
@@ -48,9 +48,8 @@ class BinaryMultiplicationTask(Task):
     fixed_num_symbols = 4  # 0, 1, *, END
     digit_tokens = (ZERO, ONE)
     default_train_lengths = (3, 16)
-
-    def check_length(self, length: int) -> None:
-        check_operand_length(self, length)
+    min_length = 3
+    min_length_why = OPERANDS_WHY
 
     def sample(self, batch: int, length: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
         prompt = sample_operands(batch, length, generator)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from pelab.errors import ConfigError
 from pelab.tasks.base import Task, register_task
 from pelab.tokens import N_SPECIAL
 
@@ -31,12 +30,8 @@ class MissingDuplicateStringTask(Task):
     default_train_lengths = (2, 21)  # an odd longest length, so that "_" occurs in training
     default_eval_lengths = (11, 21, 31, 41)
 
-    def check_length(self, length: int) -> None:
-        if length < 2:
-            raise ConfigError(
-                f"MissingDuplicateStringTask: lengths must be >= 2 (a string of at least one "
-                f"bit, twice), got {length}"
-            )
+    min_length = 2
+    min_length_why = "a string of at least one bit, twice"
 
     def answer_length(self, length: int) -> int:
         return 1

@@ -6,7 +6,6 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from pelab.errors import ConfigError
 from pelab.tasks import modular_arithmetic as arithmetic
 from pelab.tasks.base import Task, register_task
 
@@ -51,12 +50,8 @@ class SolveEquationTask(Task):
     default_train_lengths = (3, 21)
     default_eval_lengths = (11, 21, 31, 41)
 
-    def check_length(self, length: int) -> None:
-        if length < 3:
-            raise ConfigError(
-                f"SolveEquationTask: lengths must be >= 3 (an expression of at least one token, "
-                f"= and the value), got {length}"
-            )
+    min_length = 3
+    min_length_why = "an expression of at least one token, = and the value"
 
     def answer_length(self, length: int) -> int:
         return 1
