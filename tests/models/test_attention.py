@@ -133,8 +133,8 @@ def mha_reference(attn: Attention) -> torch.nn.MultiheadAttention:
     d = attn.qkv.in_features
     mha = torch.nn.MultiheadAttention(d, attn.n_heads, bias=False, batch_first=True)
     with torch.no_grad():
-        mha.in_proj_weight.copy_(attn.qkv.weight)
-        mha.out_proj.weight.copy_(attn.proj.weight)
+        mha.in_proj_weight.copy_(attn.qkv.weight[0])  # member 0 of [K, 3d, d]
+        mha.out_proj.weight.copy_(attn.proj.weight[0])
     return mha.eval()
 
 

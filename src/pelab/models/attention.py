@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from einops import rearrange
 from torch import Tensor, nn
 
+from pelab.models import stacked
 from pelab.models.cache import LayerCache
 from pelab.pe.base import PositionalEncoding, memo_derived
 from pelab.positions import Positions
@@ -60,8 +61,8 @@ class Attention(nn.Module):
         self.n_heads, self.causal, self.layer, self.dropout = n_heads, causal, layer, dropout
         self.head_dim = d_model // n_heads
         self.scale = 1.0 / math.sqrt(self.head_dim)
-        self.qkv = nn.Linear(d_model, 3 * d_model, bias=False)
-        self.proj = nn.Linear(d_model, d_model, bias=False)
+        self.qkv = stacked.Linear(d_model, 3 * d_model, bias=False)
+        self.proj = stacked.Linear(d_model, d_model, bias=False)
         self._pe = (pe,)  # shared by all layers and owned by the model: not a submodule here
         fused = impl == "fused" or (impl == "auto" and not pe.needs_eager_attention())
         self.attend = self.attend_fused if fused else self.attend_eager
@@ -120,10 +121,10 @@ class Attention(nn.Module):
         """Queries of ``x``; keys and values of ``context``, from the cache after the first
         decoding step (the context does not change while the decoder generates)."""
         d_model = x.shape[-1]
-        (q,) = self.heads(F.linear(x, self.qkv.weight[:d_model]))
+        (q,) = self.heads(self.qkv(x, rows=slice(None, d_model)))
 
         def context_kv() -> tuple[Tensor, Tensor]:
-            k, v = self.heads(F.linear(context, self.qkv.weight[d_model:]))
+            k, v = self.heads(self.qkv(context, rows=slice(d_model, None)))
             return k, v
 
         k, v = context_kv() if cache is None else cache.context(context_kv)

@@ -31,6 +31,7 @@ from collections.abc import Callable, Sequence
 from torch import Tensor, nn
 
 from pelab.errors import ConfigError
+from pelab.models import stacked
 from pelab.models.cache import KVCache
 from pelab.models.transformer import Block, Memory, check_sizes, init_weights, run_blocks
 from pelab.pe.base import ModelDims, PositionalEncoding
@@ -57,7 +58,7 @@ class Stack(nn.Module):
             Block(dims, d_ff, self.pe, i, dropout, attn_impl, cross_attention)
             for i in range(dims.n_layers)
         )
-        self.norm = nn.LayerNorm(dims.d_model)
+        self.norm = stacked.LayerNorm(dims.d_model)
 
     def forward(
         self,
@@ -107,13 +108,13 @@ class EncoderDecoder(nn.Module):
             )
 
         self.dims = dims(True)  # the decoder's; the encoder's differ only in ``causal``
-        self.tok_emb = nn.Embedding(vocab_size, d_model)
+        self.tok_emb = stacked.Embedding(vocab_size, d_model)
         try:
             self.encoder = Stack(dims(False), pe, d_ff, dropout, attn_impl, cross_attention=False)
         except ConfigError as error:
             raise ConfigError(f"the encoder of model=encoder_decoder: {error}") from None
         self.decoder = Stack(dims(True), pe, d_ff, dropout, attn_impl, cross_attention=True)
-        self.head = nn.Linear(d_model, vocab_size, bias=False)
+        self.head = stacked.Linear(d_model, vocab_size, bias=False)
         init_weights(self, n_layers)
 
     def encode(self, tokens: Tensor, positions: Tensor | None = None) -> Memory:
@@ -163,6 +164,8 @@ class EncoderDecoder(nn.Module):
         return KVCache(capacity, self.decoder.dims.n_layers)
 
     def num_params(self) -> dict[str, int]:
-        """Total parameters and those of the two encodings (encoder's plus decoder's)."""
-        count = lambda module: sum(p.numel() for p in module.parameters())  # noqa: E731
+        """Total parameters and those of the two encodings (encoder's plus decoder's), of one
+        member."""
+        k = stacked.members_of(self)
+        count = lambda module: sum(p.numel() for p in module.parameters()) // k  # noqa: E731
         return {"total": count(self), "pe": count(self.encoder.pe) + count(self.decoder.pe)}

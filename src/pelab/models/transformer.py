@@ -9,6 +9,7 @@ from torch import Tensor, nn
 
 from pelab.errors import ConfigError
 from pelab.models.attention import Attention
+from pelab.models import stacked
 from pelab.models.cache import KVCache
 from pelab.pe.base import ModelDims, NoPE, PositionalEncoding
 from pelab.positions import Positions
@@ -18,7 +19,10 @@ class MLP(nn.Module):
     def __init__(self, d_model: int, d_ff: int, dropout: float) -> None:
         super().__init__()
         self.net = nn.Sequential(
-            nn.Linear(d_model, d_ff), nn.GELU(), nn.Linear(d_ff, d_model), nn.Dropout(dropout)
+            stacked.Linear(d_model, d_ff),
+            nn.GELU(),
+            stacked.Linear(d_ff, d_model),
+            nn.Dropout(dropout),
         )
 
     def forward(self, x: Tensor) -> Tensor:
@@ -56,7 +60,7 @@ class Block(nn.Module):
         cross_attention: bool = False,
     ) -> None:
         super().__init__()
-        self.norm1, self.norm2 = nn.LayerNorm(dims.d_model), nn.LayerNorm(dims.d_model)
+        self.norm1, self.norm2 = stacked.LayerNorm(dims.d_model), stacked.LayerNorm(dims.d_model)
         self.attn = Attention(
             dims.d_model, dims.n_heads, dims.causal, pe, layer, dropout, attn_impl
         )
@@ -64,7 +68,7 @@ class Block(nn.Module):
         self.drop = nn.Dropout(dropout)
         self.cross = None
         if cross_attention:
-            self.norm_cross = nn.LayerNorm(dims.d_model)
+            self.norm_cross = stacked.LayerNorm(dims.d_model)
             self.cross = Attention(
                 dims.d_model, dims.n_heads, False, NoPE(dims), layer, dropout, attn_impl
             )
@@ -119,12 +123,13 @@ def check_sizes(d_model: int, n_heads: int, n_layers: int) -> None:
 def init_weights(model: nn.Module, n_layers: int) -> None:
     """GPT-2's initialisation: ``N(0, 0.02)`` for every matrix except the token embedding, with
     the residual output projections scaled by ``1 / sqrt(2 n_layers)``. Encodings initialise
-    their own parameters, as their papers do, and are skipped."""
+    their own parameters, as their papers do, and are skipped. Matrices are ``[K, out, in]``
+    (``pelab.models.stacked``), built with K = 1."""
     encoding_params = {
         id(p) for m in model.modules() if isinstance(m, PositionalEncoding) for p in m.parameters()
     }
     for name, p in model.named_parameters():
-        if id(p) in encoding_params or p.dim() != 2 or name.endswith("tok_emb.weight"):
+        if id(p) in encoding_params or p.dim() != 3 or name.endswith("tok_emb.weight"):
             continue
         residual = name.endswith(("proj.weight", "net.2.weight"))
         nn.init.normal_(p, std=0.02 / (2 * n_layers) ** 0.5 if residual else 0.02)
@@ -168,13 +173,13 @@ class Transformer(nn.Module):
             tuple(digit_tokens),
         )
         self.pe = pe(self.dims)
-        self.tok_emb = nn.Embedding(vocab_size, d_model)
+        self.tok_emb = stacked.Embedding(vocab_size, d_model)
         self.blocks = nn.ModuleList(
             Block(self.dims, d_ff or 4 * d_model, self.pe, i, dropout, attn_impl)
             for i in range(n_layers)
         )
-        self.norm = nn.LayerNorm(d_model)
-        self.head = nn.Linear(d_model, vocab_size, bias=False)
+        self.norm = stacked.LayerNorm(d_model)
+        self.head = stacked.Linear(d_model, vocab_size, bias=False)
         init_weights(self, n_layers)
 
     @property
@@ -211,6 +216,8 @@ class Transformer(nn.Module):
         return self.head(self.norm(x))
 
     def num_params(self) -> dict[str, int]:
-        """Total and positional-encoding parameter counts (shared tensors counted once)."""
-        count = lambda module: sum(p.numel() for p in module.parameters())  # noqa: E731
+        """Total and positional-encoding parameter counts of one member (shared tensors counted
+        once)."""
+        k = stacked.members_of(self)
+        count = lambda module: sum(p.numel() for p in module.parameters()) // k  # noqa: E731
         return {"total": count(self), "pe": count(self.pe)}

@@ -1,0 +1,349 @@
+"""The member dimension: K models of one architecture trained as one network.
+
+Every run is a stack of K >= 1 *members* (``seeds=[...]``, ``learning_rates=[...]``; a plain run
+is K = 1). The layers that hold weights store them stacked, ``[K, ...]``, and run once for every
+member: ``Linear`` with one ``bmm`` over K, ``LayerNorm`` and ``Embedding`` with a member's own
+row of their tables. Everything else (attention, the positional encodings, the loss) sees the
+members folded into the batch, member-major: ``[K b, ...]`` holds member 0's ``b`` sequences,
+then member 1's, and so on. Attention never mixes sequences, so it needs no member dimension.
+
+With K = 1 each layer calls the kernel of its ``torch.nn`` namesake on the one member's weights,
+and initialises them with the same random draws in the same order: a plain run computes, bit for
+bit, what a network of ``torch.nn`` layers computes.
+
+Positional encodings act through their hooks (``pelab.pe.base``). An encoding without parameters
+(and with the same buffers in every member) runs once on the folded batch. One with parameters
+is held once per member (``MemberEncodings``): each hook hands member ``k`` its own slice of the
+folded batch and joins what the members return. This is general: no encoding is named here, and
+an encoding that wants to act on all members at once can later do so behind the same hooks.
+
+``select(net, members)`` runs a subset of the members (those still training, or those whose
+batches share a shape); ``member_state``/``load_member`` move one member's weights in the format
+of a single run's checkpoint (unstacked shapes), which a K = 1 network also loads.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from pelab.pe.base import PositionalEncoding
+from pelab.positions import Positions
+
+
+class Stacked(nn.Module):
+    """A layer whose parameters carry the member dimension first (``[K, ...]``). ``members``
+    selects the rows a forward uses (None: all). A checkpoint of a single run (unstacked shapes,
+    as ``torch.nn`` stores them) loads into a K = 1 layer."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.members: Tensor | None = None  # indices of the selected members, None: all
+
+    def stacked(self, name: str) -> Tensor | None:
+        """Parameter ``name`` of the selected members, ``[K', ...]``."""
+        p = getattr(self, name)
+        if p is None or self.members is None:
+            return p
+        return p.index_select(0, self.members)
+
+    def _load_from_state_dict(
+        self, state_dict: dict[str, Any], prefix: str, *args: Any, **kwargs: Any
+    ) -> None:
+        for name, p in self._parameters.items():
+            key = prefix + name
+            saved = state_dict.get(key)
+            if p is not None and saved is not None and saved.dim() == p.dim() - 1:
+                state_dict[key] = saved.unsqueeze(0)  # a single run's checkpoint
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+
+def folded(x: Tensor, k: int) -> Tensor:
+    """``[k b, ...]`` -> ``[k, b ..., d]`` as one matrix per member: ``[k, rows, d]``."""
+    return x.reshape(k, -1, x.shape[-1])
+
+
+class Linear(Stacked):
+    """``y = x W_k^T + b_k`` for member ``k``'s rows of ``x: [K b, ..., d_in]``; weights
+    ``[K, d_out, d_in]``, initialised as ``torch.nn.Linear``'s (Kaiming-uniform, bias
+    ``U(-1/sqrt(d_in), 1/sqrt(d_in))``)."""
+
+    def __init__(self, d_in: int, d_out: int, bias: bool = True) -> None:
+        super().__init__()
+        self.in_features, self.out_features = d_in, d_out
+        weight = torch.empty(d_out, d_in)
+        nn.init.kaiming_uniform_(weight, a=math.sqrt(5))
+        self.weight = nn.Parameter(weight[None])
+        self.bias = None
+        if bias:
+            bound = 1 / math.sqrt(d_in) if d_in > 0 else 0.0
+            self.bias = nn.Parameter(torch.empty(d_out).uniform_(-bound, bound)[None])
+
+    def forward(self, x: Tensor, rows: slice | None = None) -> Tensor:
+        """``rows``: only these output features (e.g. the queries of a fused q/k/v projection)."""
+        w, b = self.stacked("weight"), self.stacked("bias")
+        if rows is not None:
+            w, b = w[:, rows], None if b is None else b[:, rows]
+        k = w.shape[0]
+        if k == 1:
+            return F.linear(x, w[0], None if b is None else b[0])
+        xs = folded(x, k)  # [k, rows, d_in]
+        out = xs @ w.transpose(1, 2) if b is None else torch.baddbmm(b[:, None], xs, w.mT)
+        return out.reshape(*x.shape[:-1], w.shape[1])
+
+
+class LayerNorm(Stacked):
+    """``torch.nn.LayerNorm`` over the last dimension, with member ``k``'s gain and bias
+    ``[K, d]``."""
+
+    def __init__(self, d: int, eps: float = 1e-5) -> None:
+        super().__init__()
+        self.d, self.eps = d, eps
+        self.weight = nn.Parameter(torch.ones(1, d))
+        self.bias = nn.Parameter(torch.zeros(1, d))
+
+    def forward(self, x: Tensor) -> Tensor:
+        w, b = self.stacked("weight"), self.stacked("bias")
+        k = w.shape[0]
+        if k == 1:
+            return F.layer_norm(x, (self.d,), w[0], b[0], self.eps)
+        normed = folded(F.layer_norm(x, (self.d,), None, None, self.eps), k)
+        return torch.addcmul(b[:, None], normed, w[:, None]).reshape(x.shape)
+
+
+class Embedding(Stacked):
+    """Member ``k``'s row ``W_k[t]`` of token ``t``; tables ``[K, V, d]``, initialised as
+    ``torch.nn.Embedding``'s (``N(0, 1)``)."""
+
+    def __init__(self, num_embeddings: int, d: int) -> None:
+        super().__init__()
+        self.num_embeddings, self.embedding_dim = num_embeddings, d
+        weight = torch.empty(num_embeddings, d)
+        nn.init.normal_(weight)
+        self.weight = nn.Parameter(weight[None])
+
+    def forward(self, tokens: Tensor) -> Tensor:
+        w = self.stacked("weight")
+        k, v, d = w.shape
+        if k == 1:
+            return F.embedding(tokens, w[0])
+        member = torch.arange(k, device=tokens.device).repeat_interleave(tokens.shape[0] // k)
+        offsets = (member * v).view(-1, *([1] * (tokens.dim() - 1)))
+        return F.embedding(tokens + offsets, w.reshape(k * v, d))
+
+
+class MemberEncodings(PositionalEncoding):
+    """One encoding per member (an encoding with parameters): each hook gives member ``k`` its
+    slice ``[b, ...]`` of the folded batch ``[K b, ...]`` and its own ``Positions`` (so what an
+    encoding memoises per forward stays its own), and joins the members' answers, a broadcast
+    ``[1, ...]`` expanded to the member's ``b``."""
+
+    shift = "absolute"  # never registered; the members' own classes declare theirs
+
+    def __init__(self, encodings: Sequence[PositionalEncoding]) -> None:
+        nn.Module.__init__(self)
+        self.encodings = nn.ModuleList(encodings)
+        first = encodings[0]
+        self.dims, self.pe_name = first.dims, getattr(first, "pe_name", type(first).__name__)
+        self.supports_kv_cache = first.supports_kv_cache
+        self.members: list[int] | None = None
+        self.batch = 0  # the folded batch of the current forward (``embed`` comes first)
+
+    def overrides(self, hook: str) -> bool:  # type: ignore[override]
+        return self.encodings[0].overrides(hook)
+
+    def needs_eager_attention(self) -> bool:  # type: ignore[override]
+        return self.encodings[0].needs_eager_attention()
+
+    def embed(self, x: Tensor, tokens: Tensor, pos: Positions) -> Tensor:
+        self.batch = x.shape[0]
+        index = range(len(self.encodings)) if self.members is None else self.members
+        n, b = len(index), x.shape[0] // len(index)
+        out = []
+        for i, k in enumerate(index):
+            member_pos = pos.memo(("member", i, n), lambda i=i: _member_positions(pos, i, b, n))
+            rows = slice(i * b, (i + 1) * b)
+            out.append(self.encodings[k].embed(x[rows], tokens[rows], member_pos))
+        return torch.cat(out)
+
+    def layer_input(self, x: Tensor, pos: Positions, layer: int) -> Tensor:
+        return self._each_last("layer_input", pos, (x,), layer)
+
+    def transform_qk(self, q: Tensor, k: Tensor, pos: Positions) -> tuple[Tensor, Tensor]:
+        return self._each_last("transform_qk", pos, (q, k), None)
+
+    def logit_bias(self, pos: Positions, layer: int) -> Tensor | None:
+        return self._each_last("logit_bias", pos, (), layer)
+
+    def input_bias(
+        self, x: Tensor, q: Tensor, k: Tensor, pos: Positions, layer: int
+    ) -> Tensor | None:
+        return self._each_last("input_bias", pos, (x, q, k), layer)
+
+    def modify_logits(
+        self, logits: Tensor, q: Tensor, k: Tensor, pos: Positions, layer: int
+    ) -> Tensor:
+        return self._each_last("modify_logits", pos, (logits, q, k), layer)
+
+    def normalize(self, logits: Tensor, pos: Positions, layer: int) -> Tensor:
+        return self._each_last("normalize", pos, (logits,), layer)
+
+    def modify_probs(self, probs: Tensor, pos: Positions, layer: int) -> Tensor:
+        return self._each_last("modify_probs", pos, (probs,), layer)
+
+    def modify_output(self, out: Tensor, probs: Tensor, pos: Positions, layer: int) -> Tensor:
+        return self._each_last("modify_output", pos, (out, probs), layer)
+
+    def _each_last(
+        self, hook: str, pos: Positions, tensors: tuple[Tensor, ...], layer: int | None
+    ) -> Any:
+        """``hook(*tensors, pos[, layer])`` of each selected member on its slice."""
+        index = range(len(self.encodings)) if self.members is None else self.members
+        n = len(index)
+        b = self.batch // n
+        answers = []
+        for i, k in enumerate(index):
+            own = [_slice(t, i, b, self.batch) for t in tensors]
+            member_pos = pos.memo(("member", i, n), lambda i=i: _member_positions(pos, i, b, n))
+            extra = () if layer is None else (layer,)
+            answers.append(getattr(self.encodings[k], hook)(*own, member_pos, *extra))
+        return _join(answers, b)
+
+
+def _slice(t: Tensor, i: int, b: int, batch: int) -> Tensor:
+    """Member ``i``'s rows of a folded ``[batch, ...]`` tensor (a broadcast ``[1, ...]`` as it
+    is)."""
+    return t[i * b : (i + 1) * b] if t.shape[0] == batch else t
+
+
+def _member_positions(pos: Positions, i: int, b: int, n: int) -> Positions:
+    """Member ``i``'s own ``Positions`` (its rows where the positions are per sequence)."""
+    batch = b * n
+    return Positions(_slice(pos.q, i, b, batch), _slice(pos.k, i, b, batch))
+
+
+def _join(answers: list[Any], b: int) -> Any:
+    """The members' answers as one folded answer (None stays None; tuples elementwise)."""
+    first = answers[0]
+    if first is None:
+        return None
+    if isinstance(first, tuple):
+        return tuple(_join(list(parts), b) for parts in zip(*answers, strict=True))
+    return torch.cat([a.expand(b, *a.shape[1:]) if a.shape[0] != b else a for a in answers])
+
+
+def members_of(net: nn.Module) -> int:
+    """K, the number of members ``net`` holds."""
+    for module in net.modules():
+        if isinstance(module, Stacked):
+            return next(module.parameters()).shape[0]
+        if isinstance(module, MemberEncodings):
+            return len(module.encodings)
+    return 1
+
+
+@contextmanager
+def select(net: nn.Module, members: Sequence[int] | None) -> Iterator[None]:
+    """Forwards of ``net`` inside run only ``members`` (in this order; None: all), their
+    batches folded in that order."""
+    index = None if members is None else torch.tensor(list(members), dtype=torch.long)
+    if index is not None and len(index) == members_of(net) and bool(
+        (index == torch.arange(len(index))).all()
+    ):
+        index, members = None, None  # every member, in order: no gather
+    changed = [m for m in net.modules() if isinstance(m, Stacked | MemberEncodings)]
+    for module in changed:
+        module.members = index if isinstance(module, Stacked) else members
+    try:
+        yield
+    finally:
+        for module in changed:
+            module.members = None
+
+
+def _top_encodings(net: nn.Module) -> list[tuple[str, PositionalEncoding]]:
+    """The encodings of ``net`` that are not part of another encoding, by module name."""
+    found: list[tuple[str, PositionalEncoding]] = []
+    for name, module in net.named_modules():
+        inside = any(name.startswith(f"{outer}.") for outer, _ in found)
+        if isinstance(module, PositionalEncoding) and not inside:
+            found.append((name, module))
+    return found
+
+
+def _same_buffers(encodings: Sequence[nn.Module]) -> bool:
+    buffers = [dict(e.named_buffers()) for e in encodings]
+    return all(
+        all(torch.equal(b[name], buffers[0][name]) for name in buffers[0]) for b in buffers[1:]
+    )
+
+
+def stack(nets: Sequence[nn.Module]) -> nn.Module:
+    """One network holding every member of ``nets`` (same architecture, each initialised as its
+    own single run): stacked layers get the members' weights in order; an encoding with
+    parameters (or buffers that differ) is held once per member (``MemberEncodings``). Attention
+    modules point at the encoding their network uses."""
+    if len(nets) == 1:
+        return nets[0]
+    net = copy.deepcopy(nets[0])
+    modules = [dict(n.named_modules()) for n in nets]
+    for name, module in net.named_modules():
+        if isinstance(module, Stacked):
+            for pname, p in list(module._parameters.items()):
+                if p is not None:
+                    rows = [getattr(m[name], pname).detach() for m in modules]
+                    setattr(module, pname, nn.Parameter(torch.cat(rows)))
+    replaced: dict[int, PositionalEncoding] = {}
+    for name, encoding in _top_encodings(net):
+        own = [m[name] for m in modules]
+        if not any(True for _ in encoding.parameters()) and _same_buffers(own):
+            continue
+        wrapper = MemberEncodings(own)
+        parent, _, attr = name.rpartition(".")
+        setattr(net.get_submodule(parent) if parent else net, attr, wrapper)
+        replaced[id(encoding)] = wrapper
+    for module in net.modules():
+        pe = getattr(module, "_pe", None)
+        if isinstance(pe, tuple) and pe and id(pe[0]) in replaced:
+            module._pe = (replaced[id(pe[0])],)
+    return net
+
+
+def member_state(net: nn.Module, k: int) -> dict[str, Tensor]:
+    """Member ``k``'s weights as a single run's ``state_dict`` (unstacked shapes)."""
+    state: dict[str, Tensor] = {}
+
+    def visit(module: nn.Module, prefix: str) -> None:
+        if isinstance(module, MemberEncodings):
+            state.update(module.encodings[k].state_dict(prefix=prefix))
+            return
+        for name, p in module._parameters.items():
+            if p is not None:
+                state[prefix + name] = (p[k] if isinstance(module, Stacked) else p).detach()
+        for name, buf in module._buffers.items():
+            if buf is not None and name not in module._non_persistent_buffers_set:
+                state[prefix + name] = buf
+        for name, child in module._modules.items():
+            if child is not None:
+                visit(child, f"{prefix}{name}.")
+
+    visit(net, "")
+    return state
+
+
+@torch.no_grad()
+def load_member(net: nn.Module, k: int, state: dict[str, Tensor]) -> None:
+    """Member ``k`` of ``net`` takes the weights of ``state`` (``member_state``'s format)."""
+    own = member_state(net, k)
+    missing = sorted(set(own) - set(state))
+    if missing:
+        raise KeyError(f"a member's state lacks {', '.join(missing[:5])}")
+    for key, tensor in own.items():
+        tensor.copy_(state[key])
