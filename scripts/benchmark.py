@@ -18,16 +18,24 @@
    batches; one torch thread, as one job per core runs), for ``none``, ``rope``, ``alibi`` and
    ``shaw`` (eager attention), at the CPU presets' shape (d_model 64, 2 layers, batch 32, copy
    at lengths 1-8), beside the bound: one model with K times the batch.
-6. With ``--ablation``: the wall time of ``experiment=ablation_cpu`` (every job, on this
+6. Threads (``--only threads``): median ms per training step (forward, backward, AdamW) of the
+   decoder Transformer (RoPE, copy at length 16) at d_model/layers/batch 64/2/32 (the CPU
+   presets), 64/2/64 (the default run), 128/4/64, 256/4/64 and 512/6/64, with 1, 2, 4, ...
+   torch threads up to this machine's cores, in interleaved rounds, and each count's speed-up
+   over one thread; on the machine as it is, then busy (beside another torch process): what
+   ``pelab.threads`` chooses by (docs/performance.md, "Threads").
+7. With ``--ablation``: the wall time of ``experiment=ablation_cpu`` (every job, on this
    machine) and the share of its (encoding, task) cells learned in distribution.
 
     python scripts/benchmark.py            # full: 4 layers, d_model 128, 64 tokens, batch 64
     python scripts/benchmark.py --quick    # a smoke run in seconds
+    python scripts/benchmark.py --only threads   # one section
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import subprocess
@@ -52,6 +60,7 @@ from pelab.models.transformer import Transformer
 from pelab.pe import PE_REGISTRY
 from pelab.positions import contiguous
 from pelab.tasks import TASK_REGISTRY
+from pelab.threads import available_cores, set_threads
 from pelab.tokens import N_SPECIAL
 from pelab.train import build_model, build_task
 
@@ -416,8 +425,8 @@ def member_throughput(quick: bool) -> dict[str, dict]:
     """Member steps per second of K members batched, K sequential single steps and the bound
     (one model, K x the batch), interleaved by round, one torch thread."""
     threads = torch.get_num_threads()
-    torch.set_num_threads(1)
     task = TASK_REGISTRY["copy"](train_lengths=[1, 8], eval_lengths=[8])
+    set_threads(1, None)  # one thread, as one job per core runs
     encodings, counts = (("none", "rope"), (1, 2)) if quick else (MEMBER_ENCODINGS, MEMBER_COUNTS)
     steps, rounds = (2, 1) if quick else (20, 3)
     results: dict[str, dict] = {}
@@ -427,7 +436,7 @@ def member_throughput(quick: bool) -> dict[str, dict]:
             for k in counts:
                 results[pe][k] = _member_sides(task, pe, k, steps, rounds)
     finally:
-        torch.set_num_threads(threads)
+        set_threads(threads, None)
     return results
 
 
@@ -496,6 +505,127 @@ def _member_sides(task, pe: str, k: int, steps: int, rounds: int) -> dict:
         **{f"{name}_member_steps_per_s": round(v, 1) for name, v in per_s.items()},
         "batched_vs_sequential": round(per_s["batched"] / per_s["sequential"], 3),
         "bound_vs_sequential": round(per_s["bound"] / per_s["sequential"], 3),
+    }
+
+
+# (d_model, n_layers, batch): the CPU presets, the default run, then larger models
+THREAD_SIZES = ((64, 2, 32), (64, 2, 64), (128, 4, 64), (256, 4, 64), (512, 6, 64))
+THREAD_LENGTH = 16  # copy at its longest default training length: 34 tokens per sequence
+# "busy": another torch process computing beside the timed one, at torch's default threads (one
+# per core), as another job or a test suite would
+COMPETITOR = (
+    "import torch\na = torch.randn(128, 128)\nprint('ready', flush=True)\n"
+    "while True:\n    a = torch.tanh(a @ a)\n"
+)
+
+
+def thread_counts(cores: int) -> list[int]:
+    """1, 2, 4, ... up to ``cores``, and ``cores`` itself."""
+    counts = [1]
+    while counts[-1] * 2 <= cores:
+        counts.append(counts[-1] * 2)
+    return counts if counts[-1] == cores else [*counts, cores]
+
+
+@contextlib.contextmanager
+def competing_process():
+    """``COMPETITOR`` running in another process (started, and torch imported) until the end."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", COMPETITOR],
+        stdout=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        proc.stdout.readline()  # "ready"
+        yield
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def _thread_pass(
+    models: dict, counts: list[int], rounds: int, steps: int, min_seconds: float
+) -> dict[tuple, dict[str, float]]:
+    """Median ms per step of every model with every thread count, interleaved by round: each
+    round times at least ``steps`` steps and ``min_seconds`` of them, after one warm-up step."""
+    times: dict[tuple, dict[int, list[float]]] = {size: {n: [] for n in counts} for size in models}
+    for _ in range(rounds):
+        for size, (net, opt, data) in models.items():
+            for n in counts:
+                set_threads(n, net.num_params()["total"])
+                timed, i = 0.0, 0
+                while i <= steps or timed < min_seconds:
+                    prompt, answer = data[i % len(data)]
+                    start = time.perf_counter()
+                    inputs, answer_slice = DecoderKind.teacher_forcing(prompt, answer)
+                    logits = net(inputs)[:, answer_slice]
+                    loss = F.cross_entropy(logits.flatten(0, 1), answer.flatten())
+                    opt.zero_grad(set_to_none=True)
+                    loss.backward()
+                    opt.step()
+                    if i:  # step 0 warms up
+                        times[size][n].append(time.perf_counter() - start)
+                        timed += times[size][n][-1]
+                    i += 1
+    return {
+        size: {str(n): 1e3 * statistics.median(t) for n, t in by_count.items()}
+        for size, by_count in times.items()
+    }
+
+
+def thread_step_times(quick: bool) -> dict:
+    """Median ms per training step (forward, backward, AdamW) of the decoder Transformer (RoPE,
+    copy at ``THREAD_LENGTH``) at each of ``THREAD_SIZES`` with each of ``thread_counts`` torch
+    threads, interleaved by round (so a drift of the machine's load hits every count alike), and
+    each count's speed-up over one thread: on the machine as it is, then ``busy``, beside a
+    ``competing_process`` (fewer steps: a busy step with threads competing can take seconds)."""
+    previous = torch.get_num_threads()
+    cores = available_cores()
+    counts = thread_counts(cores)[: 2 if quick else None]
+    sizes = THREAD_SIZES[:1] if quick else THREAD_SIZES
+    # (rounds, steps, seconds) of a count in a round: idle, then busy
+    idle, busy_pass = ((1, 2, 0.0), (1, 2, 0.0)) if quick else ((3, 5, 0.5), (2, 3, 2.0))
+    task = TASK_REGISTRY["copy"](
+        train_lengths=[THREAD_LENGTH, THREAD_LENGTH], eval_lengths=[THREAD_LENGTH]
+    )
+    models = {}
+    for d, layers, batch in sizes:
+        torch.manual_seed(0)
+        net = Transformer(
+            task.vocab_size,
+            task.max_sequence_length(),
+            True,
+            partial(PE_REGISTRY["rope"]),
+            d_model=d,
+            n_layers=layers,
+        )
+        generator = torch.Generator().manual_seed(0)
+        data = [task.sample(batch, THREAD_LENGTH, generator) for _ in range(8)]
+        models[(d, layers, batch)] = (net, torch.optim.AdamW(net.parameters(), lr=1e-3), data)
+    try:
+        as_is = _thread_pass(models, counts, *idle)
+        with competing_process():
+            busy = _thread_pass(models, counts, *busy_pass)
+    finally:
+        set_threads(previous, None)
+    rows = {}
+    for size, (net, _, _) in models.items():
+        d, layers, batch = size
+        rows[f"d_model={d} n_layers={layers} batch={batch}"] = {
+            "params": net.num_params()["total"],
+            "ms_per_step": {n: round(v, 1) for n, v in as_is[size].items()},
+            "speedup_vs_1": {n: round(as_is[size]["1"] / v, 2) for n, v in as_is[size].items()},
+            "busy_ms_per_step": {n: round(v, 1) for n, v in busy[size].items()},
+            "busy_speedup_vs_1": {n: round(busy[size]["1"] / v, 2) for n, v in busy[size].items()},
+        }
+    keys = ("rounds", "min_steps", "min_seconds")
+    return {
+        "cores": cores,
+        "length": THREAD_LENGTH,
+        "as_is": dict(zip(keys, idle, strict=True)),
+        "busy": dict(zip(keys, busy_pass, strict=True)),
+        "sizes": rows,
     }
 
 
@@ -605,7 +735,7 @@ def throughput(
     return results
 
 
-SECTIONS = ("throughput", "encodings", "data", "greedy", "members")
+SECTIONS = ("throughput", "encodings", "data", "greedy", "members", "threads")
 REQUIRED = ("pelab", "minimal")  # the comparison itself; the other sides are optional
 
 
@@ -689,6 +819,32 @@ def main() -> None:
                     f"{r['bound_member_steps_per_s']:>9.1f}"
                     f"{r['batched_vs_sequential']:>16.3f}{r['bound_vs_sequential']:>14.3f}"
                 )
+    if "threads" in args.only:
+        report["threads"] = threads = thread_step_times(args.quick)
+        counts = list(next(iter(threads["sizes"].values()))["ms_per_step"])
+        print(
+            f"\n{'threads: ms/step (speed-up over 1)':<34}{'params':>11}"
+            + "".join(f"{n + ' thr':>16}" for n in counts)
+            + "".join(f"{n + ' thr, busy':>18}" for n in counts)
+        )
+        for label, r in threads["sizes"].items():
+            cells = [
+                f"{r[f'{side}ms_per_step'][n]:.1f} ({r[f'{side}speedup_vs_1'][n]:.2f}x)"
+                for side in ("", "busy_")
+                for n in counts
+            ]
+            print(
+                f"{label:<34}{r['params']:>11,}"
+                + "".join(f"{c:>16}" for c in cells[: len(counts)])
+                + "".join(f"{c:>18}" for c in cells[len(counts) :])
+            )
+        a, b = threads["as_is"], threads["busy"]
+        print(
+            f"({threads['cores']} cores; copy at length {threads['length']}; medians over "
+            f"{a['rounds']} rounds of >= {a['min_steps']} steps and {a['min_seconds']} s per "
+            f"count; busy: beside another torch process, {b['rounds']} rounds of >= "
+            f"{b['min_steps']} steps and {b['min_seconds']} s)"
+        )
     if args.ablation:
         report["ablation_cpu"] = ablation_wall_time(tmp / "ablation_cpu")
         a = report["ablation_cpu"]

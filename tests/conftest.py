@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
@@ -30,6 +31,19 @@ TINY = [
 def _offline_wandb(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
+
+
+SESSION_THREADS = torch.get_num_threads()  # torch's threads when the test session started
+
+
+@pytest.fixture(autouse=True)
+def _torch_threads() -> None:
+    """Torch's threads back to the session's after each test (entry points set them:
+    pelab.threads). Not "as before the test": a module-scoped fixture that ran an entry point
+    is set up before this fixture and would leak its choice into every later test (an
+    in-process run at 1 thread is then no longer bitwise a command-line run at the default)."""
+    yield
+    torch.set_num_threads(SESSION_THREADS)
 
 
 def compose_config(

@@ -57,3 +57,15 @@ def test_the_encodings_section_can_time_a_few_beside_none(tmp_path, repo_root):
         tmp_path, repo_root, "--only", "encodings", "--encodings", "fox", "dape"
     )
     assert set(report["encodings"]) == {"none", "fox", "dape"}
+
+
+def test_the_threads_section_times_one_and_two_threads_idle_and_busy(tmp_path, repo_root):
+    report = quick_benchmark(tmp_path, repo_root, "--only", "threads")
+    threads = report["threads"]
+    [row] = threads["sizes"].values()  # --quick: the smallest size only
+    assert row["params"] > 0
+    counts = ["1", "2"] if threads["cores"] >= 2 else ["1"]
+    for side in ("", "busy_"):
+        assert list(row[f"{side}ms_per_step"]) == counts
+        assert all(ms > 0 for ms in row[f"{side}ms_per_step"].values())
+        assert row[f"{side}speedup_vs_1"]["1"] == 1.0

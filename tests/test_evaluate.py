@@ -4,6 +4,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig, OmegaConf
 
@@ -80,6 +81,19 @@ def test_without_overrides_the_training_numbers_are_reproduced(rope_ckpt):
     res = json.loads(next((run_dir / "eval").glob("*_as_trained/results.json")).read_text())
     trained = json.loads((run_dir / "results.json").read_text())
     assert res["metrics"]["test"] == trained["metrics"]["test"]
+
+
+def test_evaluation_chooses_torchs_threads_by_the_model_it_rebuilt(rope_ckpt, caplog):
+    run_dir = rope_ckpt.parent.parent
+    torch.set_num_threads(2)
+    with caplog.at_level("INFO", logger="pelab.threads"):
+        record = evaluate(compose_eval([f"ckpt_path='{rope_ckpt}'"], run_dir.parent))
+    assert torch.get_num_threads() == 1  # a small model (pelab.threads)
+    assert "torch threads: 1 (model of " in caplog.text and record["config"]["threads"] == "auto"
+    record = evaluate(compose_eval([f"ckpt_path='{rope_ckpt}'", "threads=2"], run_dir.parent))
+    assert torch.get_num_threads() == 2 and record["config"]["threads"] == 2
+    with pytest.raises(ConfigError, match="threads='all': valid choices: auto"):
+        evaluate(compose_eval([f"ckpt_path='{rope_ckpt}'", "threads=all"], run_dir.parent))
 
 
 def test_a_missing_checkpoint_is_a_clear_error(tmp_path):

@@ -41,6 +41,18 @@ def test_the_weights_are_the_checkpoints(trained):
     assert best.checkpoint != last.checkpoint
 
 
+def test_loading_chooses_torchs_threads_by_the_model_unless_told(trained):
+    cfg, _ = trained
+    torch.set_num_threads(2)
+    pelab.load_run(cfg.paths.output_dir)
+    assert torch.get_num_threads() == 1  # the default model is small (pelab.threads)
+    pelab.load_run(cfg.paths.output_dir, threads=2)
+    assert torch.get_num_threads() == 2
+    torch.set_num_threads(3)
+    pelab.load_run(cfg.paths.output_dir, threads=None)  # left as they are
+    assert torch.get_num_threads() == 3
+
+
 def test_a_directory_without_a_run_is_a_clear_error(tmp_path):
     with pytest.raises(ConfigError, match=r"ckpt_path=.*best.ckpt does not exist"):
         pelab.load_run(tmp_path)

@@ -35,6 +35,7 @@ from pelab.record import RESULTS, read_record
 from pelab.reliability.checkpoints import check_integrity
 from pelab.reliability.validate import check_types
 from pelab.runner import execute, make_trainer, outcome, sweep_job, sweep_job_dir
+from pelab.threads import check_threads, configure_threads
 from pelab.train import build_model, build_task, data_module
 
 log = logging.getLogger(__name__)
@@ -122,6 +123,8 @@ def eval_config(cfg: DictConfig, train_cfg: DictConfig, output_dir: Path) -> Dic
                 OmegaConf.update(merged, key, value)
         for key in ("trainer", "logger", "callbacks", "paths"):
             merged[key] = cfg.get(key)
+        merged.threads = cfg.get("threads", "auto")  # this evaluation's (pelab.threads)
+        check_threads(merged.threads)
         if OmegaConf.select(merged, "logger.wandb") is not None:  # a W&B run of job type eval
             merged.logger.wandb.job_type = "eval"
         merged.paths.output_dir = str(output_dir)
@@ -186,6 +189,7 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
         task = build_task(merged)
         model = build_model(merged, task, sizes)
         load_weights(model, ckpt)
+        configure_threads(merged, model.net.num_params()["total"])
         notes: list[str] = []
         trainer = make_trainer(merged, model.net.num_params(), notes)
         trainer.test(model, datamodule=data_module(merged, task), verbose=False)

@@ -32,6 +32,7 @@ from pelab.evaluate import load_weights, trained_sizes, training_record
 from pelab.lit_module import SequenceModel
 from pelab.metrics import Scores
 from pelab.tasks.base import Task
+from pelab.threads import set_threads
 from pelab.train import build_model, build_task
 
 
@@ -78,11 +79,15 @@ class Run:
         return scores
 
 
-def load_run(run_dir: str | Path, checkpoint: str = "best") -> Run:
+def load_run(
+    run_dir: str | Path, checkpoint: str = "best", threads: str | int | None = "auto"
+) -> Run:
     """The run in ``run_dir`` (a training run's output directory, or a member's
     ``seed_<k>/``) with the weights of ``checkpoints/<checkpoint>.ckpt`` (``best``: chosen by
     in-distribution validation; ``last``; or a path to any checkpoint of this run); a
-    ``ConfigError`` naming what is missing otherwise."""
+    ``ConfigError`` naming what is missing otherwise. ``threads``: torch's CPU threads,
+    ``auto`` (chosen by the model's size, ``pelab.threads``), a number, or ``None`` to leave
+    them as they are."""
     path = Path(checkpoint)
     if path.suffix != ".ckpt":
         path = Path(run_dir) / "checkpoints" / f"{checkpoint}.ckpt"
@@ -91,4 +96,6 @@ def load_run(run_dir: str | Path, checkpoint: str = "best") -> Run:
     task = build_task(config)
     model = build_model(config, task, trained_sizes(record, config))
     load_weights(model, path)
+    if threads is not None:
+        set_threads(threads, model.net.num_params()["total"])
     return Run(directory, config, record, task, model.eval(), path)

@@ -54,8 +54,8 @@ COMPETENCE_KEYS = ("learned", "steps_to_learn", "stop_reason")
 CHOICE_GROUPS = ("model", "pe", "task", "positions", "trainer", "experiment")
 
 
-# overrides that say how a job runs, not what it trains
-BOOKKEEPING = ("skip_completed", "resume", "ckpt_path")
+# overrides that say how a job runs, not what it trains (``threads``: torch's CPU threads)
+BOOKKEEPING = ("skip_completed", "resume", "ckpt_path", "threads")
 # settings that change neither the training nor the evaluation (top-level keys, and keys of
 # ``trainer``): a re-run may change them and is the same job (``reliability.completed``), in the
 # same directory (``job_key``), in the same row of a table (``analysis.collect``)

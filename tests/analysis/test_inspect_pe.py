@@ -142,12 +142,30 @@ def test_the_options_are_config_keys_beside_the_training_overrides(tmp_path):
 
 @pytest.mark.parametrize(
     ("override", "message"),
-    [("wandb=no", "wandb='no': valid choices: true, false"), ("length=0", "length=0")],
+    [
+        ("wandb=no", "wandb='no': valid choices: true, false"),
+        ("length=0", "length=0"),
+        ("threads=0", "threads=0: valid choices: auto"),
+    ],
 )
 def test_a_bad_option_fails_early_with_the_valid_choices(tmp_path, override, message):
     with pytest.raises(ConfigError, match=message):
         inspect_pe.run(inspect_config(tmp_path, override))
     assert not (tmp_path / "logs").exists()  # nothing built or drawn
+
+
+def test_the_threads_are_chosen_by_the_drawn_model(tmp_path, caplog):
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        with caplog.at_level("INFO", logger="pelab.threads"):
+            draw(tmp_path, "pe=alibi", "model.net.d_model=32", "length=8")
+        assert torch.get_num_threads() == 1  # a small model (pelab.threads)
+        assert "torch threads: 1 (model of " in caplog.text
+        draw(tmp_path, "pe=alibi", "model.net.d_model=32", "length=8", "threads=2")
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
 
 
 def test_the_figures_go_to_wandb_with_the_encoding_and_the_overrides(tmp_path, monkeypatch):

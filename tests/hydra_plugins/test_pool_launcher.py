@@ -12,6 +12,7 @@ from hydra_plugins.pelab_launcher.pool_launcher import (
     available_cores,
     mark_failed,
 )
+from hydra_plugins.pelab_launcher.worker import job_threads
 from pelab.errors import ConfigError
 from pelab.record import write_json_atomic
 
@@ -22,6 +23,13 @@ def test_one_job_per_core_by_default_and_jobs_times_threads_fill_the_cores():
     one = PoolLauncher(n_jobs=1)
     assert (one.n_jobs, one.threads) == (1, available_cores())
     assert PoolLauncher(n_jobs=2, threads_per_job=3).threads == 3
+
+
+def test_a_job_starts_with_its_configs_number_of_threads_else_its_share():
+    assert job_threads("auto", 1) == 1  # its entry point's auto then chooses within the share
+    assert job_threads(3, 1) == 3  # threads=3 in the job's config: honoured as given
+    assert job_threads(None, 2) == 2  # a config without the key
+    assert job_threads("all", 2) == 2  # refused by the job's entry point, in its record
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,6 @@
 """A local sweep that behaves like a SLURM array: every job runs in its own process, at most
-``n_jobs`` at a time (one per core by default, each with ``cores // n_jobs`` torch threads). A
+``n_jobs`` at a time (one per core by default, each with at most ``cores // n_jobs`` torch
+threads: a job's ``threads=auto`` chooses within that share, ``pelab.threads``). A
 job that is killed (SIGKILL, out of memory) or exits abnormally is recorded as failed in its
 ``results.json`` (its signal or exit status, the tail of its output) and the others run on; the
 sweep summary (``pelab.analysis.sweep.SweepSummary``) then names it and exits with status 1.
@@ -15,7 +16,6 @@ to ``<sweep dir>/.launcher/<job number>.log``."""
 
 import logging
 import multiprocessing
-import os
 import signal
 import time
 from dataclasses import dataclass
@@ -32,6 +32,7 @@ from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from pelab.errors import ConfigError
+from pelab.threads import available_cores
 
 log = logging.getLogger(__name__)
 
@@ -45,17 +46,12 @@ STOP_GRACE_S = 60.0  # after passing SIGTERM on, how long the running jobs get t
 class PoolLauncherConf:
     _target_: str = "hydra_plugins.pelab_launcher.pool_launcher.PoolLauncher"
     n_jobs: int = -1  # jobs at once; -1: one per available core
-    threads_per_job: int | None = None  # torch threads of each job; None: cores // n_jobs
+    threads_per_job: int | None = None  # each job's share of torch threads; None: cores // n_jobs
 
 
 ConfigStore.instance().store(
     group="hydra/launcher", name="pool", node=PoolLauncherConf, provider="pelab"
 )
-
-
-def available_cores() -> int:
-    """The cores this process may use (its CPU affinity: a SLURM or container allocation)."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
 
 
 @dataclass
@@ -106,7 +102,8 @@ class PoolLauncher(Launcher):
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
         (sweep_dir / LAUNCHER_DIR).mkdir(parents=True, exist_ok=True)
         log.info(
-            "Launching %d jobs, %d at a time with %d torch thread(s) each; sweep output dir: %s",
+            "Launching %d jobs, %d at a time, %d torch thread(s) each at most (threads=auto "
+            "chooses within it); sweep output dir: %s",
             len(job_overrides),
             self.n_jobs,
             self.threads,

@@ -1,19 +1,25 @@
 """One job of ``PoolLauncher``, in its own process (forked from the launcher's fork server):
 runs the job as Hydra's launchers do (``run_job`` into ``hydra.sweep.dir``/``hydra.sweep.subdir``)
 and writes its ``JobReturn`` to ``result_path``, last and atomically, so the file exists only if
-the job returned."""
+the job returned.
+
+Threads: the job gets the launcher's ``threads`` (``threads_per_job``, or cores // jobs) as its
+share of the cores (``pelab.threads.share_cores``) and starts with that many torch threads; its
+entry point's ``threads=auto`` then chooses within the share (1 for a small model), so jobs x
+threads never exceeds it. A job config's ``threads=<n>`` is honoured as given, from the start."""
 
 import os
 import sys
 from pathlib import Path
 
 import cloudpickle
-import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.singleton import Singleton
 from hydra.core.utils import run_job, setup_globals
 
 from hydra_plugins.pelab_launcher.pool_launcher import job_config
+from pelab.errors import ConfigError
+from pelab.threads import check_threads, set_threads, share_cores
 
 
 def main(call_path: Path, result_path: Path, log_path: Path, threads: int) -> None:
@@ -21,13 +27,14 @@ def main(call_path: Path, result_path: Path, log_path: Path, threads: int) -> No
     with open(log_path, "ab") as out:  # this process's stdout and stderr, appended
         os.dup2(out.fileno(), sys.stdout.fileno())
         os.dup2(out.fileno(), sys.stderr.fileno())
-    torch.set_num_threads(threads)
     hydra_context, task_function, config, singleton_state, num, overrides = cloudpickle.loads(
         call_path.read_bytes()
     )
     setup_globals()
     Singleton.set_state(singleton_state)
     sweep_config = job_config(hydra_context, config, overrides, num)
+    share_cores(threads)
+    set_threads(job_threads(sweep_config.get("threads"), threads), None)
     HydraConfig.instance().set_config(sweep_config)
     returned = run_job(
         hydra_context=hydra_context,
@@ -46,3 +53,13 @@ def main(call_path: Path, result_path: Path, log_path: Path, threads: int) -> No
     os.replace(tmp, result_path)
     sys.stdout.flush()
     sys.stderr.flush()
+
+
+def job_threads(requested: object, share: int) -> int:
+    """The torch threads a job starts with: its config's ``threads`` if a number, else its
+    ``share`` (a bad value is left to the job's entry point, which refuses it in its record)."""
+    try:
+        check_threads(requested)
+    except ConfigError:
+        return share
+    return share if requested == "auto" else int(requested)

@@ -69,6 +69,7 @@ from pelab.pe.absolute import AdditivePE, SinusoidalPE
 from pelab.pe.base import PositionalEncoding
 from pelab.pe.scaled_sinusoidal import ScaledSinusoidalPE
 from pelab.positions import Positions
+from pelab.threads import check_threads, configure_threads
 from pelab.train import build_model, build_task
 from pelab.utils.wandb_mode import wandb_mode
 
@@ -221,11 +222,13 @@ def draw(pe: PositionalEncoding, out_dir: Path, length: int) -> list[Path]:
 
 
 def check_options(cfg: DictConfig) -> None:
-    """``length`` a positive integer, ``wandb`` a boolean, else a ``ConfigError``."""
+    """``length`` a positive integer, ``wandb`` a boolean, ``threads`` auto or a positive
+    integer, else a ``ConfigError``."""
     if isinstance(cfg.length, bool) or not isinstance(cfg.length, int) or cfg.length < 1:
         raise ConfigError(f"length={cfg.length!r}: expected a positive integer (positions drawn)")
     if not isinstance(cfg.wandb, bool):
         raise ConfigError(f"wandb={cfg.wandb!r}: valid choices: true, false")
+    check_threads(cfg.get("threads", "auto"))
 
 
 def log_to_wandb(paths: list[Path], pe_name: str, out_dir: Path, config: dict) -> None:
@@ -273,9 +276,14 @@ def run(cfg: DictConfig) -> list[Path]:
     the attention maps are drawn too (``attention_figures``)."""
     check_options(cfg)
     out_dir = Path(cfg.out_dir)
-    trained = load_run(cfg.ckpt_path, cfg.ckpt_path) if cfg.get("ckpt_path") else None
-    # as evaluation computes it (no training draws: abacus's offset)
-    pe = (trained.model if trained else build_model(cfg, build_task(cfg))).net.pe.eval()
+    threads = cfg.get("threads", "auto")
+    if cfg.get("ckpt_path"):
+        trained = load_run(cfg.ckpt_path, cfg.ckpt_path, threads=threads)
+        model = trained.model
+    else:
+        trained, model = None, build_model(cfg, build_task(cfg))
+        configure_threads(cfg, model.net.num_params()["total"])
+    pe = model.net.pe.eval()  # as evaluation computes it (no training draws: abacus's offset)
     with torch.no_grad():
         paths = draw(pe, out_dir, cfg.length)
     if trained is not None:
