@@ -13,11 +13,12 @@
    the same length (target: at least 10x, so generation never limits training).
 4. Greedy exact-match evaluation with the key/value cache against a full forward per step, at
    lengths 64 and 512 (decoder, 2 layers, d_model 64, batch 256).
-5. Members (``seeds=[...]``, ``pelab.members``): the aggregate training throughput of K = 1, 2,
-   4, 8 members in one batched step against K sequential single-model steps (same models, same
-   batches; one torch thread, as one job per core runs), for ``none``, ``rope``, ``alibi`` and
-   ``shaw`` (eager attention), at the CPU presets' shape (d_model 64, 2 layers, batch 32, copy
-   at lengths 1-8), beside the bound: one model with K times the batch.
+5. Members (``seeds=[...]``): the aggregate training throughput of K = 1, 2, 4, 8 members in
+   one stacked network (``pelab.models.stacked``) against K single-member models stepped one
+   after another (same models, same batches; one torch thread, as one job per core runs), for
+   ``none``, ``rope``, ``alibi``, ``t5_bias`` (parameters held per member) and ``shaw`` (eager
+   attention), at the CPU presets' shape (d_model 64, 2 layers, batch 32, copy at lengths 1-8),
+   beside the bound: one model with K times the batch.
 6. Threads (``--only threads``): median ms per training step (forward, backward, AdamW) of the
    decoder Transformer (RoPE, copy at length 16) at d_model/layers/batch 64/2/32 (the CPU
    presets), 64/2/64 (the default run), 128/4/64, 256/4/64 and 512/6/64, with 1, 2, 4, ...
@@ -52,17 +53,17 @@ from hydra import compose, initialize_config_dir
 from torch import nn
 
 from pelab.analysis.collect import directory_records, runs_frame
-from pelab.data.datamodule import TaskDataModule, TrainBatches
-from pelab.lit_module import SequenceModel, warmup_cosine
-from pelab.members import MemberStack, stacking_mode
+from pelab.assembly import build_model, build_task
+from pelab.data.datamodule import TaskData, TrainBatches
+from pelab.lit_module import SequenceModel, clip_member_norms, warmup_cosine
 from pelab.model_kinds import DecoderKind
+from pelab.models.stacked import MemberEncodings, stack
 from pelab.models.transformer import Transformer
 from pelab.pe import PE_REGISTRY
 from pelab.positions import contiguous
 from pelab.tasks import TASK_REGISTRY
 from pelab.threads import available_cores, set_threads
 from pelab.tokens import N_SPECIAL
-from pelab.train import build_model, build_task
 
 
 class MinimalBlock(nn.Module):
@@ -190,7 +191,7 @@ def pelab_loop(
     )
     optimizer = partial(torch.optim.AdamW, lr=1e-3, betas=(0.9, 0.98), weight_decay=0.01)
     module = SequenceModel(net, DecoderKind, task, optimizer, compile=compile)
-    data = TaskDataModule(task, shape["batch"], steps, seed=0)
+    data = TaskData(task, shape["batch"], steps, seeds=0)
     stamps = Stamps(window)
     trainer = L.Trainer(
         max_steps=steps,
@@ -417,16 +418,17 @@ def greedy_eval_times(quick: bool) -> dict[str, dict]:
     return {"lengths": rows, "growth": growth}
 
 
-MEMBER_ENCODINGS = ("none", "rope", "alibi", "shaw")  # shaw: one that needs eager attention
+MEMBER_ENCODINGS = ("none", "rope", "alibi", "t5_bias", "shaw")  # t5_bias: parameters per member
 MEMBER_COUNTS = (1, 2, 4, 8)
 
 
 def member_throughput(quick: bool) -> dict[str, dict]:
-    """Member steps per second of K members batched, K sequential single steps and the bound
-    (one model, K x the batch), interleaved by round, one torch thread."""
+    """Member steps per second of K members in one stacked network, K single-member models
+    stepped one after another and the bound (one model, K x the batch), interleaved by round,
+    one torch thread (as one job per core runs)."""
     threads = torch.get_num_threads()
     task = TASK_REGISTRY["copy"](train_lengths=[1, 8], eval_lengths=[8])
-    set_threads(1, None)  # one thread, as one job per core runs
+    set_threads(1, None)
     encodings, counts = (("none", "rope"), (1, 2)) if quick else (MEMBER_ENCODINGS, MEMBER_COUNTS)
     steps, rounds = (2, 1) if quick else (20, 3)
     results: dict[str, dict] = {}
@@ -440,72 +442,71 @@ def member_throughput(quick: bool) -> dict[str, dict]:
     return results
 
 
-def _member_model(task, pe: str, seed: int) -> SequenceModel:
-    L.seed_everything(seed, verbose=False)
-    net = Transformer(
-        task.vocab_size, task.max_sequence_length(), True, partial(PE_REGISTRY[pe]), d_model=64
-    )
+def _members_model(task, pe: str, seeds: list[int]) -> SequenceModel:
+    """The CPU presets' decoder (d_model 64, 2 layers) of ``seeds``, stacked as training
+    stacks them (each member seeded, then built)."""
+    nets = []
+    for seed in seeds:
+        L.seed_everything(seed, verbose=False)
+        nets.append(
+            Transformer(
+                task.vocab_size,
+                task.max_sequence_length(),
+                True,
+                partial(PE_REGISTRY[pe]),
+                d_model=64,
+            )
+        )
     optimizer = partial(torch.optim.AdamW, lr=1e-3, betas=(0.9, 0.98), weight_decay=0.01)
-    return SequenceModel(net, DecoderKind, task, optimizer, seed=seed)
+    return SequenceModel(stack(nets), DecoderKind, task, optimizer, seeds=seeds)
 
 
 def _member_sides(task, pe: str, k: int, steps: int, rounds: int) -> dict:
-    members = [_member_model(task, pe, seed) for seed in range(k)]
-    lo, hi = task.train_lengths
-    probe = [task.sample(2, n, torch.Generator().manual_seed(n)) for n in (lo, hi, hi)]
-    mode, template, _ = stacking_mode(members[0], probe)
-    stack = MemberStack(members, [Path("unused")] * k, [{}] * k, None, mode, template)
-    together = torch.optim.AdamW([{"params": list(m.parameters())} for m in members], lr=1e-3)
-    apart = [torch.optim.AdamW(m.parameters(), lr=1e-3) for m in members]
-    batches = [TrainBatches(task, 32, steps + 1, seed) for seed in range(k)]
-    big = TrainBatches(task, 32 * k, steps + 1, 0)
-    wide = _member_model(task, pe, 0)
-    wide_opt = torch.optim.AdamW(wide.parameters(), lr=1e-3)
-
-    def items(i: int) -> list:
-        out = []
-        for member, data in zip(members, batches, strict=True):
-            prompt, answer = data[i]
-            out.append((prompt, answer, member.training_positions(prompt, answer.shape[1], i)))
-        return out
-
-    def batched(i: int) -> None:
-        losses = stack.member_losses(list(range(k)), items(i))
-        together.zero_grad(set_to_none=True)
-        torch.stack(losses).sum().backward()
-        stack.configure_gradient_clipping(together, 1.0)
-        together.step()
-
-    def sequential(i: int) -> None:
-        for member, opt, item in zip(members, apart, items(i), strict=True):
-            opt.zero_grad(set_to_none=True)
-            member.loss(*item).backward()
-            torch.nn.utils.clip_grad_norm_(member.parameters(), 1.0)
-            opt.step()
-
-    def bound(i: int) -> None:
-        prompt, answer = big[i]
-        wide_opt.zero_grad(set_to_none=True)
-        wide.loss(prompt, answer, wide.training_positions(prompt, answer.shape[1], i)).backward()
-        torch.nn.utils.clip_grad_norm_(wide.parameters(), 1.0)
-        wide_opt.step()
-
-    sides = {"batched": batched, "sequential": sequential, "bound": bound}
+    seeds = list(range(k))
+    sides = {
+        "stacked": [(_members_model(task, pe, seeds), seeds, 32)],
+        "sequential": [(_members_model(task, pe, [seed]), [seed], 32) for seed in seeds],
+        "bound": [(_members_model(task, pe, [0]), [0], 32 * k)],
+    }
+    steppers = {
+        name: [_stepper(task, *model) for model in models] for name, models in sides.items()
+    }
     times: dict[str, list[float]] = {name: [] for name in sides}
-    for _ in range(rounds):
-        for name, step in sides.items():
-            step(0)  # warm-up
+    for _ in range(rounds):  # the sides alternate, so drifts of the machine hit them alike
+        for name, stepped in steppers.items():
+            for step in stepped:
+                step(0)  # warm-up
             for i in range(1, steps + 1):
                 start = time.perf_counter()
-                step(i)
+                for step in stepped:
+                    step(i)
                 times[name].append(time.perf_counter() - start)
     per_s = {name: k / statistics.median(t) for name, t in times.items()}
     return {
-        "mode": mode,
+        "stacked_encodings": sum(
+            isinstance(m, MemberEncodings) for m in sides["stacked"][0][0].modules()
+        ),
         **{f"{name}_member_steps_per_s": round(v, 1) for name, v in per_s.items()},
-        "batched_vs_sequential": round(per_s["batched"] / per_s["sequential"], 3),
+        "stacked_vs_sequential": round(per_s["stacked"] / per_s["sequential"], 3),
         "bound_vs_sequential": round(per_s["bound"] / per_s["sequential"], 3),
+        "stacked_vs_bound": round(per_s["stacked"] / per_s["bound"], 3),
     }
+
+
+def _stepper(task, model: SequenceModel, seeds: list[int], batch: int):
+    """One training step of ``model`` as the engine takes it: each member's batch (a shared
+    length), the members' summed losses, each member's gradient clipped, AdamW."""
+    data = [TrainBatches(task, batch, 10_000, seed, "tokens") for seed in seeds]
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+
+    def step(i: int) -> None:
+        losses = model.member_losses([d[i] for d in data], i)
+        optimizer.zero_grad(set_to_none=True)
+        torch.stack(list(losses.values())).sum().backward()
+        clip_member_norms(model.net, 1.0)
+        optimizer.step()
+
+    return step
 
 
 # (d_model, n_layers, batch): the CPU presets, the default run, then larger models
@@ -775,7 +776,7 @@ def main() -> None:
     task = TASK_REGISTRY["copy"](train_lengths=[n, n], eval_lengths=[n])
     vocab = task.vocab_size
     tokens = shape["batch"] * (2 * n + 1)
-    batches = TaskDataModule(task, shape["batch"], steps, seed=0).train_dataloader().dataset
+    batches = TrainBatches(task, shape["batch"], steps, 0)
     print(f"shape: {shape}, {tokens} tokens/step, torch threads: {torch.get_num_threads()}")
     results: dict = {}
     tmp = Path(".cache/benchmark")
@@ -808,16 +809,17 @@ def main() -> None:
     if "members" in args.only:
         report["members"] = members = member_throughput(args.quick)
         print(
-            f"\n{'members (1 thread)':<20}{'K':>3}{'mode':>11}{'batched/s':>11}"
-            f"{'sequential/s':>14}{'bound/s':>9}{'batched vs seq':>16}{'bound vs seq':>14}"
+            f"\n{'members (1 thread)':<20}{'K':>3}{'stacked/s':>11}{'sequential/s':>14}"
+            f"{'bound/s':>9}{'stacked vs seq':>16}{'bound vs seq':>14}{'stacked vs bound':>18}"
         )
         for pe, by_k in members.items():
             for k, r in by_k.items():
                 print(
-                    f"{pe:<20}{k:>3}{r['mode']:>11}{r['batched_member_steps_per_s']:>11.1f}"
+                    f"{pe:<20}{k:>3}{r['stacked_member_steps_per_s']:>11.1f}"
                     f"{r['sequential_member_steps_per_s']:>14.1f}"
                     f"{r['bound_member_steps_per_s']:>9.1f}"
-                    f"{r['batched_vs_sequential']:>16.3f}{r['bound_vs_sequential']:>14.3f}"
+                    f"{r['stacked_vs_sequential']:>16.3f}{r['bound_vs_sequential']:>14.3f}"
+                    f"{r['stacked_vs_bound']:>18.3f}"
                 )
     if "threads" in args.only:
         report["threads"] = threads = thread_step_times(args.quick)

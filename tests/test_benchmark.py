@@ -44,12 +44,12 @@ def test_quick_benchmark_reports_every_measure(tmp_path, repo_root):
     assert {row.rsplit(" @ ", 1)[0] for row in report["data"]} == labels
     for label, row in report["data"].items():  # every task builds, from_dataset included
         assert row["generated_per_s"] > 0 and "skipped" not in row.get("note", ""), label
-    members = report["members"]  # batched members against sequential steps, and the bound
+    members = report["members"]  # stacked members against sequential steps, and the bound
     assert set(members) == {"none", "rope"} and all(set(m) == {"1", "2"} for m in members.values())
     for by_k in members.values():
         for r in by_k.values():
-            assert r["batched_vs_sequential"] > 0 and r["bound_vs_sequential"] > 0
-        assert by_k["2"]["mode"] == "padded"
+            assert r["stacked_vs_sequential"] > 0 and r["bound_vs_sequential"] > 0
+            assert r["stacked_encodings"] == 0  # parameter-free encodings run once, folded
 
 
 def test_the_encodings_section_can_time_a_few_beside_none(tmp_path, repo_root):

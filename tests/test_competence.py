@@ -94,10 +94,23 @@ def test_validation_lengths_are_the_in_distribution_ones_under_a_budget():
     assert validation_lengths(task, 0.99) == [4, 8]
 
 
-def fake(step: int, scores: dict) -> tuple[SimpleNamespace, SimpleNamespace]:
-    task = TASK_REGISTRY["copy"](train_lengths=[1, 8], eval_lengths=[4, 8])
+class Members:
+    """What ``LearnedStop`` reads of a ``SequenceModel``: each member's validation scores."""
+
+    def __init__(self, *scores: dict) -> None:
+        self.task = TASK_REGISTRY["copy"](train_lengths=[1, 8], eval_lengths=[4, 8])
+        self.seeds = list(range(len(scores)))
+        self.member_scores = [{"val": s} for s in scores]
+        self.stopped = [False] * len(scores)
+
+    @property
+    def active(self) -> list[int]:
+        return [k for k, stopped in enumerate(self.stopped) if not stopped]
+
+
+def fake(step: int, *scores: dict) -> tuple[SimpleNamespace, Members]:
     trainer = SimpleNamespace(sanity_checking=False, global_step=step, should_stop=False)
-    return trainer, SimpleNamespace(task=task, scores={"val": scores})
+    return trainer, Members(*scores)
 
 
 def test_the_criterion_is_the_worst_length_at_consecutive_validations():
@@ -120,8 +133,25 @@ def test_the_streak_is_saved_and_a_learned_run_stops_when_resumed():
     stop.on_validation_end(trainer, module)
     resumed = LearnedStop(0.9, patience=3)
     resumed.load_state_dict(stop.state_dict())
-    assert (resumed.competence.streak, resumed.competence.streak_start) == (1, 100)
-    resumed.competence.steps_to_learn = 100
+    assert (resumed.competence[0].streak, resumed.competence[0].streak_start) == (1, 100)
+    resumed.competence[0].steps_to_learn = 100
     trainer = SimpleNamespace(should_stop=False)
     resumed.on_train_start(trainer, module)
     assert trainer.should_stop
+
+
+def test_each_member_stops_on_its_own_and_training_when_all_have():
+    stop = LearnedStop(0.9, patience=1)
+    good, bad = (
+        {4: {"exact_match": 1.0}, 8: {"exact_match": 1.0}},
+        {4: {"exact_match": 0.1}, 8: {"exact_match": 0.1}},
+    )
+    trainer, module = fake(100, good, bad)
+    stop.on_validation_end(trainer, module)
+    assert module.stopped == [True, False] and not trainer.should_stop
+    module.member_scores[1]["val"] = good
+    trainer.global_step = 200
+    stop.on_validation_end(trainer, module)
+    assert module.stopped == [True, True] and trainer.should_stop
+    assert [stop.outcome(k)["steps_to_learn"] for k in (0, 1)] == [100, 200]
+    assert stop.member_state(1) == {"members": [stop.competence[1].state_dict()]}

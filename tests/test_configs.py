@@ -8,6 +8,7 @@ from hydra.errors import MissingConfigException
 from hydra.utils import get_class, instantiate
 from omegaconf import open_dict
 
+from pelab.assembly import build_model
 from pelab.errors import ConfigError
 from pelab.model_kinds import MODEL_KINDS
 from pelab.pe import PE_REGISTRY
@@ -15,7 +16,6 @@ from pelab.record import job_key
 from pelab.runner import instantiate_all
 from pelab.tasks import TASK_REGISTRY
 from pelab.tasks.from_dataset import write_example
-from pelab.train import build_model
 from tests.conftest import CONFIG_DIR, compose_config
 
 

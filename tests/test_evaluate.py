@@ -11,9 +11,10 @@ from omegaconf import DictConfig, OmegaConf
 from pelab.analysis.collect import directory_records
 from pelab.analysis.report import main as make_table
 from pelab.analysis.sweep import SweepSummary
+from pelab.assembly import build_model, build_task
 from pelab.errors import ConfigError
 from pelab.evaluate import eval_overrides, evaluate, job
-from pelab.train import build_model, build_task, run
+from pelab.train import run
 from tests.conftest import TINY, compose_config
 
 

@@ -14,12 +14,14 @@ ENCODING_USERS = {
     "pelab.models.attention": "calls the hooks of the encoding interface",
     "pelab.models.transformer": "builds the encoding from the model's dimensions",
     "pelab.models.encoder_decoder": "builds one encoding per stack",
-    "pelab.train": "registers the encodings and builds the run's model",
+    "pelab.models.stacked": "holds an encoding with parameters once per member",
+    "pelab.assembly": "registers the encodings and builds the run's model",
     "pelab.evaluate": "describes the options every encoding takes (eval's pe.<option>)",
     "pelab.analysis.inspect_pe": "builds encodings to draw what they compute",
 }
 LEAVES = ("pelab.errors", "pelab.tokens")
 MODEL_SIDE = ("pelab.pe", "pelab.models", "pelab.model_kinds", "pelab.lit_module", "pelab.train")
+MODEL_SIDE += ("pelab.assembly",)
 MODEL_SIDE += ("pelab.runner", "pelab.evaluate")
 
 
@@ -84,3 +86,41 @@ def test_results_analysis_knows_no_model():
         if within(name, "pelab.analysis") and name not in ENCODING_USERS:
             wrong = sorted(i for i in imports if within(i, MODEL_SIDE))
             assert not wrong, f"{name} imports {wrong}"
+
+
+def cycle() -> list[str] | None:
+    """An import cycle among pelab's modules (each ``import``, at any depth, of a module other
+    than the ``pelab`` package itself), or None."""
+    graph = {
+        name: sorted(i for i in imports if i in MODULES and i not in ("pelab", name))
+        for name, imports in MODULES.items()
+    }
+    state: dict[str, str] = {}
+
+    def visit(name: str, path: list[str]) -> list[str] | None:
+        state[name] = "open"
+        for nxt in graph[name]:
+            if state.get(nxt) == "open":
+                return [*path[path.index(nxt) :], nxt]
+            if nxt not in state and (found := visit(nxt, [*path, nxt])):
+                return found
+        state[name] = "done"
+        return None
+
+    for name in graph:
+        if name not in state and (found := visit(name, [name])):
+            return found
+    return None
+
+
+def test_no_import_cycle_anywhere_in_the_package():
+    """E.g. training and the members of a stack once imported each other (one inside a
+    function): one path now, and assembly (task, model, data) in a module of its own."""
+    found = cycle()
+    assert found is None, " -> ".join(found)
+
+
+def test_the_cycle_check_can_fail(monkeypatch):
+    monkeypatch.setitem(MODULES, "pelab.errors", {"pelab.tokens"})
+    monkeypatch.setitem(MODULES, "pelab.tokens", {"pelab.errors"})
+    assert cycle() is not None

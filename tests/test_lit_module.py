@@ -36,9 +36,9 @@ def test_loss_is_computed_on_answer_tokens_only():
     model = make_model(task)
     model.log = lambda *a, **k: None
     prompt = torch.tensor([[3, 4, 5]])
-    a = model.training_step((prompt, torch.tensor([[3, 4, 5]])), 0)
+    a = model.training_step(((prompt, torch.tensor([[3, 4, 5]])),), 0)  # one member's batch
     # the loss changes with the answer; the same answer with another prompt token changes it too
-    b = model.training_step((prompt, torch.tensor([[5, 4, 3]])), 0)
+    b = model.training_step(((prompt, torch.tensor([[5, 4, 3]])),), 0)
     assert a.item() != pytest.approx(b.item())
     inputs, answer_slice = DecoderKind.teacher_forcing(prompt, torch.tensor([[3, 4, 5]]))
     logits = model.net(inputs)[:, answer_slice]
@@ -59,7 +59,7 @@ def test_metrics_per_length_and_in_out_of_distribution_means():
         if length == 8:
             answer[:2, :4] = 0  # two of four samples wrong on half of their tokens
         model._evaluate("test", {"prompt": prompt, "answer": answer}, 0, idx)
-    model._log_epoch("test")
+    model._end_epoch("test")
     assert logged["test/exact_match/len_2"] == 1.0 and logged["test/exact_match/len_8"] == 0.5
     assert logged["test/token_acc/len_8"] == pytest.approx(0.75)
     assert logged["test/id/exact_match"] == 1.0 and logged["test/ood/exact_match"] == 0.5
@@ -70,7 +70,7 @@ def test_metrics_per_length_and_in_out_of_distribution_means():
 def test_model_compile_trains_the_same_function_and_keeps_checkpoint_keys(tiny_cfg):
     """``model.compile=true``: the compiled training forward gives the eager one's logits, and
     the module's state (what checkpoints hold) is the same as without it."""
-    from pelab.train import build_model, build_task
+    from pelab.assembly import build_model, build_task
 
     cfg = tiny_cfg("model.compile=true", "task.train_lengths=[3,3]", "task.eval_lengths=[3]")
     model = build_model(cfg, build_task(cfg))
@@ -95,7 +95,7 @@ def test_validation_can_score_only_some_lengths():
     for idx, length in enumerate(model.lengths["val"]):
         prompt = torch.randint(3, 19, (4, length))
         model._evaluate("val", {"prompt": prompt, "answer": prompt}, 0, idx)
-    model._log_epoch("val")
+    model._end_epoch("val")
     assert list(model.scores["val"]) == [2, 4]
 
 

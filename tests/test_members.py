@@ -1,9 +1,9 @@
-"""Members (``seeds=[...]``): each member is its seed's single run, trained in one batched step."""
+"""Members (``seeds=[...]``): each member is its seed's single run, trained in one stacked network
+(``pelab.models.stacked``) through the one training path (``pelab.train``)."""
 
 from __future__ import annotations
 
 import json
-import logging
 from pathlib import Path
 
 import lightning as L
@@ -14,28 +14,21 @@ from omegaconf import OmegaConf
 
 from pelab.analysis.collect import directory_records, lengths_frame, runs_frame
 from pelab.analysis.table import ablation
+from pelab.assembly import build_members, build_model, build_task, data_module
 from pelab.data.datamodule import TrainBatches
 from pelab.errors import ConfigError
-from pelab.members import (
-    build_stack,
-    check_learning_rates,
-    check_seeds,
-    member_configs,
-    member_data,
-    padded_teacher_forcing,
-)
-from pelab.model_kinds import DecoderKind
+from pelab.members import check_learning_rates, check_seeds, member_configs
+from pelab.models.stacked import MemberEncodings, member_state
 from pelab.pe.base import PE_REGISTRY
-from pelab.train import build_model, build_task, run
+from pelab.train import run
 from tests.conftest import TINY, compose_config
-from tests.reliability.runs import checkpoint, fault, same_weights
+from tests.reliability.runs import checkpoint, fault
 
 STACK = [
     *TINY,
     "logger=csv",
     "task.train_lengths=[1,8]",
     "task.eval_lengths=[4,8,12]",
-    "members_step=batched",  # the vmapped step (auto steps the members one by one on the CPU)
 ]
 
 
@@ -91,112 +84,103 @@ def test_each_member_config_is_its_single_run_in_its_own_directory(tmp_path):
     ]
 
 
+def stack_of(cfg):
+    """The model of ``cfg``'s members, built as training builds it."""
+    return build_members(member_configs(cfg), build_task(cfg))
+
+
 def test_a_member_starts_as_its_single_run(tmp_path):
     """Initial weights equal bitwise; the first step's loss and gradients match the single
-    run's (the members' batches differ in length, so the padded step is exercised)."""
+    run's (the members' batches share their length: one stacked call)."""
     cfg = stack_config(tmp_path)
     configs = member_configs(cfg)
-    stack = build_stack(cfg, configs)
-    assert stack.mode == "padded"
-    items = []
-    for member, c in zip(stack.members, configs, strict=True):
-        alone = single(c, c.seed)
-        assert all(
-            torch.equal(a, b)
-            for a, b in zip(member.state_dict().values(), alone.state_dict().values(), strict=True)
-        )
-        prompt, answer = TrainBatches(
-            alone.task, cfg.data.batch_size, 4, c.seed, cfg.data.length_sampling
-        )[0]
-        positions = alone.training_positions(prompt, answer.shape[1], 0)
-        items.append((prompt, answer, positions, alone))
-    assert items[0][0].shape != items[1][0].shape  # different lengths: padding is used
-    losses = stack.member_losses([0, 1], [item[:3] for item in items])
-    torch.stack(losses).sum().backward()
-    for member, loss, (prompt, answer, positions, alone) in zip(
-        stack.members, losses, items, strict=True
-    ):
-        expected = alone.loss(prompt, answer, positions)
+    stack = stack_of(cfg)
+    batch, alone = [], []
+    for k, c in enumerate(configs):
+        single_run = single(c, c.seed)
+        theirs = single_run.net.state_dict()
+        mine = member_state(stack.net, k)
+        assert all(torch.equal(mine[name], theirs[name].squeeze(0)) for name in theirs)
+        batch.append(TrainBatches(single_run.task, 8, 4, c.seed, cfg.data.length_sampling)[1])
+        alone.append(single_run)
+    assert batch[0][0].shape == batch[1][0].shape  # the step's length is shared
+    assert not torch.equal(batch[0][0], batch[1][0])  # its samples are each seed's own
+    assert stack.shape_groups(batch) == [[0, 1]]
+    losses = stack.member_losses(batch, 1)
+    torch.stack(list(losses.values())).sum().backward()
+    grads = {name: p.grad for name, p in stack.net.named_parameters()}
+    for k, single_run in enumerate(alone):
+        expected = single_run.member_losses([batch[k]], 1)[0]
         expected.backward()
-        torch.testing.assert_close(loss, expected, rtol=1e-5, atol=1e-6)
-        for (name, p), q in zip(member.named_parameters(), alone.parameters(), strict=True):
-            torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-6, msg=name)
+        torch.testing.assert_close(losses[k], expected, rtol=1e-5, atol=1e-6)
+        for name, q in single_run.net.named_parameters():
+            torch.testing.assert_close(grads[name][k], q.grad[0], rtol=1e-4, atol=1e-6, msg=name)
 
 
-@pytest.mark.parametrize(("step", "mode"), [("auto", "sequential"), ("sequential", "sequential")])
-def test_on_the_cpu_members_step_one_after_another_unless_batched(tmp_path, step, mode):
-    cfg = stack_config(tmp_path, f"members_step={step}")
-    assert build_stack(cfg, member_configs(cfg)).mode == mode
-
-
-def test_an_unknown_members_step_is_a_clear_error(tmp_path):
-    cfg = stack_config(tmp_path, "members_step=vectorised")
-    with pytest.raises(ConfigError, match="members_step='vectorised'; valid choices: auto"):
-        build_stack(cfg, member_configs(cfg))
-
-
-def test_padding_keeps_the_answer_targets_and_counts_positions_on():
-    prompt, answer = torch.tensor([[5, 6]]), torch.tensor([[6, 5]])
-    positions = torch.arange(6)[None]  # BOS p p SEP a a
-    inputs, targets, padded = padded_teacher_forcing(DecoderKind, prompt, answer, positions, 8)
-    assert inputs.shape == targets.shape == padded.shape == (1, 8)
-    assert targets[0].tolist() == [-100, -100, -100, 6, 5, -100, -100, -100]
-    assert padded[0].tolist() == list(range(8))
+def test_members_of_other_shapes_step_in_a_call_each(tmp_path):
+    """Batches whose shapes differ (an answer length that depends on the samples, say) are
+    grouped by shape, each group in one call, each member with its single run's loss."""
+    cfg = stack_config(tmp_path, "seeds=[0,3,5]")
+    stack = stack_of(cfg)
+    stack.eval()
+    task = stack.task
+    batch = [task.sample(4, n, torch.Generator().manual_seed(n)) for n in (3, 5, 3)]
+    assert stack.shape_groups(batch) == [[0, 2], [1]]
+    losses = stack.member_losses(batch, 0)
+    for k, c in enumerate(member_configs(cfg)):
+        alone = single(c, c.seed).eval()
+        expected = alone.member_losses([batch[k]], 0)[0]
+        torch.testing.assert_close(losses[k], expected, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("model", ["decoder", "encoder"])
 @pytest.mark.parametrize("pe", sorted(PE_REGISTRY))
-def test_every_encoding_runs_batched_or_falls_back_with_a_reason(tmp_path, pe, model, caplog):
-    """The contract: a batched step gives each member its single run's loss; an encoding that
-    vmap cannot run trains its members sequentially, and the log says why."""
-    check_batched_losses(tmp_path, pe, model, caplog)
+def test_every_encoding_stacks_with_each_members_single_loss(tmp_path, pe, model):
+    """The contract: a stacked step gives each member its single run's loss; an encoding with
+    parameters is held once per member, one without runs once on the folded batch."""
+    check_stacked_losses(tmp_path, pe, model)
 
 
 @pytest.mark.parametrize("pe", ["sinusoidal", "rope", "t5_bias", "rope_2d"])
-def test_the_bare_encoder_runs_batched_with_each_members_single_loss(tmp_path, pe, caplog):
+def test_the_bare_encoder_stacks_with_each_members_single_loss(tmp_path, pe):
     """``model=encoder_bare`` (the Chomsky presets' stacks): 1-D positions and a task's 2-D
-    coordinates (``rope_2d`` on the grid) slice alike in the batched and the single step."""
-    check_batched_losses(tmp_path, pe, "encoder_bare", caplog)
+    coordinates (``rope_2d`` on the grid) fold alike in the stacked and the single step."""
+    check_stacked_losses(tmp_path, pe, "encoder_bare")
 
 
-def check_batched_losses(tmp_path, pe, model, caplog):
+def check_stacked_losses(tmp_path, pe, model):
     # 2-D encodings need a grid; those that index digits (abacus) a task with numbers
     task = "grid" if pe.endswith("_2d") else "copy"
     task = "addition" if PE_REGISTRY[pe].needs_digit_tokens else task
     cfg = stack_config(tmp_path, f"pe={pe}", f"task={task}", f"model={model}")
     configs = member_configs(cfg)
     try:
-        with caplog.at_level(logging.WARNING, logger="pelab.members"):
-            stack = build_stack(cfg, configs)
+        stack = stack_of(cfg)
     except ConfigError as error:  # an encoding defined for causal models only
         assert model == "encoder" and "causal" in str(error)
         return
-    if stack.mode == "sequential":
-        assert "cannot run under torch.func.vmap" in caplog.text
-    else:
-        # right padding needs a decoder whose outputs a cache could compute (FoX's gates: grouped)
-        padded = model == "decoder" and PE_REGISTRY[pe].supports_kv_cache
-        assert stack.mode == ("padded" if padded else "grouped")
-    # what a member draws in training (dropout, abacus's offset) comes from its own stream, not
-    # its single run's (pelab.members): the losses are compared on the function itself, and the
-    # probe above already ran a training step of the mode
+    held = [m for m in stack.net.modules() if isinstance(m, MemberEncodings)]
+    has_parameters = any(True for _ in single(configs[0], 0).net.pe.parameters())
+    assert bool(held) == has_parameters
+    # what a model draws in training (dropout, abacus's offset) comes from the process's RNG:
+    # the losses are compared on the function itself
     stack.eval()
-    items = []
-    for member, c in zip(stack.members, configs, strict=True):
-        prompt, answer = TrainBatches(
-            member.task, cfg.data.batch_size, 4, c.seed, cfg.data.length_sampling
-        )[1]
-        items.append((prompt, answer, member.training_positions(prompt, answer.shape[1], 1)))
-    losses = stack.member_losses([0, 1], items)
-    for member, loss, item in zip(stack.members, losses, items, strict=True):
-        torch.testing.assert_close(loss, member.loss(*item), rtol=1e-5, atol=1e-6)
+    batch = [
+        TrainBatches(stack.task, cfg.data.batch_size, 4, c.seed, cfg.data.length_sampling)[1]
+        for c in configs
+    ]
+    losses = stack.member_losses(batch, 1)
+    for k, c in enumerate(configs):
+        alone = single(c, c.seed).eval()
+        expected = alone.member_losses([batch[k]], 1)[0]
+        torch.testing.assert_close(losses[k], expected, rtol=1e-5, atol=1e-6)
 
 
 def test_a_stopped_member_no_longer_changes(tmp_path):
     cfg = stack_config(tmp_path, "trainer.max_steps=3", "trainer.val_check_interval=3")
-    stack = build_stack(cfg, member_configs(cfg))
+    stack = stack_of(cfg)
     stack.stopped[0] = True
-    before = [{k: v.clone() for k, v in m.state_dict().items()} for m in stack.members]
+    before = [{k: v.clone() for k, v in member_state(stack.net, i).items()} for i in (0, 1)]
     trainer = L.Trainer(
         max_steps=3,
         logger=False,
@@ -206,10 +190,32 @@ def test_a_stopped_member_no_longer_changes(tmp_path):
         num_sanity_val_steps=0,
         limit_val_batches=0,
     )
-    trainer.fit(stack, datamodule=member_data(cfg, stack))
-    after = [m.state_dict() for m in stack.members]
+    trainer.fit(stack, datamodule=data_module(cfg, stack.task, stack.seeds))
+    after = [member_state(stack.net, i) for i in (0, 1)]
     assert all(torch.equal(before[0][k], after[0][k]) for k in before[0])
     assert not all(torch.equal(before[1][k], after[1][k]) for k in before[1])
+
+
+def test_each_member_clips_its_own_gradient_norm(tmp_path):
+    """``trainer.gradient_clip_val``: member ``k``'s gradient is scaled by its own norm, as
+    ``torch.nn.utils.clip_grad_norm_`` scales its single run's."""
+    from pelab.lit_module import clip_member_norms
+
+    cfg = stack_config(tmp_path)
+    stack = stack_of(cfg)
+    batch = [TrainBatches(stack.task, 8, 4, seed, "tokens")[0] for seed in stack.seeds]
+    losses = stack.member_losses(batch, 0)
+    (losses[0] + 100 * losses[1]).backward()  # member 1's gradient is 100 times larger
+    expected = []
+    for k in (0, 1):
+        grads = [p.grad[k].clone() for p in stack.net.parameters()]
+        torch.nn.utils.clip_grad_norm_([torch.nn.Parameter(g) for g in grads], 0.5)
+        norm = torch.linalg.vector_norm(torch.stack([g.norm() for g in grads]))
+        expected.append([g * min(1.0, 0.5 / (float(norm) + 1e-6)) for g in grads])
+    clip_member_norms(stack.net, 0.5)
+    for k in (0, 1):
+        for p, g in zip(stack.net.parameters(), expected[k], strict=True):
+            torch.testing.assert_close(p.grad[k], g, rtol=1e-5, atol=1e-8)
 
 
 @pytest.fixture(scope="module")
@@ -297,30 +303,34 @@ def test_a_stack_with_dropout_and_randomized_positions_resumes_and_repeats_exact
         assert all(torch.equal(weights[0][k], other[k]) for k in weights[0])
 
 
-def test_a_member_of_a_learning_rate_is_bitwise_its_single_run_and_a_row_of_the_table(tmp_path):
-    """``learning_rates=[...]``: each member optimises at its own learning rate (a parameter
-    group of its own) and is exactly the single run with that ``model.optimizer.lr``."""
-    cfg = compose_config(
-        [*STACK, "members_step=sequential", "learning_rates=[1e-3,2e-2]"], tmp_path
-    )
+def test_a_member_of_a_learning_rate_is_its_single_run_and_a_row_of_the_table(tmp_path):
+    """``learning_rates=[...]``: each member steps at its own learning rate (the optimizer's
+    step, proportional to its rate, scaled per member) and is the single run with that
+    ``model.optimizer.lr``, up to rounding."""
+    cfg = compose_config([*STACK, "learning_rates=[1e-3,2e-2]"], tmp_path)
     stack = run(cfg)
     assert [r["member_of"]["learning_rates"] for r in stack] == [[1e-3, 2e-2]] * 2
     alone = run(compose_config([*STACK, "model.optimizer.lr=2e-2"], tmp_path / "alone"))
     assert stack[1]["metrics"] == alone["metrics"]
-    theirs = tmp_path / "alone" / "run" / "checkpoints" / "best.ckpt"
+    theirs = checkpoint(tmp_path / "alone" / "run" / "checkpoints" / "best.ckpt")["state_dict"]
     for lr, same in (("0.02", True), ("0.001", False)):
-        mine = Path(cfg.paths.output_dir) / f"lr_{lr}_seed_0" / "checkpoints" / "best.ckpt"
-        assert same_weights(mine, theirs) == same
+        path = Path(cfg.paths.output_dir) / f"lr_{lr}_seed_0" / "checkpoints" / "best.ckpt"
+        mine = checkpoint(path)["state_dict"]
+        close = all(
+            torch.allclose(mine[k], theirs[k].reshape(mine[k].shape), rtol=1e-4, atol=1e-5)
+            for k in mine
+        )
+        assert close == same
     runs = runs_frame(directory_records(Path(cfg.paths.output_dir)))
     assert sorted(runs["model.optimizer.lr"]) == ["0.001", "0.02"]
 
 
-def test_a_sequential_member_is_bitwise_its_single_run(tmp_path):
-    """``members_step=sequential`` (the CPU's default): the member's weights after training are
-    exactly the single run's."""
-    stack = run(stack_config(tmp_path / "stack", "members_step=sequential"))
-    alone = run(compose_config([*STACK, "seed=3"], tmp_path / "alone"))
-    assert stack[1]["metrics"] == alone["metrics"]
-    mine = tmp_path / "stack" / "run" / "seed_3" / "checkpoints" / "best.ckpt"
-    theirs = tmp_path / "alone" / "run" / "checkpoints" / "best.ckpt"
-    assert same_weights(mine, theirs)
+def test_a_plain_run_is_a_stack_of_one_with_its_single_run_layout(tmp_path):
+    """One path: a plain run trains as K = 1 and keeps a single run's layout (its record and
+    ``best.ckpt`` in its own directory, weights in ``torch.nn``'s shapes)."""
+    record = run(compose_config([*STACK, "seed=3"], tmp_path))
+    out = Path(record["config"]["paths"]["output_dir"])
+    assert record["status"] == "completed" and "member_of" not in record
+    best = checkpoint(out / "checkpoints" / "best.ckpt")["state_dict"]
+    assert best["net.blocks.0.attn.qkv.weight"].dim() == 2
+    assert not any(p.name.startswith("seed_") for p in out.iterdir())

@@ -2,11 +2,9 @@
 
 import pytest
 import torch
-from hydra.utils import instantiate
 
 from pelab.data.eval_sets import load_eval_set
 from pelab.metrics import (
-    SELECTION_KEY,
     chance_levels,
     constant_answers,
     eval_chance,
@@ -139,6 +137,25 @@ def test_the_best_checkpoint_is_chosen_by_exact_match_then_token_accuracy():
     assert score(0.5, 0.5, 0.7, 0.7) == pytest.approx(0.5 + 0.7 / (10 * n * 2))
 
 
-def test_checkpoints_are_selected_by_the_logged_selection_score(tiny_cfg):
-    cfg = tiny_cfg()
-    assert instantiate(cfg.callbacks.model_checkpoint).monitor == SELECTION_KEY
+def test_each_members_best_checkpoint_follows_the_selection_score(tmp_path, monkeypatch):
+    """``BestCheckpoints`` saves member ``k`` when its ``selection_score`` beats its best so
+    far (ties keep the earlier), each member on its own."""
+    from types import SimpleNamespace
+
+    from pelab.reliability.callbacks import BestCheckpoints
+
+    task = TASK_REGISTRY["copy"](train_lengths=[1, 4], eval_lengths=[4, 8])
+    best = BestCheckpoints([tmp_path / "a.ckpt", tmp_path / "b.ckpt"], [{}, {}])
+    saved = []
+    monkeypatch.setattr(best, "save", lambda trainer, module, k: saved.append((trainer.step, k)))
+    module = SimpleNamespace(task=task, validated=[0, 1], member_scores=[{}, {}])
+
+    def scores(em, tok):
+        return {4: {"exact_match": em, "token_acc": tok}, 8: {"exact_match": 0.0, "token_acc": 0}}
+
+    validations = [((0, 0.2), (0, 0.5)), ((0, 0.6), (0, 0.5)), ((0.5, 0), (0, 0.4))]
+    for step, (a, b) in enumerate(validations):
+        module.member_scores[0]["val"], module.member_scores[1]["val"] = scores(*a), scores(*b)
+        best.on_validation_end(SimpleNamespace(sanity_checking=False, step=step), module)
+    assert saved == [(0, 0), (0, 1), (1, 0), (2, 0)]
+    assert best.best[0] == selection_score(scores(0.5, 0), task.in_distribution, task.n_val)

@@ -4,6 +4,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from pelab.assembly import build_model, build_task
 from pelab.errors import ConfigError
 from pelab.positions import (
     ContiguousPositions,
@@ -13,7 +14,7 @@ from pelab.positions import (
     build_sampler,
 )
 from pelab.tasks import TASK_REGISTRY
-from pelab.train import build_model, build_task, run
+from pelab.train import run
 
 
 def test_randomized_positions_are_sorted_distinct_and_in_range():
@@ -80,7 +81,7 @@ def test_training_and_evaluation_see_randomized_positions(tiny_cfg):
     )
     model.log = lambda *a, **k: None
     prompt = torch.randint(3, 10, (2, 4))
-    model.training_step((prompt, prompt), 0)
+    model.training_step(((prompt, prompt),), 0)  # one member's batch
     model._evaluate("val", {"prompt": prompt, "answer": prompt}, 0, 0)
     assert all(p.shape[0] == 2 for p in seen)
     assert seen[0].max() >= 10  # not 0..n-1

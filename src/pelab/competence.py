@@ -50,7 +50,7 @@ def check_budget(learned_at: float | None, patience: int) -> None:
 class Competence:
     """The criterion of one model: fed its in-distribution validation scores after each
     validation (``update``), it says when the model has learned (see the module docstring).
-    ``LearnedStop`` applies it to a single run, ``pelab.members`` to each member of a stack."""
+    ``LearnedStop`` applies it to each member of a run."""
 
     def __init__(self, learned_at: float, patience: int = 2) -> None:
         check_budget(learned_at, patience)
@@ -104,52 +104,79 @@ class Competence:
 
 
 class LearnedStop(Callback):
-    """Stops a training run once the model has learned its task (``Competence``).
+    """Stops each member of a run once it has learned its task (``Competence``, one per member:
+    ``SequenceModel.stopped``); training ends when every member has stopped.
 
-    Reads the validation scores as data (``SequenceModel.scores["val"]``). Its state (the current
-    streak and ``steps_to_learn``) is saved in every checkpoint, so a run killed after it
-    learned resumes into the test, and one killed mid-streak counts on exactly.
+    Reads the validation scores as data (``SequenceModel.member_scores``). Its state (each
+    member's streak and ``steps_to_learn``) is saved in every checkpoint, so a run killed after
+    it learned resumes into the test, and one killed mid-streak counts on exactly.
     """
 
     def __init__(self, learned_at: float, patience: int = 2) -> None:
-        self.competence = Competence(learned_at, patience)
-        self.fitted: dict[str, Any] | None = None  # the outcome when fitting ended
+        check_budget(learned_at, patience)
+        self.learned_at, self.patience = learned_at, patience
+        self.competence: list[Competence] = []
+        self.fitted: list[dict[str, Any]] | None = None  # the outcomes when fitting ended
 
     @property
     def state_key(self) -> str:
         return "pelab_learned_stop"
 
+    def members(self, k: int) -> None:
+        """Make room for ``k`` members (once)."""
+        if not self.competence:
+            self.competence = [Competence(self.learned_at, self.patience) for _ in range(k)]
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        self.members(len(pl_module.seeds))
+
     def state_dict(self) -> dict[str, Any]:
-        return self.competence.state_dict()
+        return {"members": [c.state_dict() for c in self.competence]}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.competence.load_state_dict(state_dict)
+        saved = state_dict["members"]
+        self.members(len(saved))
+        for competence, state in zip(self.competence, saved, strict=True):
+            competence.load_state_dict(state)
+
+    def member_state(self, k: int) -> dict[str, Any]:
+        """Member ``k``'s criterion, as its own checkpoint (``best.ckpt``) holds it."""
+        return {"members": [self.competence[k].state_dict()]}
 
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        # kept apart from the state: testing best.ckpt restores the state saved with it
-        self.fitted = self.outcome()
+        self.fitted = [c.outcome() for c in self.competence]
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if self.competence.learned:  # resumed from a checkpoint saved once learned
+        self.members(len(pl_module.seeds))
+        for k, competence in enumerate(self.competence):  # resumed once some had learned
+            if competence.learned:
+                pl_module.stopped[k] = True
+        if not pl_module.active:
             trainer.should_stop = True
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if trainer.sanity_checking or self.competence.learned:
+        if trainer.sanity_checking:
             return
-        if self.competence.update(trainer.global_step, pl_module.scores["val"], pl_module.task):
+        self.members(len(pl_module.seeds))
+        for k in pl_module.active:
+            scores = pl_module.member_scores[k]["val"]
+            if self.competence[k].update(trainer.global_step, scores, pl_module.task):
+                pl_module.stopped[k] = True
+        if not pl_module.active:
             trainer.should_stop = True
 
-    @property
-    def steps_to_learn(self) -> int | None:
-        return self.competence.steps_to_learn
+    def outcome(self, k: int = 0) -> dict[str, Any]:
+        """Member ``k``'s competence fields for its record."""
+        if self.fitted is not None:
+            return self.fitted[k]
+        if not self.competence:  # never trained (train=false): nothing was learned here
+            return Competence(self.learned_at, self.patience).outcome()
+        return self.competence[k].outcome()
 
-    def outcome(self) -> dict[str, Any]:
-        return self.competence.outcome()
 
-
-def budget_outcome(stop: LearnedStop | None) -> dict[str, Any]:
-    """The record's competence fields of a finished training run (``stop``: its callback, None
-    without a criterion)."""
+def budget_outcome(stop: LearnedStop | None, k: int = 0) -> dict[str, Any]:
+    """The record's competence fields of member ``k`` of a finished training run (``stop``: its
+    callback, None without a criterion)."""
     if stop is None:
         return {"learned": None, "steps_to_learn": None, "stop_reason": "max_steps"}
-    return stop.fitted or stop.outcome()
+    return stop.outcome(k)

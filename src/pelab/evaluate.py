@@ -29,6 +29,7 @@ from hydra.core.config_store import ConfigStore
 from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
+from pelab.assembly import build_model, build_task, data_module
 from pelab.errors import ConfigError
 from pelab.pe import PE_REGISTRY
 from pelab.record import RESULTS, read_record
@@ -36,7 +37,6 @@ from pelab.reliability.checkpoints import check_integrity
 from pelab.reliability.validate import check_types
 from pelab.runner import execute, make_trainer, outcome, sweep_job, sweep_job_dir
 from pelab.threads import check_threads, configure_threads
-from pelab.train import build_model, build_task, data_module
 
 log = logging.getLogger(__name__)
 

@@ -1,10 +1,12 @@
-"""The LightningModule: answer-only loss, AdamW with warmup + cosine decay, per-length metrics."""
+"""The LightningModule: K >= 1 members trained as one stacked network, answer-only loss, AdamW
+with warmup + cosine decay, per-length metrics per member."""
 
 from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import lightning as L
@@ -15,7 +17,9 @@ from torchmetrics import MeanMetric
 
 from pelab.metrics import METRICS, SELECTION_KEY, Scores, logged_values, mean_key, selection_score
 from pelab.model_kinds import ModelKind
+from pelab.models.stacked import MemberEncodings, members_of, select
 from pelab.positions import ContiguousPositions, PositionSampler
+from pelab.reliability.checkpoints import ENGINE, ENGINE_KEY
 from pelab.tasks.base import Task
 
 log = logging.getLogger(__name__)
@@ -58,12 +62,19 @@ def warmup_cosine(warmup_steps: int, total_steps: int, min_ratio: float) -> Call
 
 
 class SequenceModel(L.LightningModule):
-    """Trains ``net`` on ``task`` in the sequences of its model ``kind`` (``pelab.model_kinds``).
+    """Trains the members of ``net`` on ``task`` in the sequences of its model ``kind``
+    (``pelab.model_kinds``): K >= 1 members (``pelab.models.stacked``; a plain run is K = 1),
+    member ``k`` of seed ``seeds[k]`` at learning rate ``learning_rates[k]`` (None: the
+    optimizer's own).
 
-    Each validation and test epoch scores every ``pelab.metrics.METRICS`` per evaluation
-    length; ``scores[split]`` keeps the last epoch's ``{length: {metric: value}}`` of each split
-    (``val``, ``test``), and the loggers get them with their in- and out-of-distribution means
-    (``pelab.metrics.logged_values``). ``positions`` is the run's position sampler
+    Each training step takes one batch per member (``TaskData``), folds the batches of one shape
+    into one call of the stacked network, and sums the members' mean losses (their gradients are
+    their own). A member that ``stopped`` (``LearnedStop``) is left out of the forward and keeps
+    its weights. Each validation and test epoch scores every member on the same evaluation sets
+    in one folded call, every ``pelab.metrics.METRICS`` per length; ``member_scores[k][split]``
+    keeps member ``k``'s last ``{length: {metric: value}}`` of each split (``scores``: member
+    0's). With K = 1 the loggers get them live; a stack keeps each member's ``history`` for its
+    own loggers. ``positions`` is the run's position sampler
     (``pelab.positions.build_sampler``).
     """
 
@@ -79,9 +90,15 @@ class SequenceModel(L.LightningModule):
         compile: bool = False,
         val_lengths: list[int] | None = None,
         seed: int = 0,
+        seeds: Sequence[int] | None = None,
+        learning_rates: Sequence[float] | None = None,
     ) -> None:
         super().__init__()
-        self.net, self.kind, self.task, self.seed = net, kind, task, seed
+        self.net, self.kind, self.task = net, kind, task
+        self.seeds = list(seeds) if seeds is not None else [seed]
+        if len(self.seeds) != members_of(net):
+            raise ValueError(f"{len(self.seeds)} seeds for a network of {members_of(net)} members")
+        self.learning_rates = None if learning_rates is None else list(learning_rates)
         # ``compile``: the training forward goes through torch.compile (the module's parameters
         # and checkpoints are unchanged); greedy evaluation stays eager (one token per step
         # would recompile for every new shape)
@@ -89,38 +106,110 @@ class SequenceModel(L.LightningModule):
         self.positions = positions or ContiguousPositions()
         self.optimizer_factory = optimizer
         self.warmup_steps, self.min_lr_ratio = warmup_steps, min_lr_ratio
-        self.metrics = nn.ModuleDict(
-            {
-                _state(metric, length): MeanMetric()
-                for metric in METRICS
-                for length in task.eval_lengths
-            }
+        self.metrics = nn.ModuleList(
+            nn.ModuleDict(
+                {
+                    _state(metric, length): MeanMetric()
+                    for metric in METRICS
+                    for length in task.eval_lengths
+                }
+            )
+            for _ in self.seeds
         )
-        self.scores: dict[str, Scores] = {}
+        self.member_scores: list[dict[str, Scores]] = [{} for _ in self.seeds]
+        # the loggers follow training as it goes (a plain run); a stack's members log afterwards,
+        # each to its own loggers, from ``history``
+        self.live = len(self.seeds) == 1
+        self.stopped = [False] * len(self.seeds)
+        self.validated: list[int] = []  # the members the last validation scored
+        # per member of a stack: (step, {logger key: value}) of each logged step and validation
+        self.history: list[list[tuple[int, dict[str, float]]]] = [[] for _ in self.seeds]
         # the lengths each split scores, in the order of its data loaders
         self.lengths = {
             "val": list(task.eval_lengths if val_lengths is None else val_lengths),
             "test": list(task.eval_lengths),
         }
 
-    def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
-        prompt, answer = batch
-        positions = self.training_positions(prompt, answer.shape[1], self.global_step)
-        loss = self.loss(prompt, answer, positions)
-        self.log("train/loss", loss, prog_bar=True)
-        self.log("train/length", float(prompt.shape[1]))
-        return loss
+    @property
+    def seed(self) -> int:
+        return self.seeds[0]
 
-    def loss(self, prompt: Tensor, answer: Tensor, positions: Tensor) -> Tensor:
-        """The mean cross-entropy of the teacher-forced answer tokens."""
-        logits = self.train_logits(self.net, prompt, answer, positions)  # [b, m, vocab]
-        return F.cross_entropy(logits.flatten(0, 1).float(), answer.flatten())
+    @property
+    def scores(self) -> dict[str, Scores]:
+        """Member 0's scores (a single run's)."""
+        return self.member_scores[0]
 
-    def training_positions(self, prompt: Tensor, answer_length: int, step: int) -> Tensor:
-        """The positions of training step ``step``: like its batch (``TrainBatches``), a pure
-        function of ``(seed, step)``, so a resumed run or a member of a stack
-        (``pelab.members``) draws what the uninterrupted single run draws."""
-        generator = torch.Generator().manual_seed(self.seed * 1_000_003 + step + 7_919)
+    def selected(self, members: Sequence[int]) -> AbstractContextManager[None]:
+        """Forwards inside run ``members`` only (``pelab.models.stacked.select``)."""
+        if list(members) == list(range(len(self.seeds))):
+            return nullcontext()
+        return select(self.net, members)
+
+    @property
+    def active(self) -> list[int]:
+        """The members still training."""
+        return [k for k, stopped in enumerate(self.stopped) if not stopped]
+
+    def training_step(self, batch: Sequence[tuple[Tensor, Tensor]], batch_idx: int) -> Tensor:
+        step = self.global_step
+        losses = self.member_losses(batch, step)
+        total = torch.stack(list(losses.values())).sum()
+        if self.live:
+            self.log("train/loss", total, prog_bar=True)
+            self.log("train/length", float(batch[0][0].shape[1]))
+        else:
+            self.log("train/loss", total / len(losses), prog_bar=True)
+            if step % self.trainer.log_every_n_steps == 0:
+                for k, loss in losses.items():
+                    values = {"train/loss": float(loss), "train/length": batch[k][0].shape[1]}
+                    self.history[k].append((step, values))
+        return total
+
+    def member_losses(
+        self, batch: Sequence[tuple[Tensor, Tensor]], step: int
+    ) -> dict[int, Tensor]:
+        """The loss of each active member ``k`` on its batch ``batch[k]`` at training step
+        ``step``: the members whose batches share a shape in one call."""
+        losses: dict[int, Tensor] = {}
+        for members in self.shape_groups(batch):
+            prompt = fold([batch[k][0] for k in members])
+            answer = fold([batch[k][1] for k in members])
+            positions = fold_positions(
+                [
+                    self.training_positions(batch[k][0], answer.shape[1], step, self.seeds[k])
+                    for k in members
+                ]
+            )
+            with self.selected(members):
+                each = self.loss(prompt, answer, positions, len(members))
+            losses |= dict(zip(members, each, strict=True))
+        return losses
+
+    def shape_groups(self, batch: Sequence[tuple[Tensor, Tensor]]) -> list[list[int]]:
+        """The active members grouped by the shapes of their batches (one call each)."""
+        groups: dict[tuple, list[int]] = {}
+        for k in self.active:
+            prompt, answer = batch[k]
+            groups.setdefault((prompt.shape, answer.shape), []).append(k)
+        return list(groups.values())
+
+    def loss(self, prompt: Tensor, answer: Tensor, positions: Tensor, members: int = 1) -> Tensor:
+        """Each member's mean cross-entropy of its teacher-forced answer tokens, ``[members]``
+        (its batch's rows of the folded ``prompt`` and ``answer``)."""
+        logits = self.train_logits(self.net, prompt, answer, positions)  # [K b, m, vocab]
+        if members == 1:
+            return F.cross_entropy(logits.flatten(0, 1).float(), answer.flatten())[None]
+        each = F.cross_entropy(logits.flatten(0, 1).float(), answer.flatten(), reduction="none")
+        return each.view(members, -1).mean(dim=1)
+
+    def training_positions(
+        self, prompt: Tensor, answer_length: int, step: int, seed: int | None = None
+    ) -> Tensor:
+        """The positions of training step ``step`` of the member of ``seed`` (default: member
+        0's): like its batch (``TrainBatches``), a pure function of ``(seed, step)``, so a
+        resumed run or a member of a stack draws what the uninterrupted single run draws."""
+        seed = self.seeds[0] if seed is None else seed
+        generator = torch.Generator().manual_seed(seed * 1_000_003 + step + 7_919)
         return self.sequence_positions(prompt, answer_length, generator)
 
     def sequence_positions(
@@ -135,17 +224,41 @@ class SequenceModel(L.LightningModule):
         self, split: str, batch: dict[str, Tensor], batch_idx: int, dataloader_idx: int
     ) -> None:
         length = self.lengths[split][dataloader_idx]
-        correct = self.correct(batch["prompt"], batch["answer"], length, batch_idx)
-        self.metrics[_state("exact_match", length)].update(correct.all(dim=-1).float())
-        self.metrics[_state("token_acc", length)].update(correct.float().mean(dim=-1))
+        members = self.active if split == "val" else list(range(len(self.seeds)))
+        if not members:
+            return
+        answer = batch["answer"]
+        correct = self.correct(batch["prompt"], answer, length, batch_idx, members)
+        for i, k in enumerate(members):
+            own = correct[i * answer.shape[0] : (i + 1) * answer.shape[0]]
+            self.metrics[k][_state("exact_match", length)].update(own.all(dim=-1).float())
+            self.metrics[k][_state("token_acc", length)].update(own.float().mean(dim=-1))
 
-    def correct(self, prompt: Tensor, answer: Tensor, length: int, batch_idx: int) -> Tensor:
-        """Which greedy answer tokens are right, ``[b, m]``, for batch ``batch_idx`` of an
-        evaluation set at ``length`` (its positions are a pure function of ``(length,
-        batch_idx)``: the same every epoch, and for ``pelab.load_run``)."""
+    def correct(
+        self,
+        prompt: Tensor,
+        answer: Tensor,
+        length: int,
+        batch_idx: int,
+        members: Sequence[int] = (0,),
+    ) -> Tensor:
+        """Which greedy answer tokens of each of ``members`` are right, ``[members b, m]``
+        (member-major), for batch ``batch_idx`` of an evaluation set at ``length`` (its positions
+        are a pure function of ``(length, batch_idx)``: the same every epoch, for every member,
+        and for ``pelab.load_run``)."""
         generator = torch.Generator().manual_seed(length * 100_003 + batch_idx)
         positions = self.sequence_positions(prompt, answer.shape[1], generator)
-        return self.kind.predict(self.net, prompt, answer.shape[1], positions) == answer
+        n = len(members)
+        folded_positions = (
+            positions
+            if positions.shape[0] == 1
+            else positions.repeat(n, *[1] * (positions.dim() - 1))
+        )
+        if n > 1:
+            prompt, answer = prompt.repeat(n, 1), answer.repeat(n, 1)
+        with self.selected(members):
+            predicted = self.kind.predict(self.net, prompt, answer.shape[1], folded_positions)
+        return predicted == answer
 
     def validation_step(
         self, batch: dict[str, Tensor], batch_idx: int, dataloader_idx: int = 0
@@ -155,47 +268,113 @@ class SequenceModel(L.LightningModule):
     def test_step(self, batch: dict[str, Tensor], batch_idx: int, dataloader_idx: int = 0) -> None:
         self._evaluate("test", batch, batch_idx, dataloader_idx)
 
-    def epoch_scores(self, split: str) -> dict[str, float]:
-        """End an epoch of ``split``: its scores into ``scores[split]`` (the running states
-        reset); returns the values to log (``pelab.metrics.logged_values``)."""
+    def epoch_scores(self, split: str, k: int = 0) -> dict[str, float]:
+        """End an epoch of ``split`` for member ``k``: its scores into
+        ``member_scores[k][split]`` (the running states reset); returns the values to log
+        (``pelab.metrics.logged_values``)."""
         scores: Scores = {length: {} for length in self.lengths[split]}
         for metric in METRICS:
             for length in self.lengths[split]:
-                state = self.metrics[_state(metric, length)]
+                state = self.metrics[k][_state(metric, length)]
                 scores[length][metric] = float(state.compute())
                 state.reset()
-        self.scores[split] = scores
+        self.member_scores[k][split] = scores
         values = logged_values(split, scores, self.task.in_distribution)
         if split == "val":
             in_distribution = self.task.in_distribution
             values[SELECTION_KEY] = selection_score(scores, in_distribution, self.task.n_val)
         return values
 
-    def _log_epoch(self, split: str) -> None:
-        shown = mean_key(split, "id", "exact_match")
-        for key, value in self.epoch_scores(split).items():
-            self.log(key, value, prog_bar=key == shown)
+    def _end_epoch(self, split: str) -> None:
+        members = self.active if split == "val" else list(range(len(self.seeds)))
+        if split == "val":
+            self.validated = members  # the members this validation scored
+        for k in members:
+            values = self.epoch_scores(split, k)
+            if self.live:
+                shown = mean_key(split, "id", "exact_match")
+                for key, value in values.items():
+                    self.log(key, value, prog_bar=key == shown)
+            else:
+                self.history[k].append((self.global_step, values))
+        if not self.live and split == "val":
+            self.log("val/members_active", float(len(self.active)), prog_bar=True)
 
     def on_validation_epoch_end(self) -> None:
-        self._log_epoch("val")
+        self._end_epoch("val")
 
     def on_test_epoch_end(self) -> None:
-        self._log_epoch("test")
+        self._end_epoch("test")
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """The last validation's scores go with the weights: a run resumed at its final step
-        (killed during its test) has no validation left to run, and records them from here."""
-        if "val" in self.scores:
-            checkpoint[SCORES_KEY] = {"val": self.scores["val"]}
+        """The engine's version, each member's state (stopped, history) and the last
+        validation's scores go with the weights: a run resumed at its final step (killed during
+        its test) has no validation left to run, and records them from here."""
+        checkpoint[ENGINE_KEY] = ENGINE
+        checkpoint[MEMBERS_KEY] = {"stopped": self.stopped, "history": self.history}
+        checkpoint[SCORES_KEY] = [
+            {"val": s["val"]} if "val" in s else {} for s in self.member_scores
+        ]
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        saved = (checkpoint.get(SCORES_KEY) or {}).get("val")
-        if saved is not None and "val" not in self.scores:  # never over this run's own
-            self.scores["val"] = {int(n): dict(v) for n, v in saved.items()}
+        saved = checkpoint.get(SCORES_KEY) or []
+        if isinstance(saved, dict):  # one member's checkpoint (``BestCheckpoints``)
+            saved = [saved]
+        for scores, member in zip(saved, self.member_scores, strict=False):
+            val = scores.get("val")
+            if val is not None and "val" not in member:  # never over this run's own
+                member["val"] = {int(n): dict(v) for n, v in val.items()}
+        state = checkpoint.get(MEMBERS_KEY)
+        if state is not None and len(state["stopped"]) == len(self.seeds):
+            self.stopped = list(state["stopped"])
+            self.history = [[(s, dict(v)) for s, v in h] for h in state["history"]]
 
     def configure_optimizers(self):  # noqa: ANN201 (Lightning's union of return types)
-        optimizer = self.optimizer_factory(self.net.parameters())
+        """The optimizer over every member's weights (elementwise updates: each member's steps
+        are its single run's), at the members' learning rate, or at the largest of
+        ``learning_rates`` with the others scaled in ``optimizer_step``; the warmup + cosine
+        schedule."""
+        options = {} if self.learning_rates is None else {"lr": max(self.learning_rates)}
+        optimizer = self.optimizer_factory(self.net.parameters(), **options)
         return self.scheduled(optimizer, self.trainer.max_steps)
+
+    def member_rates(self) -> Tensor | None:
+        """Each member's step as a fraction of the optimizer's, ``[K]``: 0 once stopped, its
+        learning rate over the largest; None when every member takes the optimizer's step."""
+        rates = torch.tensor([0.0 if s else 1.0 for s in self.stopped])
+        if self.learning_rates is not None:
+            rates = rates * torch.tensor(self.learning_rates) / max(self.learning_rates)
+        return None if bool((rates == 1).all()) else rates
+
+    def optimizer_step(
+        self, epoch: int, batch_idx: int, optimizer: Any, optimizer_closure: Any = None
+    ) -> None:
+        """The optimizer's step, each member's part of it scaled by ``member_rates`` (an
+        optimizer whose step is proportional to its learning rate, as SGD's, Adam's and AdamW's
+        are, thus steps member ``k`` at ``learning_rates[k]``)."""
+        rates = self.member_rates()
+        if rates is None:
+            optimizer.step(closure=optimizer_closure)
+            return
+        owners = member_parameters(self.net)
+        before = [p.detach().clone() for p, _ in owners]
+        optimizer.step(closure=optimizer_closure)
+        with torch.no_grad():
+            for (p, owner), old in zip(owners, before, strict=True):
+                weight = rates.view(-1, *[1] * (p.dim() - 1)) if owner is None else rates[owner]
+                p.copy_(torch.lerp(old, p, weight.to(p.dtype)))
+
+    def configure_gradient_clipping(
+        self,
+        optimizer: torch.optim.Optimizer,
+        gradient_clip_val: float | None = None,
+        gradient_clip_algorithm: str | None = None,
+    ) -> None:
+        """Clip each member's gradient by its own norm, as its single run clips it."""
+        if gradient_clip_val is None or len(self.seeds) == 1 or gradient_clip_algorithm == "value":
+            self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
+            return
+        clip_member_norms(self.net, gradient_clip_val)
 
     def scheduled(self, optimizer: torch.optim.Optimizer, total_steps: int) -> dict[str, Any]:
         """``optimizer`` with the warmup + cosine schedule over ``total_steps``, stepped every
@@ -208,7 +387,55 @@ class SequenceModel(L.LightningModule):
         }
 
 
-SCORES_KEY = "pelab_scores"  # the last validation's scores in a checkpoint
+def fold(tensors: Sequence[Tensor]) -> Tensor:
+    """The members' batches ``[b, ...]`` as one folded batch ``[K b, ...]``, member-major."""
+    return tensors[0] if len(tensors) == 1 else torch.cat(list(tensors))
+
+
+def fold_positions(positions: Sequence[Tensor]) -> Tensor:
+    """The members' positions ``[b|1, ...]`` folded: one broadcast ``[1, ...]`` when every member
+    has the same (contiguous positions), each member's rows otherwise."""
+    first = positions[0]
+    if all(p.shape == first.shape and torch.equal(p, first) for p in positions[1:]):
+        if first.shape[0] == 1 or len(positions) == 1:
+            return first
+    rows = max(p.shape[0] for p in positions)
+    return torch.cat([p.expand(rows, *p.shape[1:]) for p in positions])
+
+
+def member_parameters(net: nn.Module) -> list[tuple[Tensor, int | None]]:
+    """Every parameter of ``net`` with its member: None for a stacked one (``[K, ...]``, every
+    member), ``k`` for one of member ``k``'s own encoding."""
+    owned = {}
+    for module in net.modules():
+        if isinstance(module, MemberEncodings):
+            for k, encoding in enumerate(module.encodings):
+                owned |= {id(p): k for p in encoding.parameters()}
+    return [(p, owned.get(id(p))) for p in net.parameters()]
+
+
+@torch.no_grad()
+def clip_member_norms(net: nn.Module, max_norm: float) -> None:
+    """``torch.nn.utils.clip_grad_norm_`` for each member on its own gradient."""
+    owners = [(p, k) for p, k in member_parameters(net) if p.grad is not None]
+    if not owners:
+        return
+    k_members = members_of(net)
+    squares = torch.zeros(k_members, dtype=torch.float64)
+    for p, k in owners:
+        g = p.grad.double()
+        if k is None:
+            squares += g.pow(2).flatten(1).sum(dim=1)
+        else:
+            squares[k] += g.pow(2).sum()
+    coef = (max_norm / (squares.sqrt() + 1e-6)).clamp(max=1.0)
+    for p, k in owners:
+        scale = coef.view(-1, *[1] * (p.dim() - 1)) if k is None else coef[k]
+        p.grad.mul_(scale.to(p.grad.dtype))
+
+
+MEMBERS_KEY = "pelab_members"  # the members' own state in a checkpoint
+SCORES_KEY = "pelab_scores"  # the last validation's scores in a checkpoint (one per member)
 
 
 def _state(metric: str, length: int) -> str:

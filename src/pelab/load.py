@@ -27,13 +27,13 @@ from omegaconf import DictConfig, OmegaConf
 from torch import Tensor
 from torch.utils.data import DataLoader
 
+from pelab.assembly import build_model, build_task
 from pelab.data.eval_sets import load_eval_set
 from pelab.evaluate import load_weights, trained_sizes, training_record
 from pelab.lit_module import SequenceModel
 from pelab.metrics import Scores
 from pelab.tasks.base import Task
 from pelab.threads import set_threads
-from pelab.train import build_model, build_task
 
 
 @dataclass

@@ -215,12 +215,15 @@ def failure_reason(error: BaseException) -> str:
 
 
 @contextmanager
-def recorded(path: str | Path, record: dict[str, Any]) -> Iterator[dict[str, Any]]:
+def recorded(
+    path: str | Path, record: dict[str, Any], since: float | None = None
+) -> Iterator[dict[str, Any]]:
     """Whatever happens inside, ``record`` ends up in ``path`` (atomically) with the wall time,
     the environment, and on an exception ``status: failed`` and the error; the exception is
     re-raised. The record is also written on entry, so a job killed outright (SIGKILL, out of
-    memory) leaves its ``status: running``, never a finished-looking file."""
-    start = time.perf_counter()
+    memory) leaves its ``status: running``, never a finished-looking file. ``wall_time_s``
+    counts from ``since`` (a ``time.perf_counter()``; default: entry)."""
+    start = time.perf_counter() if since is None else since
     write_json_atomic(path, {**record, **environment()})
     try:
         yield record

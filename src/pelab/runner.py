@@ -75,14 +75,17 @@ def execute(
     choices: dict[str, Any],
     config: dict[str, Any],
     work: Callable[[], Outcome],
+    since: float | None = None,
     **extra: Any,
 ) -> dict[str, Any]:
     """Run ``work`` inside its record: ``results.json`` in ``output_dir`` is written on entry
     (``running``), and on exit ``completed`` with the outcome or ``failed`` with the error (which
-    is re-raised); the per-length table is printed and the W&B run is closed either way."""
+    is re-raised); the per-length table is printed and the W&B run is closed either way.
+    ``since``: the ``time.perf_counter()`` the record's ``wall_time_s`` counts from (default:
+    now; a member of a run counts from the run's start)."""
     record = new_record(kind, choices, config) | extra
     try:
-        with recorded(Path(output_dir) / RESULTS, record):
+        with recorded(Path(output_dir) / RESULTS, record, since):
             try:
                 outcome = work()
             except BaseException:
@@ -109,14 +112,14 @@ def execute(
         finish_wandb(record, Path(output_dir) / RESULTS)
 
 
-def outcome(cfg: DictConfig, model: SequenceModel, **notes: Any) -> Outcome:
-    """The outcome of a model whose test (``cfg.test``) has run: its scores, and the chance level
-    of each metric on the very test sets it was scored on."""
+def outcome(cfg: DictConfig, model: SequenceModel, member: int = 0, **notes: Any) -> Outcome:
+    """The outcome of ``member`` of a model whose test (``cfg.test``) has run: its scores, and
+    the chance level of each metric on the very test sets it was scored on."""
     task = model.task
     chance = eval_chance(task, "test", task.n_test, cfg.paths.cache_dir) if cfg.test else None
     return Outcome(
         task=task,
-        scores=dict(model.scores),
+        scores=dict(model.member_scores[member]),
         chance=chance,
         params=model.net.num_params(),
         model_dims=json.loads(json.dumps(asdict(model.net.dims))),  # as results.json holds it
@@ -129,10 +132,13 @@ def make_trainer(
     params: dict[str, int],
     notes: list[str],
     callbacks: Sequence[L.Callback] = (),
+    loggers: bool = True,
 ) -> L.Trainer:
     """``cfg.trainer`` with the configured callbacks (plus ``callbacks``), the loggers that could
-    start, and atomic checkpoint writes."""
-    loggers = working_loggers(instantiate_all(cfg.get("logger")), cfg, params, notes)
+    start (none with ``loggers=False``: a stack's members log to their own afterwards), and
+    atomic checkpoint writes."""
+    configured = instantiate_all(cfg.get("logger")) if loggers else []
+    loggers = working_loggers(configured, cfg, params, notes)
     return instantiate(
         cfg.trainer,
         callbacks=[*configured_callbacks(cfg, logged=bool(loggers)), *callbacks],

@@ -6,7 +6,7 @@ from collections import Counter
 import pytest
 import torch
 
-from pelab.data.datamodule import TaskDataModule, TrainBatches
+from pelab.data.datamodule import TaskData, TrainBatches
 from pelab.errors import ConfigError
 from pelab.tasks import TASK_REGISTRY
 
@@ -47,7 +47,7 @@ def test_batches_are_a_pure_function_of_seed_and_step(copy_task):
     assert all(torch.equal(a[i][0], b[i][0]) for i in (0, 7, 19))
 
 
-@pytest.mark.parametrize("make", [TrainBatches, TaskDataModule])
+@pytest.mark.parametrize("make", [TrainBatches, TaskData])
 def test_an_unknown_length_sampling_is_a_clear_error(copy_task, make):
     with pytest.raises(ConfigError, match="length_sampling='lengths'; valid choices: uniform"):
-        make(copy_task, 4, 20, seed=0, length_sampling="lengths")
+        make(copy_task, 4, 20, 0, length_sampling="lengths")

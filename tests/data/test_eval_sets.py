@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from pelab.data import eval_sets
-from pelab.data.datamodule import TaskDataModule, TrainBatches
+from pelab.data.datamodule import TaskData, TrainBatches
 from pelab.tasks import TASK_REGISTRY
 
 
@@ -61,7 +61,7 @@ def test_val_and_test_sets_differ_and_do_not_depend_on_the_training_seed(tmp_pat
     val = eval_sets.load_eval_set(task, "val", 12, 64, None)
     test = eval_sets.load_eval_set(task, "test", 12, 64, None)
     assert not torch.equal(val[:]["prompt"], test[:]["prompt"])
-    dm = TaskDataModule(task, batch_size=4, num_batches=2, seed=99, cache_dir=tmp_path)
+    dm = TaskData(task, batch_size=4, num_batches=2, seeds=99, cache_dir=tmp_path)
     assert torch.equal(
         next(iter(dm.val_dataloader()[1]))["prompt"],
         eval_sets.load_eval_set(task, "val", 16, task.n_val, None)[:]["prompt"],
@@ -82,14 +82,14 @@ def test_training_batches_are_a_function_of_seed_and_step():
 
 def test_one_loader_per_eval_length(tmp_path):
     task = copy_task(eval_lengths=[4, 16, 40])
-    dm = TaskDataModule(task, batch_size=4, num_batches=2, seed=0, cache_dir=tmp_path)
+    dm = TaskData(task, batch_size=4, num_batches=2, seeds=0, cache_dir=tmp_path)
     shapes = [next(iter(loader))["prompt"].shape[1] for loader in dm.test_dataloader()]
     assert shapes == [4, 16, 40]
 
 
 def test_bad_batch_size_is_refused():
     with pytest.raises(ValueError, match="batch sizes must be >= 1"):
-        TaskDataModule(copy_task(), batch_size=0, num_batches=1, seed=0)
+        TaskData(copy_task(), batch_size=0, num_batches=1, seeds=0)
 
 
 def damage_truncated_data(path):

@@ -8,6 +8,7 @@ import pytest
 import torch
 from torch.func import vmap
 
+from pelab.assembly import build_model, build_task
 from pelab.errors import ConfigError
 from pelab.models.transformer import Transformer
 from pelab.pe.abacus import AbacusPE, digit_places
@@ -15,7 +16,7 @@ from pelab.pe.base import ModelDims
 from pelab.positions import Positions
 from pelab.tasks import TASK_REGISTRY
 from pelab.tokens import BLANK, BOS, N_SPECIAL, SEP
-from pelab.train import build_model, build_task, run
+from pelab.train import run
 from tests.conftest import compose_config
 
 DIGITS = tuple(range(N_SPECIAL, N_SPECIAL + 10))  # addition's digits: token 3 + d for digit d

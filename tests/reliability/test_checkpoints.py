@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from lightning.pytorch.callbacks import ModelCheckpoint
 
+from pelab.assembly import build_model, build_task
 from pelab.errors import ConfigError
 from pelab.evaluate import load_weights
-from pelab.reliability.callbacks import PortableCheckpoint
+from pelab.reliability.callbacks import BestCheckpoints
 from pelab.reliability.checkpoints import AtomicCheckpointIO, differences, read_checkpoint
-from pelab.train import build_model, build_task, run
+from pelab.train import run
 from tests.reliability.runs import checkpoint, config, fault, results
 
 pytestmark = pytest.mark.faults  # the fault campaign: make test-faults
@@ -74,26 +74,18 @@ def test_a_flipped_bit_in_a_checkpoint_is_refused_not_resumed_from(tmp_path):
         load_weights(model, best)  # re-evaluation and pelab.load_run
 
 
-def test_the_best_checkpoint_comes_along_when_a_run_resumes_in_another_directory(tmp_path):
-    """Lightning forgets the best score when the directory changes, so the next validation
-    would always become "best": ``PortableCheckpoint`` keeps the score and copies the file."""
+def test_the_best_checkpoints_come_along_when_a_run_resumes_in_another_directory(tmp_path):
+    """``BestCheckpoints`` keeps each member's best score and copies its file into the new
+    directory, so the next validation does not become "best" whatever its score."""
     old, new = tmp_path / "old", tmp_path / "new"
     old.mkdir()
     (old / "best.ckpt").write_bytes(b"weights of step 50")
-    saved = ModelCheckpoint(dirpath=old, filename="best", monitor="val/id/selection", mode="max")
-    saved.best_model_score, saved.best_model_path = torch.tensor(0.75), str(old / "best.ckpt")
-    saved.best_k_models = {str(old / "best.ckpt"): torch.tensor(0.75)}
-    moved = PortableCheckpoint(
-        dirpath=new, filename="best", monitor="val/id/selection", mode="max"
-    )
+    saved = BestCheckpoints([old / "best.ckpt"], [{}])
+    saved.best = [0.75]
+    moved = BestCheckpoints([new / "best.ckpt"], [{}])
     moved.load_state_dict(saved.state_dict())
-    assert moved.best_model_score == 0.75 and moved.best_model_path == str(new / "best.ckpt")
+    assert moved.best == [0.75] and moved.paths == [new / "best.ckpt"]
     assert (new / "best.ckpt").read_bytes() == b"weights of step 50"
-    assert list(moved.best_k_models) == [str(new / "best.ckpt")]
-    lightning = ModelCheckpoint(dirpath=new, filename="best", monitor="val/id/selection")
-    with pytest.warns(UserWarning, match="dirpath has changed"):
-        lightning.load_state_dict(saved.state_dict())
-    assert lightning.best_model_score is None  # what this class repairs
 
 
 def test_a_killed_run_resumed_into_a_new_directory_ends_as_the_uninterrupted_one(tmp_path):
@@ -123,3 +115,17 @@ def test_an_option_the_checkpoint_predates_is_no_difference_at_its_default():
     assert differences(at_default, saved) == [  # an option the run no longer has is a change
         "pe.keep_frequencies: checkpoint 1.0 != this run None"
     ]
+
+
+def test_a_checkpoint_of_the_engine_before_stacks_gets_a_one_line_refusal(tmp_path):
+    """Weights saved before every run became a stack (``[out, in]`` where the model now has
+    ``[K, out, in]``) cannot resume; the refusal says what to do instead of listing shapes."""
+    from pelab.reliability.checkpoints import ENGINE_KEY, check_compatible
+
+    cfg = config(tmp_path, tmp_path / "run")
+    model = build_model(cfg, build_task(cfg))
+    old = {"state_dict": {k: v.squeeze(0) for k, v in model.state_dict().items()}}
+    with pytest.raises(ConfigError, match="cannot resume this run: set resume=false") as error:
+        check_compatible(old, cfg, model, tmp_path / "last.ckpt")
+    assert "\n" not in str(error.value)
+    check_compatible({**old, ENGINE_KEY: 2, "state_dict": model.state_dict()}, cfg, model, "x")

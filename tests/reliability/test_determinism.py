@@ -12,8 +12,9 @@ import lightning as L
 import pytest
 import torch
 
-from pelab.data.datamodule import TaskDataModule
-from pelab.train import build_model, build_task, run
+from pelab.assembly import build_model, build_task
+from pelab.data.datamodule import TaskData
+from pelab.train import run
 from tests.conftest import TINY, compose_config
 from tests.reliability.runs import checkpoint, same_weights
 
@@ -63,7 +64,7 @@ def test_fused_and_eager_attention_score_the_same_trained_model_alike(tmp_path, 
     task = build_task(cfg)
     model = build_model(cfg, task)
     model.load_state_dict(checkpoint(out / "checkpoints" / "best.ckpt")["state_dict"])
-    data = TaskDataModule(task, 8, 1, cfg.seed, 8, cfg.paths.cache_dir)
+    data = TaskData(task, 8, 1, cfg.seed, 8, cfg.paths.cache_dir)
     trainer = L.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False)
     trainer.test(model, datamodule=data, verbose=False)
     fused = model.scores["test"]

@@ -15,8 +15,8 @@ import pytest
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
+from pelab.assembly import build_model, build_task
 from pelab.reliability import memory
-from pelab.train import build_model, build_task
 from tests.conftest import CONFIG_DIR, compose_config
 from tests.test_configs import options
 

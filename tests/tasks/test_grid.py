@@ -7,11 +7,12 @@ from pathlib import Path
 import pytest
 import torch
 
+from pelab.assembly import build_model, build_task
 from pelab.errors import ConfigError
 from pelab.tasks import TASK_REGISTRY
 from pelab.tasks.grid import GridTask
 from pelab.tokens import BOS, N_SPECIAL, SEP
-from pelab.train import build_model, build_task, run
+from pelab.train import run
 from tests.tasks.run_check import learn
 
 MODES = ["transpose", "copy"]

@@ -3,7 +3,7 @@
 
 The encoding is built exactly as training builds it (``configs/inspect.yaml`` is
 ``configs/train.yaml`` plus ``length``, ``out_dir`` and ``wandb``, then
-``pelab.train.build_model``), untrained, and each figure that applies to it is saved as a PNG in
+``pelab.assembly.build_model``), untrained, and each figure that applies to it is saved as a PNG in
 ``out_dir`` (default ``logs/inspect/<pe>/``):
 
 - ``absolute.png``: ``embed`` at positions ``0..length-1`` (positions x dims), for encodings
@@ -62,6 +62,7 @@ from pelab.analysis.pe_figures import (
     plot_relative,
     plot_tables,
 )
+from pelab.assembly import build_model, build_task
 from pelab.errors import ConfigError
 from pelab.load import Run, load_run
 from pelab.models.attention_maps import attention_maps
@@ -70,7 +71,6 @@ from pelab.pe.base import PositionalEncoding
 from pelab.pe.scaled_sinusoidal import ScaledSinusoidalPE
 from pelab.positions import Positions
 from pelab.threads import check_threads, configure_threads
-from pelab.train import build_model, build_task
 from pelab.utils.wandb_mode import wandb_mode
 
 

@@ -1,7 +1,9 @@
-"""Lightning data: a stream of fresh training batches and one evaluation loader per length."""
+"""Lightning data: a stream of fresh training batches (one per member) and one evaluation loader
+per length."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import lightning as L
@@ -11,6 +13,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from pelab.data.eval_sets import load_eval_set
 from pelab.errors import ConfigError
+from pelab.reliability.data import ResumableLoader
 from pelab.tasks.base import Task
 
 # ``data.length_sampling``: how a training batch draws its length from ``task.train_lengths``
@@ -24,9 +27,15 @@ def check_length_sampling(length_sampling: str) -> None:
 
 
 class TrainBatches(Dataset):
-    """Batch ``i`` is a pure function of ``(seed, i)``: its length is drawn from the task's train
-    range (among the lengths the task can build, ``Task.lengths_between``), then the samples.
-    Re-running or resuming a step gives the same batch.
+    """Batch ``i`` of the run of ``seed``, a pure function of ``(seed, i)``: re-running or
+    resuming a step gives the same batch.
+
+    Its length is drawn from the task's train range (among the lengths the task can build,
+    ``Task.lengths_between``) and is the same for every seed: the length seed 0's stream draws
+    (``torch.Generator().manual_seed(i)``), so that the members of a stack meet in one stacked
+    call (``pelab.lit_module``). The samples come from the seed's own stream
+    (``manual_seed(seed * 1_000_003 + i)``) after its own length draw, so seed 0's batches are
+    those of every run trained before lengths were shared.
 
     ``length_sampling``: ``uniform``, every length equally often (Delétang et al. 2023), or
     ``tokens``, a length in proportion to itself (``P(n) = n / sum of the buildable lengths``),
@@ -43,35 +52,55 @@ class TrainBatches(Dataset):
         length_sampling: str = "uniform",
     ) -> None:
         check_length_sampling(length_sampling)
-        self.task, self.batch_size, self.num_batches, self.seed = (
-            task,
-            batch_size,
-            num_batches,
-            seed,
-        )
-        self.length_sampling = length_sampling
+        self.task, self.batch_size, self.num_batches = task, batch_size, num_batches
+        self.seed, self.length_sampling = seed, length_sampling
+        self.lengths = task.lengths_between(*task.train_lengths)
 
     def __len__(self) -> int:
         return self.num_batches
 
-    def __getitem__(self, index: int) -> tuple[Tensor, Tensor]:
-        generator = torch.Generator().manual_seed(self.seed * 1_000_003 + index)
-        lengths = self.task.lengths_between(*self.task.train_lengths)
+    def draw_length(self, generator: torch.Generator) -> int:
+        lengths = self.lengths
         if self.length_sampling == "uniform":
-            length = lengths[int(torch.randint(len(lengths), (1,), generator=generator))]
-        else:
-            weights = torch.tensor(lengths, dtype=torch.float64)
-            length = lengths[int(torch.multinomial(weights, 1, generator=generator))]
+            return lengths[int(torch.randint(len(lengths), (1,), generator=generator))]
+        weights = torch.tensor(lengths, dtype=torch.float64)
+        return lengths[int(torch.multinomial(weights, 1, generator=generator))]
+
+    def __getitem__(self, index: int) -> tuple[Tensor, Tensor]:
+        length = self.draw_length(torch.Generator().manual_seed(index))
+        generator = torch.Generator().manual_seed(self.seed * 1_000_003 + index)
+        self.draw_length(generator)  # its own draw: seed 0's stream as it always was
         return self.task.sample(self.batch_size, length, generator)
 
 
-class TaskDataModule(L.LightningDataModule):
+class MemberBatches(Dataset):
+    """Item ``i``: the tuple of every member's batch ``i`` (``TrainBatches`` of its seed)."""
+
+    def __init__(self, members: Sequence[TrainBatches]) -> None:
+        self.members = list(members)
+
+    def __len__(self) -> int:
+        return len(self.members[0])
+
+    def __getitem__(self, index: int) -> tuple[tuple[Tensor, Tensor], ...]:
+        return tuple(member[index] for member in self.members)
+
+
+class TaskData(L.LightningDataModule):
+    """The data of a run: a resumable stream of fresh training batches, one per member and step
+    (``MemberBatches`` of ``seeds``), and one evaluation loader per length, shared by every
+    member (the evaluation sets do not depend on the seed).
+
+    The training loader resumes where it stopped (``ResumableLoader``): the next batch is the
+    number of batches this epoch has processed (a checkpoint at a step's end or after
+    validation has processed exactly the batches it trained on)."""
+
     def __init__(
         self,
         task: Task,
         batch_size: int,
         num_batches: int,
-        seed: int,
+        seeds: int | Sequence[int],
         eval_batch_size: int = 256,
         cache_dir: str | Path | None = None,
         val_lengths: list[int] | None = None,
@@ -82,23 +111,23 @@ class TaskDataModule(L.LightningDataModule):
             raise ValueError(f"batch sizes must be >= 1, got {batch_size}, {eval_batch_size}")
         check_length_sampling(length_sampling)
         self.length_sampling = length_sampling
-        self.task, self.batch_size, self.num_batches, self.seed = (
-            task,
-            batch_size,
-            num_batches,
-            seed,
-        )
+        self.task, self.batch_size, self.num_batches = task, batch_size, num_batches
+        self.seeds = [seeds] if isinstance(seeds, int) else list(seeds)
         self.eval_batch_size, self.cache_dir = eval_batch_size, cache_dir
         self.val_lengths = task.eval_lengths if val_lengths is None else val_lengths
 
-    def train_batches(self) -> Dataset:
-        """The training set: item ``i`` is training step ``i``'s batch."""
-        return TrainBatches(
-            self.task, self.batch_size, self.num_batches, self.seed, self.length_sampling
+    def train_batches(self) -> MemberBatches:
+        """The training set: item ``i`` is training step ``i``'s batch of every member."""
+        return MemberBatches(
+            TrainBatches(self.task, self.batch_size, self.num_batches, seed, self.length_sampling)
+            for seed in self.seeds
         )
 
-    def train_dataloader(self) -> DataLoader:
-        return DataLoader(self.train_batches(), batch_size=None, shuffle=False)
+    def train_dataloader(self) -> ResumableLoader:
+        def processed() -> int:
+            return self.trainer.fit_loop.epoch_loop.batch_progress.current.processed
+
+        return ResumableLoader(self.train_batches(), processed)
 
     def _eval_loaders(self, split: str, n: int, lengths: list[int]) -> list[DataLoader]:
         return [

@@ -7,7 +7,8 @@ row of their tables. Everything else (attention, the positional encodings, the l
 members folded into the batch, member-major: ``[K b, ...]`` holds member 0's ``b`` sequences,
 then member 1's, and so on. Attention never mixes sequences, so it needs no member dimension.
 
-With K = 1 each layer calls the kernel of its ``torch.nn`` namesake on the one member's weights,
+With K = 1 each layer calls the kernel of its ``torch.nn`` namesake on the one member's weights
+(a view: its backward copies nothing),
 and initialises them with the same random draws in the same order: a plain run computes, bit for
 bit, what a network of ``torch.nn`` layers computes.
 
@@ -93,7 +94,7 @@ class Linear(Stacked):
             w, b = w[:, rows], None if b is None else b[:, rows]
         k = w.shape[0]
         if k == 1:
-            return F.linear(x, w[0], None if b is None else b[0])
+            return F.linear(x, w.squeeze(0), None if b is None else b.squeeze(0))
         xs = folded(x, k)  # [k, rows, d_in]
         out = xs @ w.transpose(1, 2) if b is None else torch.baddbmm(b[:, None], xs, w.mT)
         return out.reshape(*x.shape[:-1], w.shape[1])
@@ -113,7 +114,7 @@ class LayerNorm(Stacked):
         w, b = self.stacked("weight"), self.stacked("bias")
         k = w.shape[0]
         if k == 1:
-            return F.layer_norm(x, (self.d,), w[0], b[0], self.eps)
+            return F.layer_norm(x, (self.d,), w.squeeze(0), b.squeeze(0), self.eps)
         normed = folded(F.layer_norm(x, (self.d,), None, None, self.eps), k)
         return torch.addcmul(b[:, None], normed, w[:, None]).reshape(x.shape)
 
@@ -133,7 +134,7 @@ class Embedding(Stacked):
         w = self.stacked("weight")
         k, v, d = w.shape
         if k == 1:
-            return F.embedding(tokens, w[0])
+            return F.embedding(tokens, w.squeeze(0))
         member = torch.arange(k, device=tokens.device).repeat_interleave(tokens.shape[0] // k)
         offsets = (member * v).view(-1, *([1] * (tokens.dim() - 1)))
         return F.embedding(tokens + offsets, w.reshape(k * v, d))
@@ -254,8 +255,10 @@ def select(net: nn.Module, members: Sequence[int] | None) -> Iterator[None]:
     """Forwards of ``net`` inside run only ``members`` (in this order; None: all), their
     batches folded in that order."""
     index = None if members is None else torch.tensor(list(members), dtype=torch.long)
-    if index is not None and len(index) == members_of(net) and bool(
-        (index == torch.arange(len(index))).all()
+    if (
+        index is not None
+        and len(index) == members_of(net)
+        and bool((index == torch.arange(len(index))).all())
     ):
         index, members = None, None  # every member, in order: no gather
     changed = [m for m in net.modules() if isinstance(m, Stacked | MemberEncodings)]

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from torch import Tensor, nn
 
 from pelab.errors import ConfigError
-from pelab.models.attention import Attention
 from pelab.models import stacked
+from pelab.models.attention import Attention
 from pelab.models.cache import KVCache
 from pelab.pe.base import ModelDims, NoPE, PositionalEncoding
 from pelab.positions import Positions

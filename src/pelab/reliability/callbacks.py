@@ -7,8 +7,8 @@
   ``last.ckpt`` at the end of the current step, before Lightning stops the run.
 - ``RequeueAtStepEnd``: runs Lightning's SLURM requeue (checkpoint, ``scontrol requeue``) at the
   end of a step rather than mid-step.
-- ``PortableCheckpoint``: the best-checkpoint callback, exact when a run resumes from a
-  checkpoint written in another directory.
+- ``BestCheckpoints``: each member's ``best.ckpt``, in a single run's format, exact when a
+  run resumes from a checkpoint written in another directory.
 - ``ValidateLastStep``: validates (and so checkpoints) the last step when the validation
   interval does not divide ``trainer.max_steps``: a short run always saves its model.
 - ``StopOnNonFiniteLoss``: fails the run at the first NaN or infinite training loss.
@@ -31,52 +31,84 @@ from typing import Any
 
 import lightning as L
 import torch
-from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from pelab.reliability.checkpoints import IDENTITY_KEY
+from pelab.lit_module import SCORES_KEY
+from pelab.metrics import selection_score
+from pelab.models.stacked import load_member, member_state
+from pelab.reliability.checkpoints import IDENTITY_KEY, AtomicCheckpointIO, read_checkpoint
 
 log = logging.getLogger(__name__)
 
 
-class PortableCheckpoint(ModelCheckpoint):
-    """``ModelCheckpoint`` whose state survives a new directory. Lightning drops the best score
-    when a run resumes from a checkpoint written in another ``dirpath`` (``ckpt_path=<another
-    run's last.ckpt>``, a moved or copied run directory): the next validation then always
-    becomes "best", whatever its score, and the test reports another model than the
-    uninterrupted run would. This one keeps the score and the best checkpoint: the file comes
-    along into the new directory (copied unless already there), so resuming anywhere is exact.
-    When the best file is nowhere to be found, Lightning's behaviour (and warning) remain."""
+class BestCheckpoints(Callback):
+    """Each member's ``best.ckpt``: its weights at its best validation by
+    ``pelab.metrics.selection_score`` (ties keep the earlier), written as a single run's
+    checkpoint (unstacked weights, ``pelab.models.stacked.member_state``) with its identity, its
+    last validation scores and the per-member state of every callback that has one
+    (``member_state(k)``, e.g. the criterion of ``LearnedStop``): what ``eval.py``,
+    ``load_run`` and the final test read. ``paths[k]``: member ``k``'s file; ``identities[k]``:
+    its ``checkpoints.identity``.
+
+    Portable: its state (each member's best score and file) survives a new directory; a run
+    resumed from a checkpoint written elsewhere (``ckpt_path=<another run's last.ckpt>``, a
+    moved or copied run directory) brings each member's best file along (copied unless already
+    there), so the test reports the model the uninterrupted run would."""
+
+    def __init__(self, paths: list[Path], identities: list[dict[str, Any]]) -> None:
+        self.paths, self.identities = [Path(p) for p in paths], identities
+        self.best: list[float | None] = [None] * len(self.paths)
+
+    @property
+    def state_key(self) -> str:
+        return "pelab_best_checkpoints"
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"best": self.best, "paths": [str(p) for p in self.paths]}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        before = state_dict.get("dirpath", self.dirpath)
-        if self.dirpath is None or before == self.dirpath:
-            return super().load_state_dict(state_dict)
-        best = Path(state_dict.get("best_model_path") or "")
-        here = Path(self.dirpath) / best.name
-        if best.name and not here.is_file() and best.is_file():
-            here.parent.mkdir(parents=True, exist_ok=True)
-            tmp = here.with_name(f".{here.name}.{os.getpid()}.tmp")
-            shutil.copyfile(best, tmp)
-            os.replace(tmp, here)
-        if not (best.name and here.is_file()):
-            return super().load_state_dict(state_dict)
+        self.best = list(state_dict["best"])
+        for before, here in zip(map(Path, state_dict["paths"]), self.paths, strict=True):
+            if before != here and before.is_file() and not here.is_file():
+                here.parent.mkdir(parents=True, exist_ok=True)
+                tmp = here.with_name(f".{here.name}.{os.getpid()}.tmp")
+                shutil.copyfile(before, tmp)
+                os.replace(tmp, here)
 
-        def moved(path: str | None) -> str | None:
-            return str(Path(self.dirpath) / Path(path).name) if path else path
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.sanity_checking:
+            return
+        task = pl_module.task
+        for k in pl_module.validated:
+            scores = pl_module.member_scores[k]["val"]
+            score = selection_score(scores, task.in_distribution, task.n_val)
+            if self.best[k] is None or score > self.best[k]:
+                self.best[k] = score
+                self.save(trainer, pl_module, k)
 
-        super().load_state_dict(
-            state_dict
-            | {
-                "dirpath": self.dirpath,
-                "best_model_path": str(here),
-                "kth_best_model_path": moved(state_dict.get("kth_best_model_path")),
-                "last_model_path": moved(state_dict.get("last_model_path")),
-                "best_k_models": {
-                    moved(k): v for k, v in (state_dict.get("best_k_models") or {}).items()
-                },
-            }
-        )
+    def save(self, trainer: L.Trainer, pl_module: L.LightningModule, k: int) -> None:
+        callbacks: dict[str, Any] = {IDENTITY_KEY: {"identity": self.identities[k]}}
+        for callback in trainer.callbacks:
+            if hasattr(callback, "member_state"):
+                callbacks[callback.state_key] = callback.member_state(k)
+        checkpoint = {
+            "epoch": trainer.current_epoch,
+            "global_step": trainer.global_step,
+            "pytorch-lightning_version": L.__version__,
+            "state_dict": {f"net.{key}": v for key, v in member_state(pl_module.net, k).items()},
+            "callbacks": callbacks,
+            SCORES_KEY: {"val": pl_module.member_scores[k]["val"]},
+        }
+        AtomicCheckpointIO().save_checkpoint(checkpoint, self.paths[k])
+
+    def load_best(self, pl_module: L.LightningModule) -> None:
+        """Each member of ``pl_module`` takes the weights of its best checkpoint (a member
+        with none keeps its own)."""
+        for k, path in enumerate(self.paths):
+            if path.is_file():
+                saved = read_checkpoint(path)["state_dict"]
+                load_member(pl_module.net, k, {key[4:]: v for key, v in saved.items()})
 
 
 class ValidateLastStep(Callback):

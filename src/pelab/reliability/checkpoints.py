@@ -41,6 +41,9 @@ TRAJECTORY_KEYS = (
     "trainer.gradient_clip_val",
 )
 IDENTITY_KEY = "pelab"  # checkpoint["callbacks"]["pelab"]: the run's identity and RNG state
+# checkpoint["pelab_engine"]: written by the stacked engine (every run a stack of K >= 1 members,
+# ``pelab.lit_module``), whose weights carry the member dimension; older ones cannot resume
+ENGINE_KEY, ENGINE = "pelab_engine", 2
 HPC_CHECKPOINT = re.compile(r"hpc_ckpt_(\d+)\.ckpt")  # Lightning's SLURM requeue checkpoints
 
 
@@ -141,6 +144,13 @@ def check_compatible(checkpoint: dict[str, Any], cfg: DictConfig, model: nn.Modu
             )
     expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
     found = {k: tuple(v.shape) for k, v in checkpoint["state_dict"].items()}
+    unstacked = [k for k in expected.keys() & found.keys() if (1, *found[k]) == expected[k]]
+    if ENGINE_KEY not in checkpoint and unstacked:
+        raise ConfigError(
+            f"ckpt_path={path} was written before pelab trained every run as a stack of members "
+            "(2026-11-25) and cannot resume this run: set resume=false (or use another output "
+            "directory) to train again; its weights still evaluate (scripts/eval.py, load_run)"
+        )
     problems = [
         f"{k}: checkpoint {found[k]} != model {expected[k]}"
         for k in sorted(expected.keys() & found.keys())

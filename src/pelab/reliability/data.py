@@ -14,8 +14,6 @@ from typing import Any
 
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from pelab.data.datamodule import TaskDataModule
-
 
 class StartAt(Sampler[int]):
     """Indices ``start .. n-1``; its length stays ``n`` (the epoch's length), so Lightning counts
@@ -44,15 +42,3 @@ class ResumableLoader(DataLoader):
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.sampler.start = state_dict["next_batch"]
-
-
-class ResumableTaskData(TaskDataModule):
-    """``TaskDataModule`` whose training loader is a ``ResumableLoader``: the next batch is the
-    number of batches this epoch has processed (a checkpoint at a step's end or after validation
-    has processed exactly the batches it trained on)."""
-
-    def train_dataloader(self) -> ResumableLoader:
-        def processed() -> int:
-            return self.trainer.fit_loop.epoch_loop.batch_progress.current.processed
-
-        return ResumableLoader(self.train_batches(), processed)

@@ -86,9 +86,10 @@ class LiveTensorBytes(TorchDispatchMode):
 
 
 def forward_peak(model, task, batch: int, device: str, length: int | None = None) -> int:
-    """Peak bytes of the tensors alive during one no-grad forward pass of ``model`` over ``batch``
-    sequences at ``length`` (default: the longest evaluation length; the full sequence
-    ``BOS prompt SEP answer``)."""
+    """Peak bytes of the tensors alive during one no-grad forward pass of ``model``'s first member
+    over ``batch`` sequences at ``length`` (default: the longest evaluation length; the full
+    sequence ``BOS prompt SEP answer``). Evaluation folds the members' batches into one, so a
+    stack of K members needs what one member needs for K times the batch."""
     generator = torch.Generator().manual_seed(0)  # the run's own RNG stays untouched
     prompt, answer = task.sample(batch, length or max(task.eval_lengths), generator)
     prompt, answer = prompt.to(device), answer.to(device)
@@ -98,7 +99,7 @@ def forward_peak(model, task, batch: int, device: str, length: int | None = None
     training = model.training
     model.eval()  # as in evaluation: no dropout, so the run's RNG is not drawn from
     try:
-        with torch.no_grad(), LiveTensorBytes(known) as counter:
+        with torch.no_grad(), model.selected([0]), LiveTensorBytes(known) as counter:
             model.kind.answer_logits(model.net, prompt, answer, positions)
     finally:
         model.train(training)
@@ -120,7 +121,7 @@ def floor_bytes(cfg: DictConfig, task, n: int, batch: int) -> int:
 def eval_need(cfg: DictConfig, task, model, device: str) -> int:
     """The bytes evaluating the longest length needs: measured at the configured batch when
     that is safe, else extrapolated from 1 and 2 sequences."""
-    n, batch = task.max_sequence_length(), cfg.data.eval_batch_size
+    n, batch = task.max_sequence_length(), cfg.data.eval_batch_size * len(model.seeds)
     free = available_bytes(device)
     if free is None or bound_bytes(cfg, n, batch) <= free:
         return int(MARGIN * forward_peak(model, task, batch, device))
@@ -134,7 +135,7 @@ def longer_need(cfg: DictConfig, task, model, free: int) -> int:
     one sequence measured at three shorter lengths ``L/4, L/2, L`` (``L``: the longest whose
     bound fits in a quarter of ``free``), the quadratic through them (attention grows at most
     with the square of the length) evaluated at the longest length, times the batch."""
-    longest, batch = max(task.eval_lengths), cfg.data.eval_batch_size
+    longest, batch = max(task.eval_lengths), cfg.data.eval_batch_size * len(model.seeds)
     top = 4
     while top * 2 < longest and bound_bytes(cfg, tokens(task, top * 2), 2) <= free // 4:
         top *= 2

@@ -1,0 +1,127 @@
+"""Assembly: a run's task, model and data from its Hydra config, every setting checked first.
+Training (``pelab.train``), re-evaluation (``pelab.evaluate``), ``pelab.load_run`` and the
+encoding inspector build what they run here."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import lightning as L
+from hydra.utils import get_class, instantiate
+from omegaconf import DictConfig
+
+from pelab import pe as _pe  # noqa: F401  (registers the encodings)
+from pelab import tasks as _tasks  # noqa: F401  (registers the tasks)
+from pelab.competence import check_budget, validation_lengths
+from pelab.data.datamodule import TaskData
+from pelab.errors import ConfigError
+from pelab.lit_module import SequenceModel
+from pelab.model_kinds import get_model_kind
+from pelab.models.encoder_decoder import EncoderDecoder
+from pelab.models.stacked import stack
+from pelab.models.transformer import Transformer
+from pelab.positions import build_sampler
+from pelab.reliability.validate import check_types
+from pelab.tasks import TASK_REGISTRY
+from pelab.tasks.base import Task
+from pelab.threads import check_threads
+
+
+def build_task(cfg: DictConfig) -> Task:
+    return instantiate(cfg.task, _partial_=True)()  # called outside Hydra: errors unwrapped
+
+
+def build_model(cfg: DictConfig, task: Task, sizes: dict[str, int] | None = None) -> SequenceModel:
+    """The LightningModule of one member, ``cfg``'s seed (validates every shape and length before
+    training).
+
+    ``sizes``: the ``max_len`` and ``train_max_len`` the model is built with (re-evaluation
+    passes those of the training run, from its ``model_dims``); default: this run's longest
+    sequence (and the sampler's largest position) and its longest training sequence.
+    """
+    return build_members([cfg], task, sizes)
+
+
+def build_members(
+    configs: Sequence[DictConfig], task: Task, sizes: dict[str, int] | None = None
+) -> SequenceModel:
+    """The LightningModule of the members ``configs`` (``pelab.members.member_configs``; one
+    config: a plain run): each member's network initialised as its single run's (seeded with
+    its ``seed``, then built), stacked into one (``pelab.models.stacked.stack``)."""
+    cfg = configs[0]
+    kind = get_model_kind(cfg.model.kind)
+    positions = build_sampler(instantiate(cfg.positions), task)
+    sizes = sizes or {
+        "max_len": max(task.max_sequence_length(), positions.max_position),
+        "train_max_len": task.max_train_sequence_length(),
+    }
+    check_digit_tokens(cfg, task)
+    # called outside Hydra, so configuration errors reach the user unwrapped
+    build_net = instantiate(cfg.model.net, _partial_=True)
+
+    def member(seed: int) -> Transformer | EncoderDecoder:
+        L.seed_everything(seed, workers=True, verbose=False)  # as its single run is seeded
+        return build_net(
+            vocab_size=task.vocab_size,
+            max_len=sizes["max_len"],
+            train_max_len=sizes["train_max_len"],
+            pe=instantiate(cfg.pe),
+            position_dims=task.position_dims,
+            digit_tokens=task.digit_tokens,
+            **kind.net_options,  # the model kind's structure, e.g. causal or not
+        )
+
+    rates = [c.model.optimizer.get("lr") for c in configs]
+    return SequenceModel(
+        stack([member(c.seed) for c in configs]),
+        kind,
+        task,
+        optimizer=instantiate(cfg.model.optimizer),
+        positions=positions,
+        compile=cfg.model.get("compile", False),
+        val_lengths=validation_lengths(task, cfg.get("learned_at")),
+        seeds=[c.seed for c in configs],
+        learning_rates=None if len(set(rates)) == 1 else rates,
+        **cfg.model.schedule,
+    )
+
+
+def check_digit_tokens(cfg: DictConfig, task: Task) -> None:
+    """A ``ConfigError`` when the encoding indexes the digits of numbers (``pe=abacus``) and the
+    task declares no digit tokens (``Task.digit_tokens``), naming the tasks that declare them."""
+    encoding = get_class(cfg.pe._target_)
+    if encoding.needs_digit_tokens and not task.digit_tokens:
+        having = sorted(name for name, cls in TASK_REGISTRY.items() if cls.digit_tokens)
+        raise ConfigError(
+            f"pe={encoding.pe_name} indexes the digits within each number, but "
+            f"task={task.task_name} declares no digit tokens (Task.digit_tokens) with these "
+            f"settings; tasks that declare them (some only in some settings, see docs/tasks.md): "
+            f"{', '.join(having)}"
+        )
+
+
+def data_module(cfg: DictConfig, task: Task, seeds: Sequence[int] | None = None) -> TaskData:
+    """Training batches of ``seeds`` (default: ``cfg.seed``) and the cached evaluation sets of
+    ``task`` (training and re-evaluation read the same sets)."""
+    return TaskData(
+        task,
+        batch_size=cfg.data.batch_size,
+        num_batches=cfg.trainer.max_steps,
+        seeds=[cfg.seed] if seeds is None else list(seeds),
+        eval_batch_size=cfg.data.eval_batch_size,
+        cache_dir=cfg.paths.cache_dir,
+        val_lengths=validation_lengths(task, cfg.get("learned_at")),
+        length_sampling=cfg.data.get("length_sampling", "uniform"),
+    )
+
+
+def check_training(cfg: DictConfig) -> None:
+    """A ``ConfigError`` for a setting no training run can use (types, the budget)."""
+    check_types(cfg)
+    check_threads(cfg.get("threads", "auto"))
+    if cfg.trainer.max_steps < 1:
+        raise ConfigError(
+            f"trainer.max_steps must be >= 1, got {cfg.trainer.max_steps}: pelab trains by steps, "
+            "with a fresh batch every step (epochs have no meaning here)"
+        )
+    check_budget(cfg.get("learned_at"), cfg.get("learned_patience", 2))
