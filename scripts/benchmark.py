@@ -62,7 +62,7 @@ from pelab.models.transformer import Transformer
 from pelab.pe import PE_REGISTRY
 from pelab.positions import contiguous
 from pelab.tasks import TASK_REGISTRY
-from pelab.threads import available_cores, set_threads
+from pelab.threads import available_cores, choose_threads, set_threads
 from pelab.tokens import N_SPECIAL
 
 
@@ -420,6 +420,7 @@ def greedy_eval_times(quick: bool) -> dict[str, dict]:
 
 MEMBER_ENCODINGS = ("none", "rope", "alibi", "t5_bias", "shaw")  # t5_bias: parameters per member
 MEMBER_COUNTS = (1, 2, 4, 8)
+DEFAULT_RUN = "rope, batch 64, 1-16"  # the default run's shape, as seeds=[0,1,2] trains it
 
 
 def member_throughput(quick: bool) -> dict[str, dict]:
@@ -437,6 +438,9 @@ def member_throughput(quick: bool) -> dict[str, dict]:
             results[pe] = {}
             for k in counts:
                 results[pe][k] = _member_sides(task, pe, k, steps, rounds)
+        if not quick:  # the default run's shape: batch 64, copy at lengths 1-16, seeds=[0,1,2]
+            default = TASK_REGISTRY["copy"](train_lengths=[1, 16], eval_lengths=[16])
+            results[DEFAULT_RUN] = {3: _member_sides(default, "rope", 3, steps, rounds, 64)}
     finally:
         set_threads(threads, None)
     return results
@@ -461,12 +465,12 @@ def _members_model(task, pe: str, seeds: list[int]) -> SequenceModel:
     return SequenceModel(stack(nets), DecoderKind, task, optimizer, seeds=seeds)
 
 
-def _member_sides(task, pe: str, k: int, steps: int, rounds: int) -> dict:
+def _member_sides(task, pe: str, k: int, steps: int, rounds: int, batch: int = 32) -> dict:
     seeds = list(range(k))
     sides = {
-        "stacked": [(_members_model(task, pe, seeds), seeds, 32)],
-        "sequential": [(_members_model(task, pe, [seed]), [seed], 32) for seed in seeds],
-        "bound": [(_members_model(task, pe, [0]), [0], 32 * k)],
+        "stacked": [(_members_model(task, pe, seeds), seeds, batch)],
+        "sequential": [(_members_model(task, pe, [seed]), [seed], batch) for seed in seeds],
+        "bound": [(_members_model(task, pe, [0]), [0], batch * k)],
     }
     steppers = {
         name: [_stepper(task, *model) for model in models] for name, models in sides.items()
@@ -613,8 +617,13 @@ def thread_step_times(quick: bool) -> dict:
     rows = {}
     for size, (net, _, _) in models.items():
         d, layers, batch = size
+        params = net.num_params()["total"]
+        auto = str(choose_threads("auto", params, cores)[0])
         rows[f"d_model={d} n_layers={layers} batch={batch}"] = {
-            "params": net.num_params()["total"],
+            "params": params,
+            # what threads=auto takes, and its step rate beside the competitor over alone
+            "auto": int(auto),
+            "auto_busy_vs_alone": round(as_is[size][auto] / busy[size][auto], 2),
             "ms_per_step": {n: round(v, 1) for n, v in as_is[size].items()},
             "speedup_vs_1": {n: round(as_is[size]["1"] / v, 2) for n, v in as_is[size].items()},
             "busy_ms_per_step": {n: round(v, 1) for n, v in busy[size].items()},
@@ -627,6 +636,40 @@ def thread_step_times(quick: bool) -> dict:
         "as_is": dict(zip(keys, idle, strict=True)),
         "busy": dict(zip(keys, busy_pass, strict=True)),
         "sizes": rows,
+    }
+
+
+STACK_RUN = [  # the default run (pe=rope task=copy), a fixed budget, nothing logged
+    "trainer.max_steps=400",
+    "learned_at=null",
+    "logger=none",
+    "trainer.enable_progress_bar=false",
+]
+
+
+def stack_wall_time(out: Path, seeds: tuple[int, ...] = (0, 1, 2)) -> dict:
+    """Wall seconds of ``seeds=[...]`` as one job against the single runs of those seeds one
+    after another (the same config, each a fresh process, as a user runs them)."""
+
+    def timed(*overrides: str) -> float:
+        start = time.perf_counter()
+        subprocess.run(
+            [sys.executable, "scripts/train.py", *STACK_RUN, *overrides],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            check=True,
+        )
+        return time.perf_counter() - start
+
+    listed = ",".join(map(str, seeds))
+    stacked = timed(f"seeds=[{listed}]", f"hydra.run.dir={out}/stack")
+    singles = [timed(f"seed={seed}", f"hydra.run.dir={out}/seed_{seed}") for seed in seeds]
+    return {
+        "seeds": list(seeds),
+        "stack_s": round(stacked, 1),
+        "singles_s": [round(t, 1) for t in singles],
+        "stack_vs_singles": round(stacked / sum(singles), 3),
+        "stack_vs_one": round(stacked / statistics.median(singles), 2),
     }
 
 
@@ -759,6 +802,11 @@ def main() -> None:
         help="the encodings section for these only, beside none (default: every 1-D encoding)",
     )
     parser.add_argument(
+        "--stack-wall",
+        action="store_true",
+        help="also time seeds=[0,1,2] as one job against its three single runs (about 2 minutes)",
+    )
+    parser.add_argument(
         "--ablation",
         action="store_true",
         help="also run experiment=ablation_cpu whole (about 20 minutes on 2 cores) and report "
@@ -821,6 +869,14 @@ def main() -> None:
                     f"{r['stacked_vs_sequential']:>16.3f}{r['bound_vs_sequential']:>14.3f}"
                     f"{r['stacked_vs_bound']:>18.3f}"
                 )
+        if args.stack_wall:
+            with tempfile.TemporaryDirectory() as scratch:
+                report["stack_wall"] = wall = stack_wall_time(Path(scratch))
+            print(
+                f"seeds={wall['seeds']} as one job: {wall['stack_s']} s; the single runs one "
+                f"after another: {' + '.join(map(str, wall['singles_s']))} s "
+                f"({wall['stack_vs_singles']}x of their sum, {wall['stack_vs_one']}x one run)"
+            )
     if "threads" in args.only:
         report["threads"] = threads = thread_step_times(args.quick)
         counts = list(next(iter(threads["sizes"].values()))["ms_per_step"])
@@ -847,6 +903,11 @@ def main() -> None:
             f"count; busy: beside another torch process, {b['rounds']} rounds of >= "
             f"{b['min_steps']} steps and {b['min_seconds']} s)"
         )
+        for label, r in threads["sizes"].items():
+            print(
+                f"threads=auto takes {r['auto']} at {label}: busy step rate "
+                f"{r['auto_busy_vs_alone']:.2f}x of its rate alone"
+            )
     if args.ablation:
         report["ablation_cpu"] = ablation_wall_time(tmp / "ablation_cpu")
         a = report["ablation_cpu"]

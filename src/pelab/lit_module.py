@@ -17,7 +17,7 @@ from torchmetrics import MeanMetric
 
 from pelab.metrics import METRICS, SELECTION_KEY, Scores, logged_values, mean_key, selection_score
 from pelab.model_kinds import ModelKind
-from pelab.models.stacked import MemberEncodings, members_of, select
+from pelab.models.stacked import MemberEncodings, Stacked, members_of, select
 from pelab.positions import ContiguousPositions, PositionSampler
 from pelab.reliability.checkpoints import ENGINE, ENGINE_KEY
 from pelab.tasks.base import Task
@@ -405,33 +405,33 @@ def fold_positions(positions: Sequence[Tensor]) -> Tensor:
 
 def member_parameters(net: nn.Module) -> list[tuple[Tensor, int | None]]:
     """Every parameter of ``net`` with its member: None for a stacked one (``[K, ...]``, every
-    member), ``k`` for one of member ``k``'s own encoding."""
+    member), ``k`` for one of member ``k`` alone (its own encoding; with one member, an
+    encoding's parameters are member 0's)."""
+    stacked = {id(p) for m in net.modules() if isinstance(m, Stacked) for p in m.parameters()}
     owned = {}
     for module in net.modules():
         if isinstance(module, MemberEncodings):
             for k, encoding in enumerate(module.encodings):
                 owned |= {id(p): k for p in encoding.parameters()}
-    return [(p, owned.get(id(p))) for p in net.parameters()]
+    return [(p, None if id(p) in stacked else owned.get(id(p), 0)) for p in net.parameters()]
 
 
 @torch.no_grad()
 def clip_member_norms(net: nn.Module, max_norm: float) -> None:
-    """``torch.nn.utils.clip_grad_norm_`` for each member on its own gradient."""
+    """``torch.nn.utils.clip_grad_norm_`` for each member on its own gradient: member ``k``'s
+    gradient times ``min(1, max_norm / (||g_k|| + 1e-6))``."""
     owners = [(p, k) for p, k in member_parameters(net) if p.grad is not None]
     if not owners:
         return
-    k_members = members_of(net)
-    squares = torch.zeros(k_members, dtype=torch.float64)
+    squares = torch.zeros(members_of(net))
     for p, k in owners:
-        g = p.grad.double()
-        if k is None:
-            squares += g.pow(2).flatten(1).sum(dim=1)
+        if k is None:  # [K, ...]: each member's norm over its rows
+            squares += torch.linalg.vector_norm(p.grad.flatten(1), dim=1).square()
         else:
-            squares[k] += g.pow(2).sum()
+            squares[k] += torch.linalg.vector_norm(p.grad).square()
     coef = (max_norm / (squares.sqrt() + 1e-6)).clamp(max=1.0)
     for p, k in owners:
-        scale = coef.view(-1, *[1] * (p.dim() - 1)) if k is None else coef[k]
-        p.grad.mul_(scale.to(p.grad.dtype))
+        p.grad.mul_(coef.view(-1, *[1] * (p.dim() - 1)) if k is None else coef[k])
 
 
 MEMBERS_KEY = "pelab_members"  # the members' own state in a checkpoint

@@ -85,7 +85,7 @@ class AbacusPE(PositionalEncoding):
         return places
 
     def embed(self, x: Tensor, tokens: Tensor, pos: Positions) -> Tensor:
-        # a number has at most n digits: checked on shapes only (no sync; vmap can run it)
+        # a number has at most n digits: checked on shapes only (no device sync)
         reach = tokens.shape[1] + (self.max_k if self.training else 0)
         if reach >= self.table.num_embeddings:
             raise ConfigError(
