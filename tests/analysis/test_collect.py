@@ -228,3 +228,20 @@ def test_a_filtered_directory_keeps_the_matching_runs(tmp_path):
         (tmp_path / pe / "results.json").write_text(json.dumps(record(pe, "copy", 0, {8: 1.0})))
     found = load_records([tmp_path], {"pe": "alibi"})
     assert [r["choices"]["pe"] for r in found] == ["alibi"]
+
+
+def test_a_setting_equal_after_resolution_is_one_value_however_it_was_set():
+    """The default learning rate (3e-3), a learning_rates=[...] member's 0.003 and an override's
+    3e-3 are one setting: one row of a table, not three."""
+    default, member, override = (
+        record("rope", "copy", s, {8: 1.0, 32: 0.5}, overrides=o)
+        for s, o in ((0, ["seeds=[0,1]"]), (1, ["learning_rates=[1e-3,3e-3]"]), (2, []))
+    )
+    override["overrides"] = ["model.optimizer.lr=3e-3"]
+    for rec in (default, member, override):
+        rec["config"]["model"] = {"optimizer": {"lr": 0.003}}
+    default["member_of"] = {"seeds": [0, 1], "learning_rates": None}
+    member["member_of"] = {"seeds": [1], "learning_rates": [0.001, 0.003]}
+    crashed = record("rope", "copy", 3, status="failed", overrides=[])  # no resolved config
+    runs = runs_frame([default, member, override, crashed])
+    assert list(runs["model.optimizer.lr"]) == ["0.003", "0.003", "0.003", NOT_SET]

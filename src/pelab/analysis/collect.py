@@ -355,7 +355,9 @@ def runs_frame(records: list[dict[str, Any]]) -> pd.DataFrame:
     the training length range, the wall time, whether it learned its task (``learned``:
     True/False under a competence budget, None without one) and when (``steps_to_learn``), and
     its last in-distribution validation score (``val_id``: what ``--protocol max|tuned``
-    selects on, never a test number)."""
+    selects on, never a test number). A setting's value is the one the run resolved (its
+    ``config``), so a default, an override's ``3e-3`` and a member's ``0.003`` are one value;
+    the override's text (or ``NOT_SET``) where the record has no resolved config."""
     rows, settings = [], {}
     for record in records:
         changed = setting_overrides(record.get("overrides") or []) | member_settings(record)
@@ -381,6 +383,12 @@ def runs_frame(records: list[dict[str, Any]]) -> pd.DataFrame:
                 row[f"{split}/{metric}"] = metrics.get(f"test_{split}", {}).get(metric, math.nan)
         row["val_id"] = _validation_score(metrics.get("val") or {}, train)
         rows.append(row | changed)
+    for row, record in zip(rows, records, strict=True):  # settings equal once resolved merge
+        config = OmegaConf.create(record.get("config") or {})
+        for key in settings:
+            value = OmegaConf.select(config, key.lstrip("+~"), default=None)
+            if value is not None and not OmegaConf.is_config(value):
+                row[key] = f"{value:g}" if isinstance(value, float) else str(value)
     frame = pd.DataFrame(rows)
     frame[list(settings)] = frame[list(settings)].fillna(NOT_SET)
     return frame.astype({"seed": "Int64"}) if len(frame) else frame
