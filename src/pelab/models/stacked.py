@@ -165,44 +165,37 @@ class MemberEncodings(PositionalEncoding):
 
     def embed(self, x: Tensor, tokens: Tensor, pos: Positions) -> Tensor:
         self.batch = x.shape[0]
-        index = range(len(self.encodings)) if self.members is None else self.members
-        n, b = len(index), x.shape[0] // len(index)
-        out = []
-        for i, k in enumerate(index):
-            member_pos = pos.memo(("member", i, n), lambda i=i: _member_positions(pos, i, b, n))
-            rows = slice(i * b, (i + 1) * b)
-            out.append(self.encodings[k].embed(x[rows], tokens[rows], member_pos))
-        return torch.cat(out)
+        return self._each("embed", pos, (x, tokens), None)
 
     def layer_input(self, x: Tensor, pos: Positions, layer: int) -> Tensor:
-        return self._each_last("layer_input", pos, (x,), layer)
+        return self._each("layer_input", pos, (x,), layer)
 
     def transform_qk(self, q: Tensor, k: Tensor, pos: Positions) -> tuple[Tensor, Tensor]:
-        return self._each_last("transform_qk", pos, (q, k), None)
+        return self._each("transform_qk", pos, (q, k), None)
 
     def logit_bias(self, pos: Positions, layer: int) -> Tensor | None:
-        return self._each_last("logit_bias", pos, (), layer)
+        return self._each("logit_bias", pos, (), layer)
 
     def input_bias(
         self, x: Tensor, q: Tensor, k: Tensor, pos: Positions, layer: int
     ) -> Tensor | None:
-        return self._each_last("input_bias", pos, (x, q, k), layer)
+        return self._each("input_bias", pos, (x, q, k), layer)
 
     def modify_logits(
         self, logits: Tensor, q: Tensor, k: Tensor, pos: Positions, layer: int
     ) -> Tensor:
-        return self._each_last("modify_logits", pos, (logits, q, k), layer)
+        return self._each("modify_logits", pos, (logits, q, k), layer)
 
     def normalize(self, logits: Tensor, pos: Positions, layer: int) -> Tensor:
-        return self._each_last("normalize", pos, (logits,), layer)
+        return self._each("normalize", pos, (logits,), layer)
 
     def modify_probs(self, probs: Tensor, pos: Positions, layer: int) -> Tensor:
-        return self._each_last("modify_probs", pos, (probs,), layer)
+        return self._each("modify_probs", pos, (probs,), layer)
 
     def modify_output(self, out: Tensor, probs: Tensor, pos: Positions, layer: int) -> Tensor:
-        return self._each_last("modify_output", pos, (out, probs), layer)
+        return self._each("modify_output", pos, (out, probs), layer)
 
-    def _each_last(
+    def _each(
         self, hook: str, pos: Positions, tensors: tuple[Tensor, ...], layer: int | None
     ) -> Any:
         """``hook(*tensors, pos[, layer])`` of each selected member on its slice."""
