@@ -56,3 +56,47 @@ def test_loading_chooses_torchs_threads_by_the_model_unless_told(trained):
 def test_a_directory_without_a_run_is_a_clear_error(tmp_path):
     with pytest.raises(ConfigError, match=r"ckpt_path=.*best.ckpt does not exist"):
         pelab.load_run(tmp_path)
+
+
+def test_predict_takes_and_returns_text_for_a_built_in_task(trained):
+    cfg, _ = trained
+    loaded = pelab.load_run(cfg.paths.output_dir)
+    names = loaded.symbols()
+    assert names[:3] == ["a", "b", "c"] and len(names) == loaded.task.num_symbols
+    prompt, answer = loaded.task.sample(1, 3, torch.Generator().manual_seed(0))
+    text = loaded.decode(prompt[0])
+    assert len(text.split()) == 3 and torch.equal(loaded.encode(text), prompt[0])
+    said = loaded.predict(text)
+    assert isinstance(said, str) and said == loaded.decode(loaded.predict(prompt)[0])
+    assert loaded.predict([text, text]) == [said, said]
+
+
+@pytest.mark.parametrize(
+    ("prompt", "match"),
+    [
+        ([5, 3, 4], r"a prompt is text .*or a tensor of token ids"),
+        ("c a zz", r"'zz' is not a symbol of the copy task; its symbols: a, b, c"),
+        (torch.tensor([[0, 3, 4, 1]]), r"token 0 \(BOS\).* predict adds BOS and SEP itself"),
+        (torch.tensor([[3, 4, 99]]), r"token 99 .*valid token ids: 3\.\.34"),
+        (torch.zeros(1, 2, 3, dtype=torch.long), r"\[batch, length\].* got shape \[1, 2, 3\]"),
+    ],
+)
+def test_a_bad_prompt_is_a_clear_error(trained, prompt, match):
+    loaded = pelab.load_run(trained[0].paths.output_dir)
+    with pytest.raises(ValueError, match=match):
+        loaded.predict(prompt)
+
+
+def test_a_run_prints_in_one_line_without_its_config(trained):
+    loaded = pelab.load_run(trained[0].paths.output_dir)
+    text = repr(loaded)
+    assert "\n" not in text and "_target_" not in text
+    assert "copy" in text and "best.ckpt" in text
+
+
+def test_the_directory_of_a_stack_points_to_its_members(tmp_path):
+    for member in ("seed_0", "seed_1"):
+        (tmp_path / member).mkdir()
+        (tmp_path / member / "results.json").write_text("{}")
+    with pytest.raises(ConfigError, match=r"stack of members.*seed_0.*seed_1"):
+        pelab.load_run(tmp_path)
