@@ -1,11 +1,11 @@
 """Draw a positional encoding, untrained: ``python scripts/inspect_pe.py pe=rope [length=64]
-[out_dir=...] [wandb=false]``; ``--help`` lists the keys (``pelab.analysis.inspect_pe``)."""
+[out_dir=...] [wandb=false]``; ``--help`` lists the keys (``pelab.inspect.inspect_pe``)."""
 
 import hydra
 from omegaconf import DictConfig
 
 from pelab import cli
-from pelab.analysis.inspect_pe import run
+from pelab.inspect.inspect_pe import run
 
 
 @hydra.main(version_base="1.3", config_path="../configs", config_name="inspect")

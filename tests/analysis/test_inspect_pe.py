@@ -1,4 +1,4 @@
-"""pelab.analysis.inspect_pe draws valid PNGs for encodings of each family, of what each adds."""
+"""pelab.inspect.inspect_pe draws valid PNGs for encodings of each family, of what each adds."""
 
 import math
 from pathlib import Path
@@ -7,8 +7,8 @@ import pytest
 import torch
 from omegaconf import DictConfig
 
-from pelab.analysis import inspect_pe
 from pelab.errors import ConfigError
+from pelab.inspect import inspect_pe, pe_figures
 from pelab.load import load_run
 from pelab.train import run
 from tests.conftest import TINY, compose_config
@@ -209,11 +209,17 @@ def test_attention_maps_are_drawn_per_layer_and_head_from_the_recorded_probabili
 ):
     trained = compose_config([*TINY, "logger=csv", "model.net.n_layers=2"], tmp_path / "train")
     run(trained)
-    drawn = []
-    monkeypatch.setattr(inspect_pe, "plot_attention", lambda maps, *a: drawn.append(maps))
+    drawn, marked = [], []
+    monkeypatch.setattr(
+        inspect_pe,
+        "plot_attention",
+        lambda maps, tokens, title, path, trained=0: (drawn.append(maps), marked.append(trained)),
+    )
     loaded = load_run(trained.paths.output_dir)
     inspect_pe.attention_figures(loaded, tmp_path)
     assert len(drawn) == 2  # lengths 16 (in distribution) and 32 (beyond)
+    # the training length is marked: BOS, 16 prompt tokens, SEP and 16 answer tokens
+    assert marked == [loaded.task.max_train_sequence_length()] * 2 == [34, 34]
     maps = drawn[1]
     assert list(maps) == ["blocks.0.attn", "blocks.1.attn"]
     n = 1 + 32 + 1 + 32 - 1  # BOS prompt SEP answer, the last answer token not fed
@@ -221,3 +227,43 @@ def test_attention_maps_are_drawn_per_layer_and_head_from_the_recorded_probabili
         assert probs.shape == (trained.model.net.n_heads, n, n)
         torch.testing.assert_close(probs.sum(-1), torch.ones(probs.shape[:2]))
         assert torch.all(probs.triu(1) == 0)  # causal
+
+
+def test_a_trained_checkpoints_figures_go_to_its_own_run_directory(tmp_path):
+    """Issue 28: ``ckpt_path=`` without ``out_dir`` once wrote to ``logs/inspect/<pe>/`` (the
+    default encoding's name, not even the run's), so a second checkpoint overwrote the first
+    one's maps. Each run's figures now go to ``<run dir>/inspect/``."""
+    dirs = []
+    for name in ("a", "b"):
+        trained = compose_config(
+            [*TINY, "pe=alibi", "logger=csv", "trainer.max_steps=2"], tmp_path / name
+        )
+        run(trained)
+        run_dir = Path(trained.paths.output_dir)
+        ckpt = run_dir / "checkpoints" / "best.ckpt"
+        cfg = inspect_config(tmp_path / name, f"ckpt_path={ckpt}", "wandb=false")
+        assert Path(cfg.out_dir) == run_dir / "inspect"
+        paths = inspect_pe.run(cfg)
+        assert paths and all(p.parent == run_dir / "inspect" for p in paths)
+        dirs.append(run_dir)
+    assert dirs[0] != dirs[1]
+    assert all((d / "inspect" / "attention_len32.png").exists() for d in dirs)
+    untrained = inspect_config(tmp_path / "c", "pe=alibi")
+    assert Path(untrained.out_dir) == Path(untrained.paths.log_dir) / "inspect" / "alibi"
+
+
+def test_an_attention_map_has_a_colour_bar_and_marks_the_training_length(tmp_path, monkeypatch):
+    figures = []
+    monkeypatch.setattr(pe_figures.plt, "close", figures.append)  # keep the figure to look at
+    probs = torch.softmax(torch.randn(2, 12, 12), -1)
+    pe_figures.plot_attention({"blocks.0.attn": probs}, 4, "t", tmp_path / "a.png", trained=8)
+    [fig] = figures
+    assert (tmp_path / "a.png").read_bytes().startswith(PNG_MAGIC)
+    bars = [ax for ax in fig.axes if ax.get_ylabel() == "attention probability"]
+    assert len(bars) == 1  # one colour bar for every panel
+    for ax in fig.axes[:2]:  # the two heads
+        red = [line for line in ax.lines if line.get_color() == "red"]
+        assert sorted(tuple(line.get_xdata()) + tuple(line.get_ydata()) for line in red) == sorted(
+            [(7.5, 7.5, 0, 1), (0, 1, 7.5, 7.5)]
+        )
+    assert "longest training sequence, 8 tokens" in fig.texts[0].get_text()

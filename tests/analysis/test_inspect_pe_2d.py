@@ -1,9 +1,9 @@
-"""pelab.analysis.inspect_pe on encodings of 2-D positions: heatmaps over (Δrow, Δcol)."""
+"""pelab.inspect.inspect_pe on encodings of 2-D positions: heatmaps over (Δrow, Δcol)."""
 
 import pytest
 import torch
 
-from pelab.analysis import inspect_pe
+from pelab.inspect import inspect_pe
 from pelab.pe.base import ModelDims
 from pelab.pe.rope_2d import AxialRotaryPE
 from pelab.pe.sinusoidal_2d import Sinusoidal2dPE

@@ -4,7 +4,7 @@
 The encoding is built exactly as training builds it (``configs/inspect.yaml`` is
 ``configs/train.yaml`` plus ``length``, ``out_dir`` and ``wandb``, then
 ``pelab.assembly.build_model``), untrained, and each figure that applies to it is saved as a PNG in
-``out_dir`` (default ``logs/inspect/<pe>/``):
+``out_dir`` (default ``logs/inspect/<pe>/``; with ``ckpt_path``, ``<run dir>/inspect/``):
 
 - ``absolute.png``: ``embed`` at positions ``0..length-1`` (positions x dims), for encodings
   that act on the embeddings: of zero token vectors where ``embed`` adds a vector per position,
@@ -36,11 +36,15 @@ its settings come from the run's record, as ``pelab.load_run`` loads it), and tw
 
 - ``attention_len<n>.png``: every attention module's probabilities on one test sample
   (teacher-forced), one panel per layer and head, at the longest in-distribution evaluation
-  length and the longest one beyond it: where the model looks when it extrapolates. Recorded by
+  length and the longest one beyond it: where the model looks when it extrapolates. A colour
+  bar gives the probability; dashed red lines mark the longest training sequence. Recorded by
   ``pelab.models.attention_maps`` on either kernel.
 
+A trained run's figures go to ``<run dir>/inspect/`` (``pelab.inspect.inspect_dir``), beside
+its checkpoints, so the figures of two checkpoints never overwrite each other.
+
 Figures are logged to W&B as images (mode from ``pelab.utils.wandb_mode``: offline unless
-credentials exist) unless ``wandb=false``. The one analysis module that builds encodings.
+credentials exist) unless ``wandb=false``.
 """
 
 from __future__ import annotations
@@ -53,7 +57,9 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 from torch import Tensor
 
-from pelab.analysis.pe_figures import (
+from pelab.assembly import build_model, build_task
+from pelab.errors import ConfigError
+from pelab.inspect.pe_figures import (
     HOOK_TITLES,
     plot_attention,
     plot_cosine,
@@ -62,8 +68,6 @@ from pelab.analysis.pe_figures import (
     plot_relative,
     plot_tables,
 )
-from pelab.assembly import build_model, build_task
-from pelab.errors import ConfigError
 from pelab.load import Run, load_run
 from pelab.models.attention_maps import attention_maps
 from pelab.pe.absolute import AdditivePE, SinusoidalPE
@@ -252,6 +256,7 @@ def attention_figures(trained: Run, out_dir: Path) -> list[Path]:
     one test sample (teacher-forced: the prompt, then the right answer) at the longest
     in-distribution evaluation length and at the longest length beyond it, if any."""
     task, model = trained.task, trained.model
+    trained_len = model.net.pe.dims.train_max_len or task.max_train_sequence_length()
     inside = [n for n in task.eval_lengths if task.in_distribution(n)]
     outside = [n for n in task.eval_lengths if not task.in_distribution(n)]
     paths = []
@@ -264,7 +269,7 @@ def attention_figures(trained: Run, out_dir: Path) -> list[Path]:
         split = "in distribution" if task.in_distribution(length) else "beyond training"
         path = out_dir / f"attention_len{length}.png"
         title = f"{trained.model.net.pe.pe_name} on {task.task_name}, length {length} ({split})"
-        plot_attention(first, prompt.shape[1] + model.kind.markers, title, path)
+        plot_attention(first, prompt.shape[1] + model.kind.markers, title, path, trained_len)
         paths.append(path)
     return paths
 

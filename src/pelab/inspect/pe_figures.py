@@ -1,4 +1,4 @@
-"""Figures of what an encoding adds, drawn from plain tensors (``pelab.analysis.inspect_pe``
+"""Figures of what an encoding adds, drawn from plain tensors (``pelab.inspect.inspect_pe``
 measures them): position tables, cosine similarity against distance, per-head curves over the
 relative distance, the linear map between shifted sinusoids and heatmaps over 2-D offsets."""
 
@@ -122,25 +122,39 @@ def plot_heatmaps(maps: Tensor, radius: int, title: str, path: Path) -> None:
     plt.close(fig)
 
 
-def plot_attention(maps: dict[str, Tensor], tokens: int, title: str, path: Path) -> None:
+def plot_attention(
+    maps: dict[str, Tensor], tokens: int, title: str, path: Path, trained: int = 0
+) -> None:
     """The attention probabilities of one sample, one row per attention module (``{name:
     [h, i, j]}``, e.g. ``blocks.0.attn``), one panel per head; queries down, keys across; the
     first ``tokens`` keys are the prompt (with BOS and SEP where the model kind feeds them),
-    marked by a line."""
+    marked by a white line. ``trained``: the longest training sequence (tokens); positions from
+    there on were never seen in training, marked by dashed red lines on both axes where the
+    panel reaches them. One colour bar (probability, 0 to 1) for every panel."""
     rows, heads = len(maps), max(len(m) for m in maps.values())
     fig, axes = plt.subplots(
-        rows, heads, figsize=(3.2 * heads, 3.2 * rows), squeeze=False, layout="constrained"
+        rows, heads, figsize=(3.2 * heads + 1, 3.2 * rows), squeeze=False, layout="constrained"
     )
+    image = None
     for row, (name, probs) in zip(axes, maps.items(), strict=True):
         for head, ax in enumerate(row):
             if head >= len(probs):
                 ax.axis("off")
                 continue
-            ax.imshow(probs[head], cmap="viridis", vmin=0, vmax=1, interpolation="nearest")
+            image = ax.imshow(probs[head], cmap="viridis", vmin=0, vmax=1, interpolation="nearest")
             ax.axvline(tokens - 0.5, color="white", lw=0.6)
+            queries, keys = probs[head].shape
+            if 0 < trained < keys:
+                ax.axvline(trained - 0.5, color="red", lw=0.8, ls="--")
+            if 0 < trained < queries:
+                ax.axhline(trained - 0.5, color="red", lw=0.8, ls="--")
             ax.set_title(f"{name} · head {head}", fontsize=8)
             ax.set_xlabel("key", fontsize=7)
             ax.set_ylabel("query", fontsize=7)
+    if image is not None:
+        fig.colorbar(image, ax=axes, label="attention probability", shrink=0.8)
+    if trained:
+        title += f"\n(red dashes: the longest training sequence, {trained} tokens)"
     fig.suptitle(title)
     fig.savefig(path, dpi=120)
     plt.close(fig)
