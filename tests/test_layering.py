@@ -70,7 +70,7 @@ def test_only_the_modules_that_build_or_describe_an_encoding_import_pelab_pe():
 
 
 def test_tasks_know_no_encoding_model_or_layout():
-    allowed = ("pelab.errors", "pelab.tokens", "pelab.tasks")
+    allowed = ("pelab.errors", "pelab.tokens", "pelab.lengths", "pelab.tasks")
     for name, imports in MODULES.items():
         if within(name, "pelab.tasks"):
             assert all(within(i, allowed) for i in imports), (name, sorted(imports))
@@ -87,6 +87,53 @@ def test_results_analysis_knows_no_model():
         if within(name, "pelab.analysis"):
             wrong = sorted(i for i in imports if within(i, MODEL_SIDE))
             assert not wrong, f"{name} imports {wrong}"
+
+
+def loaded_at_import(path: Path) -> set[str]:
+    """The modules ``path`` imports when it is imported: its top-level ``import`` statements
+    (not those inside a function, nor under ``if TYPE_CHECKING:``)."""
+    names = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names |= {node.module} | {f"{node.module}.{alias.name}" for alias in node.names}
+        elif isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+    return names
+
+
+def third_party_at_import(start: str) -> dict[str, str]:
+    """``{library: the pelab module importing it}`` for every library that importing ``start``
+    loads: the pelab modules it reaches (with their packages' ``__init__``), then theirs."""
+    paths = {module_name(p): p for p in PACKAGE.rglob("*.py")}
+    seen, todo, found = set(), [start], {}
+    while todo:
+        name = todo.pop()
+        if name in seen or name not in paths:
+            continue
+        seen.add(name)
+        parts = name.split(".")
+        todo += [".".join(parts[:i]) for i in range(1, len(parts))]  # its packages' __init__
+        for imported_name in loaded_at_import(paths[name]):
+            if within(imported_name, "pelab"):
+                todo.append(imported_name)
+            else:
+                found.setdefault(imported_name.split(".")[0], name)
+    return found
+
+
+@pytest.mark.parametrize("heavy", ["torch", "datasets", "lightning"])
+def test_make_table_starts_without_torch_or_datasets(heavy):
+    """``scripts/make_table.py`` reads results: it imports no model library (issue 27; it once
+    loaded torch and ``datasets`` through ``pelab.metrics``' chance levels, now
+    ``pelab.chance``, and through ``pelab.tasks``' ``expand_lengths``, now ``pelab.lengths``)."""
+    loaded = third_party_at_import("pelab.analysis.report")
+    assert "pandas" in loaded  # the walk sees the libraries that it does load
+    assert heavy not in loaded, f"{loaded[heavy]} imports {heavy}"
+
+
+def test_the_import_walk_can_fail():
+    assert third_party_at_import("pelab.metrics").keys().isdisjoint({"torch", "datasets"})
+    assert {"torch", "datasets"} <= third_party_at_import("pelab.chance").keys()
 
 
 def cycle() -> list[str] | None:

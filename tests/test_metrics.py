@@ -3,11 +3,9 @@
 import pytest
 import torch
 
+from pelab.chance import chance_levels, constant_answers, eval_chance
 from pelab.data.eval_sets import load_eval_set
 from pelab.metrics import (
-    chance_levels,
-    constant_answers,
-    eval_chance,
     group_means,
     logged_values,
     selection_score,

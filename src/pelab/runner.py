@@ -22,7 +22,8 @@ from lightning.pytorch.loggers import WandbLogger
 from omegaconf import DictConfig, OmegaConf
 
 from pelab.lit_module import SequenceModel
-from pelab.metrics import Scores, eval_chance, summary
+from pelab.chance import eval_chance
+from pelab.metrics import Scores, summary
 from pelab.record import CHOICE_GROUPS, COMPETENCE_KEYS, RESULTS, new_record, recorded
 from pelab.reliability.checkpoints import AtomicCheckpointIO
 from pelab.tasks.base import Task

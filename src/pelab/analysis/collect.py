@@ -32,6 +32,7 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 
 from pelab.errors import ConfigError
+from pelab.lengths import expand_lengths
 from pelab.metrics import GROUPS as SPLITS
 from pelab.metrics import METRICS
 from pelab.record import CHOICE_GROUPS as CHOICES
@@ -46,7 +47,6 @@ from pelab.record import (
     read_record,
     run_only,
 )
-from pelab.tasks.base import expand_lengths
 
 log = logging.getLogger(__name__)
 

@@ -28,28 +28,8 @@ import torch
 from torch import Tensor
 
 from pelab.errors import ConfigError
+from pelab.lengths import expand_lengths  # noqa: F401 (re-exported: tasks' home of it)
 from pelab.tokens import N_SPECIAL
-
-
-def expand_lengths(lengths: Sequence[int | str]) -> list[int]:
-    """``task.eval_lengths`` as integers: each item is a length or an inclusive range ``"a..b"``
-    (``[5, 10, "11..40"]`` -> 5, 10, 11, 12, ..., 40: every length of a range, as the score of
-    Deletang et al. 2023 averages over every unseen length)."""
-    expanded = []
-    for item in lengths:
-        if isinstance(item, str):
-            low, dots, high = item.partition("..")
-            if not (dots and low.strip().isdigit() and high.strip().isdigit()):
-                raise ConfigError(
-                    f"task.eval_lengths: {item!r} is neither a length nor a range 'a..b' "
-                    "(e.g. [5, 10, 11..40])"
-                )
-            if int(low) > int(high):
-                raise ConfigError(f"task.eval_lengths: the range {item!r} is empty (a > b)")
-            expanded.extend(range(int(low), int(high) + 1))
-        else:
-            expanded.append(int(item))
-    return expanded
 
 
 class Task(ABC):
