@@ -110,3 +110,31 @@ def test_a_jobs_key_depends_on_what_it_trains_not_on_order_or_run_only_settings(
         ["pe=rope", "seed=1", "model.net.d_model=32", "trainer.max_steps=9"]
     )
     assert len(key) == 8 and int(key, 16) >= 0
+
+
+def test_an_interruption_names_the_exact_command_that_resumes_it(tmp_path, caplog):
+    command = results.resume_command("train", ["pe=rope", "hydra.run.dir=old"], tmp_path / "r")
+    assert command == f"python scripts/train.py pe=rope hydra.run.dir={tmp_path / 'r'}"
+    path = tmp_path / "results.json"
+    with pytest.raises(KeyboardInterrupt), results.recorded(path, {}, resume=command):
+        raise KeyboardInterrupt
+    assert json.loads(path.read_text())["error"].endswith(f"to resume: {command}")
+    assert command in caplog.text  # said on the console too, not only in the record
+
+
+def test_a_resumed_run_records_its_total_wall_time_and_the_parts(tmp_path):
+    path = tmp_path / "results.json"
+    with pytest.raises(KeyboardInterrupt), results.recorded(path, {}):
+        raise KeyboardInterrupt
+    first = json.loads(path.read_text())["wall_time_s"]
+    earlier = results.earlier_wall_times(path)
+    assert earlier == [first]
+    with results.recorded(path, {"resumed_from": "last.ckpt"}, earlier=[5.0, first]) as rec:
+        rec["status"] = "completed"
+    saved = json.loads(path.read_text())
+    assert saved["wall_time_parts_s"][:2] == [5.0, first] and len(saved["wall_time_parts_s"]) == 3
+    assert saved["wall_time_s"] == pytest.approx(sum(saved["wall_time_parts_s"]), abs=0.02)
+    assert results.earlier_wall_times(path) == []  # a completed run is not resumed
+    with results.recorded(path, {}, earlier=[5.0]) as rec:  # not resumed: trained anew
+        pass
+    assert "wall_time_parts_s" not in json.loads(path.read_text())

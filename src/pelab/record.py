@@ -20,7 +20,8 @@ Keys (``SCHEMA_VERSION`` 2; a record without ``schema_version`` is version 1, re
   ``member_of`` (the stack's ``seeds``, ``learning_rates`` (null: the config's one), directory
   and ``fit_time_s``, the members' shared training time; the member's own ``wall_time_s`` is its
   test); its run lies in ``member_dir(<stack dir>, seed, lr)``;
-- ``wall_time_s``, library ``versions``, ``python``, ``git_commit`` and ``git_dirty``.
+- ``wall_time_s`` (a resumed run: the total, and ``wall_time_parts_s`` the attempts'), library
+  ``versions``, ``python``, ``git_commit`` and ``git_dirty``.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import json
 import logging
 import os
 import platform
+import shlex
 import subprocess
 import tempfile
 import time
@@ -203,35 +205,81 @@ def _git(*args: str) -> str | None:
         return None
 
 
-def failure_reason(error: BaseException) -> str:
-    """``error`` as one line for ``results.json``; interruptions say how to resume."""
-    resume = "re-run the same command in the same output directory to resume from last.ckpt"
-    names = {type(e).__name__ for e in causes(error)}
-    if "SIGTERMException" in names:
-        return f"interrupted by SIGTERM (pre-emption, a time limit or kill); {resume}"
-    if "KeyboardInterrupt" in names:
-        return f"interrupted by Ctrl-C (KeyboardInterrupt); {resume}"
+def failure_reason(error: BaseException, resume: str | None = None) -> str:
+    """``error`` as one line for ``results.json``; interruptions say how to resume (the exact
+    command ``resume``, ``resume_command``, when known)."""
+    how = (
+        f"to resume: {resume}"
+        if resume
+        else "re-run the same command in the same output directory (hydra.run.dir=<it>) to "
+        "resume from last.ckpt"
+    )
+    if interrupted(error):
+        names = {type(e).__name__ for e in causes(error)}
+        if "SIGTERMException" in names:
+            return f"interrupted by SIGTERM (pre-emption, a time limit or kill); {how}"
+        return f"interrupted by Ctrl-C (KeyboardInterrupt); {how}"
     return storage_fault(error) or f"{type(error).__name__}: {error}"
+
+
+def interrupted(error: BaseException) -> bool:
+    """Whether ``error`` is (caused by) SIGTERM or Ctrl-C: a run that can be resumed."""
+    names = {type(e).__name__ for e in causes(error)}
+    return bool(names & {"SIGTERMException", "KeyboardInterrupt"})
+
+
+def resume_command(kind: str, overrides: list[str], job_dir: str | Path) -> str:
+    """The command that resumes the run of ``kind`` launched with ``overrides`` (a sweep's job:
+    its own overrides) in ``job_dir``: the run's default directory is timestamped, so it names
+    ``hydra.run.dir``."""
+    kept = [o for o in overrides if not o.lstrip("+~").startswith("hydra.run.dir=")]
+    return shlex.join(["python", f"scripts/{kind}.py", *kept, f"hydra.run.dir={job_dir}"])
+
+
+def earlier_wall_times(path: str | Path) -> list[float]:
+    """The wall times of the earlier attempts of the run whose record is ``path`` (one that did
+    not complete: a resume continues it): ``wall_time_parts_s``, or its ``wall_time_s``; ``[]``
+    for none, a completed run, or an attempt killed outright (it recorded no time)."""
+    try:
+        record = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return []
+    if record.get("status") == "completed" or "wall_time_s" not in record:
+        return []
+    return list(record.get("wall_time_parts_s") or [record["wall_time_s"]])
 
 
 @contextmanager
 def recorded(
-    path: str | Path, record: dict[str, Any], since: float | None = None
+    path: str | Path,
+    record: dict[str, Any],
+    since: float | None = None,
+    resume: str | None = None,
+    earlier: list[float] | None = None,
 ) -> Iterator[dict[str, Any]]:
     """Whatever happens inside, ``record`` ends up in ``path`` (atomically) with the wall time,
     the environment, and on an exception ``status: failed`` and the error; the exception is
     re-raised. The record is also written on entry, so a job killed outright (SIGKILL, out of
     memory) leaves its ``status: running``, never a finished-looking file. ``wall_time_s``
-    counts from ``since`` (a ``time.perf_counter()``; default: entry)."""
+    counts from ``since`` (a ``time.perf_counter()``; default: entry). An interruption records
+    (and logs) ``resume``, the command that resumes it. A run that ends ``resumed_from`` a
+    checkpoint adds the ``earlier`` attempts' times (``earlier_wall_times``): ``wall_time_s``
+    is the total and ``wall_time_parts_s`` the attempts."""
     start = time.perf_counter() if since is None else since
     write_json_atomic(path, {**record, **environment()})
     try:
         yield record
     except BaseException as error:
-        record.update(status="failed", error=failure_reason(error))
+        record.update(status="failed", error=failure_reason(error, resume))
+        if interrupted(error):
+            log.warning("%s", record["error"])
         raise
     finally:
-        record["wall_time_s"] = round(time.perf_counter() - start, 2)
+        part = round(time.perf_counter() - start, 2)
+        record["wall_time_s"] = part
+        if earlier and record.get("resumed_from"):
+            record["wall_time_parts_s"] = [*earlier, part]
+            record["wall_time_s"] = round(sum(record["wall_time_parts_s"]), 2)
         record.update(environment())
         write_json_atomic(path, record)
         log.info("results written to %s", path)

@@ -21,10 +21,17 @@ from lightning.pytorch.callbacks import LearningRateMonitor, ProgressBar
 from lightning.pytorch.loggers import WandbLogger
 from omegaconf import DictConfig, OmegaConf
 
-from pelab.lit_module import SequenceModel
 from pelab.chance import eval_chance
+from pelab.lit_module import SequenceModel
 from pelab.metrics import Scores, summary
-from pelab.record import CHOICE_GROUPS, COMPETENCE_KEYS, RESULTS, new_record, recorded
+from pelab.record import (
+    CHOICE_GROUPS,
+    COMPETENCE_KEYS,
+    RESULTS,
+    new_record,
+    recorded,
+    resume_command,
+)
 from pelab.reliability.checkpoints import AtomicCheckpointIO
 from pelab.tasks.base import Task
 from pelab.utils.report import print_results
@@ -77,16 +84,24 @@ def execute(
     config: dict[str, Any],
     work: Callable[[], Outcome],
     since: float | None = None,
+    earlier: list[float] | None = None,
     **extra: Any,
 ) -> dict[str, Any]:
     """Run ``work`` inside its record: ``results.json`` in ``output_dir`` is written on entry
     (``running``), and on exit ``completed`` with the outcome or ``failed`` with the error (which
     is re-raised); the per-length table is printed and the W&B run is closed either way.
     ``since``: the ``time.perf_counter()`` the record's ``wall_time_s`` counts from (default:
-    now; a member of a run counts from the run's start)."""
+    now; a member of a run counts from the run's start); ``earlier``: the wall times of the
+    attempts a resumed training run continues (``record.earlier_wall_times``). An interrupted
+    training run records and logs the command that resumes it (``record.resume_command``)."""
     record = new_record(kind, choices, config) | extra
+    resume = None
+    if kind == "train":
+        overrides = list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
+        job = (extra.get("member_of") or {}).get("dir") or output_dir
+        resume = resume_command(kind, overrides, job)
     try:
-        with recorded(Path(output_dir) / RESULTS, record, since):
+        with recorded(Path(output_dir) / RESULTS, record, since, resume, earlier):
             try:
                 outcome = work()
             except BaseException:

@@ -22,7 +22,14 @@ from pelab.assembly import build_members, build_task, check_training, data_modul
 from pelab.competence import LearnedStop, budget_outcome
 from pelab.lit_module import SequenceModel
 from pelab.members import check_learning_rates, member_configs
-from pelab.record import MEMBER_KEYS, RESULTS, is_stack, new_record, write_json_atomic
+from pelab.record import (
+    MEMBER_KEYS,
+    RESULTS,
+    earlier_wall_times,
+    is_stack,
+    new_record,
+    write_json_atomic,
+)
 from pelab.reliability.callbacks import BestCheckpoints, ResumeState, exit_status_on_sigterm
 from pelab.reliability.checkpoints import check_compatible, identity, read_checkpoint, resume_path
 from pelab.reliability.completed import completed_record
@@ -142,6 +149,8 @@ def run(cfg: DictConfig) -> dict[str, Any] | list[dict[str, Any]]:
             "dir": str(cfg.paths.output_dir),
         }
     containers = [OmegaConf.to_container(m, resolve=True) for m in configs]
+    # the times of the attempts a resume continues (the records below replace theirs)
+    earlier = [earlier_wall_times(Path(m.paths.output_dir) / RESULTS) for m in configs]
     for member, config in zip(configs, containers, strict=True):
         record = new_record("train", choices(member), config) | extra
         write_json_atomic(Path(member.paths.output_dir) / RESULTS, record)
@@ -170,6 +179,7 @@ def run(cfg: DictConfig) -> dict[str, Any] | list[dict[str, Any]]:
                     config,
                     work,
                     since=start,
+                    earlier=earlier[k],
                     **extra,
                 )
             )
