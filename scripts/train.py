@@ -6,11 +6,15 @@ recorded and the sweep goes on (``pelab.train.job``); at the end
 with status 1.
 """
 
-import hydra
-from omegaconf import DictConfig
+from pelab.reliability import requeue
 
-from pelab import cli
-from pelab.train import job
+requeue.install()  # SLURM's requeue signal, handled from the job's first line (issue 29)
+
+import hydra  # noqa: E402
+from omegaconf import DictConfig  # noqa: E402
+
+from pelab import cli  # noqa: E402
+from pelab.train import job  # noqa: E402
 
 
 @hydra.main(version_base="1.3", config_path="../configs", config_name="train")

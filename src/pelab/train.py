@@ -30,10 +30,13 @@ from pelab.record import (
     new_record,
     write_json_atomic,
 )
+from pelab.reliability import requeue
 from pelab.reliability.callbacks import BestCheckpoints, ResumeState, exit_status_on_sigterm
 from pelab.reliability.checkpoints import check_compatible, identity, read_checkpoint, resume_path
 from pelab.reliability.completed import completed_record
+from pelab.reliability.lock import run_lock
 from pelab.reliability.memory import check_eval_memory
+from pelab.reliability.slurm import peak_rss_mb
 from pelab.runner import (
     Outcome,
     choices,
@@ -136,10 +139,24 @@ def run(cfg: DictConfig) -> dict[str, Any] | list[dict[str, Any]]:
     one per member (each in ``record.member_dir``, naming its stack in ``member_of``). With
     ``skip_completed=true`` completed records of the same config are returned untrained."""
     configs, stack = member_configs(cfg), is_stack(cfg)
+    requeue.started()
     if cfg.get("skip_completed"):
         done = [completed_record(m) for m in configs]
         if all(r is not None for r in done):
+            requeue.finished()
             return done if stack else done[0]
+    # one writer per run directory, for the run's life (a second job waits or is refused)
+    with run_lock(cfg.paths.output_dir, cfg.get("run_lock_wait_s") or 0):
+        try:
+            return _run(cfg, configs, stack)
+        finally:  # every record is written: SLURM's requeue signal is ignored from here on
+            requeue.finished()
+
+
+def _run(
+    cfg: DictConfig, configs: list[DictConfig], stack: bool
+) -> dict[str, Any] | list[dict[str, Any]]:
+    """``run`` once the run directory is this process's."""
     extra: dict[str, Any] = {}
     if stack:
         rates = cfg.get("learning_rates")
@@ -162,6 +179,8 @@ def run(cfg: DictConfig) -> dict[str, Any] | list[dict[str, Any]]:
         fitted = error
     if stack:  # the members' shared training time
         extra["member_of"]["fit_time_s"] = round(time.perf_counter() - start, 1)
+    # this process's peak memory: what its next SLURM job asks (pelab.reliability.slurm)
+    extra["peak_rss_mb"] = peak_rss_mb()
     records, failure = [], None
     for k, (member, config) in enumerate(zip(configs, containers, strict=True)):
 

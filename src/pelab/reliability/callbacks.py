@@ -37,6 +37,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from pelab.lit_module import SCORES_KEY
 from pelab.metrics import selection_score
 from pelab.models.stacked import load_member, member_state
+from pelab.reliability import requeue
 from pelab.reliability.checkpoints import IDENTITY_KEY, AtomicCheckpointIO, read_checkpoint
 
 log = logging.getLogger(__name__)
@@ -274,7 +275,9 @@ class RequeueAtStepEnd(Callback):
 
     def on_train_start(self, trainer: L.Trainer, pl_module) -> None:
         handler = signal.getsignal(self.signum)
-        if callable(handler):  # Lightning's requeue handler (SLURM only)
+        if callable(handler):  # the job's (pelab.reliability.requeue) or Lightning's (SLURM only)
+            if handler is requeue.handle:  # it saves this trainer's hpc_ckpt before requeueing
+                requeue.training(trainer)
             self._handler = handler
             signal.signal(self.signum, self._note)
 
@@ -286,6 +289,25 @@ class RequeueAtStepEnd(Callback):
             return
         self._received = False
         self._handler(self.signum, None)
+
+    def on_train_end(self, trainer: L.Trainer, pl_module) -> None:
+        self._release(requeue_pending=True)
+
+    def on_exception(self, trainer: L.Trainer, pl_module, exception: BaseException) -> None:
+        self._release(requeue_pending=False)
+
+    def _release(self, requeue_pending: bool) -> None:
+        """Give the signal back to the job's handler; a signal noted at the last step (where a
+        validation was due) requeues now, from the checkpoint of that validation."""
+        if self._handler is None:
+            return
+        handler, self._handler = self._handler, None
+        requeue.training(None)
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(self.signum, handler)
+        if requeue_pending and self._received:
+            self._received = False
+            handler(self.signum, None)
 
 
 class StopOnNonFiniteLoss(Callback):

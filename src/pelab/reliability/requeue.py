@@ -1,0 +1,110 @@
+"""SLURM's requeue signal (``SIGUSR1``, ``--signal=USR1@90``) handled for the whole job, from its
+first line to its exit (issue 29, item 3).
+
+Lightning answers the signal only inside ``fit``/``test``; anywhere else (start-up, between fit
+and test, writing the records, W&B's finish, exit) its default action ends the process and SLURM
+marks the job ``FAILED 10:0`` with nothing requeued. ``install()``, called first by
+``scripts/train.py`` and by pelab's submitit launcher in the job, makes the signal:
+
+- before the run's records are final: requeue the job (``scontrol requeue <job id>``). During
+  training ``callbacks.RequeueAtStepEnd`` calls this handler at the end of a step and hands it the
+  trainer, which first saves Lightning's ``hpc_ckpt_N.ckpt``; elsewhere the run's last
+  checkpoint (``checkpoints/last.ckpt``, saved at every validation) is what the requeued job
+  resumes from. SLURM then ends this process (SIGTERM) and starts the job again.
+- once ``finished()`` was called (every record of the run is written): ignored, with a log line:
+  the job's work is done and a requeue would only run it again.
+
+Only under SLURM (``SLURM_JOB_ID`` set); elsewhere the signal keeps its default action. Lightning
+does not install its own requeue handler over an existing one, so this one serves during ``fit``
+too. Standard library only: it is imported before torch."""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import signal
+import subprocess
+import threading
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+SIGNAL = signal.SIGUSR1
+
+_state: dict[str, Any] = {"installed": False, "finished": False, "trainer": None}
+
+
+def job_id(environ: dict[str, str] | None = None) -> str | None:
+    """The id ``scontrol requeue`` takes: ``<array job>_<task>`` for an array task, else
+    ``SLURM_JOB_ID``; None off SLURM."""
+    env = os.environ if environ is None else environ
+    array = env.get("SLURM_ARRAY_JOB_ID")
+    if array and env.get("SLURM_ARRAY_TASK_ID"):
+        return f"{array}_{env['SLURM_ARRAY_TASK_ID']}"
+    return env.get("SLURM_JOB_ID") or None
+
+
+def install() -> bool:
+    """Handle the requeue signal in this process (main thread, under SLURM only); returns
+    whether it is handled. Idempotent."""
+    if _state["installed"]:
+        return True
+    if job_id() is None or threading.current_thread() is not threading.main_thread():
+        return False
+    signal.signal(SIGNAL, handle)
+    _state["installed"] = True
+    return True
+
+
+def installed() -> bool:
+    return bool(_state["installed"])
+
+
+def started() -> None:
+    """A new run begins in this process (its records are not final)."""
+    _state["finished"] = False
+
+
+def finished() -> None:
+    """Every record of the run is written: from now on the signal is ignored."""
+    _state["finished"] = True
+
+
+def training(trainer: Any) -> None:
+    """The trainer now fitting (``None`` when fit ends): a requeue saves its checkpoint first."""
+    _state["trainer"] = trainer
+
+
+def handle(signum: int, frame: Any) -> None:
+    """The signal handler (also called by ``RequeueAtStepEnd`` at a step's end)."""
+    if _state["finished"]:
+        log.warning("SIGUSR1 after the run's records were written: ignored (the job is done)")
+        return
+    trainer = _state["trainer"]
+    if trainer is not None:
+        try:
+            path = trainer._checkpoint_connector.hpc_save_path(trainer.default_root_dir)
+            trainer.save_checkpoint(path)
+            log.warning("SIGUSR1: saved %s at step %d", path, trainer.global_step)
+        except Exception as error:  # the requeue still resumes from last.ckpt
+            log.warning("SIGUSR1: could not save a requeue checkpoint: %r", error)
+    requeue()
+
+
+def requeue() -> bool:
+    """``scontrol requeue <job id>``; returns whether it succeeded."""
+    job = job_id()
+    if job is None or not re.fullmatch(r"[0-9_]+", job):
+        log.warning("SIGUSR1: not a SLURM job (SLURM_JOB_ID=%r); nothing to requeue", job)
+        return False
+    try:
+        code = subprocess.call(["scontrol", "requeue", job])
+    except OSError as error:
+        log.warning("SIGUSR1: scontrol requeue %s could not run: %s", job, error)
+        return False
+    if code == 0:
+        log.warning("SIGUSR1: requeued SLURM job %s; it resumes from its last checkpoint", job)
+    else:
+        log.warning("SIGUSR1: scontrol requeue %s failed with status %d", job, code)
+    return code == 0

@@ -1,0 +1,131 @@
+"""SLURM's requeue signal (SIGUSR1) at any moment of a job (issue 29, item 3): the real
+``scripts/train.py`` under a fake SLURM job (``SLURM_JOB_ID``) with a fake ``scontrol`` on PATH
+that records its call. Before the records are written the signal requeues the job; after, it is
+ignored; never does it kill the process (SLURM's ``FAILED 10:0``)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.reliability.runs import RESUMABLE, cli, fault, results
+
+JOB = "4242"
+HOOKS = "tests.reliability.signal_hooks"
+
+
+@pytest.fixture
+def fake_slurm(tmp_path: Path, repo_root: Path) -> tuple[dict[str, str], Path]:
+    """The environment of a SLURM job whose ``scontrol`` appends its arguments to a log."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    calls = tmp_path / "scontrol.log"
+    scontrol = bin_dir / "scontrol"
+    scontrol.write_text(f'#!/bin/sh\necho "$@" >> {calls}\n')
+    scontrol.chmod(0o755)
+    env = {
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+        "SLURM_JOB_ID": JOB,
+        "PYTHONPATH": str(repo_root),
+    }
+    return env, calls
+
+
+def calls_of(log: Path) -> list[str]:
+    return log.read_text().splitlines() if log.exists() else []
+
+
+def test_sigusr1_before_the_run_requeues_the_job(repo_root, tmp_path, fake_slurm):
+    env, calls = fake_slurm
+    out = tmp_path / "run"
+    hook = [
+        f"+hydra.callbacks.sig._target_={HOOKS}.SignalAtJob",
+        "+hydra.callbacks.sig.moment=start",
+    ]
+    done = cli(repo_root, tmp_path, out, *hook, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert calls_of(calls) == [f"requeue {JOB}"]
+    assert results(out)["status"] == "completed"  # (the fake SLURM does not end the job)
+
+
+def test_sigusr1_between_fit_and_test_requeues_the_job(repo_root, tmp_path, fake_slurm):
+    env, calls = fake_slurm
+    out = tmp_path / "run"
+    hook = [f"+callbacks.sig._target_={HOOKS}.SignalOnFitEnd"]
+    done = cli(repo_root, tmp_path, out, *hook, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert calls_of(calls) == [f"requeue {JOB}"]
+    assert (out / "checkpoints" / "last.ckpt").is_file()  # what the requeued job resumes from
+
+
+def test_sigusr1_during_training_checkpoints_then_requeues(repo_root, tmp_path, fake_slurm):
+    env, calls = fake_slurm
+    out = tmp_path / "run"
+    done = cli(repo_root, tmp_path, out, *fault("sigusr1", 2), env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert calls_of(calls) == [f"requeue {JOB}"]
+    assert list(out.glob("hpc_ckpt_*.ckpt")), sorted(p.name for p in out.iterdir())
+
+
+def test_sigusr1_after_the_record_is_written_is_ignored(repo_root, tmp_path, fake_slurm):
+    env, calls = fake_slurm
+    out = tmp_path / "run"
+    marker = tmp_path / "sent"
+    hook = [
+        f"+hydra.callbacks.sig._target_={HOOKS}.SignalAtJob",
+        "+hydra.callbacks.sig.moment=end",
+        f"+hydra.callbacks.sig.marker={marker}",
+    ]
+    done = cli(repo_root, tmp_path, out, *hook, env=env)
+    assert marker.exists()  # the signal was sent
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert calls_of(calls) == []
+    assert results(out)["status"] == "completed"
+    assert (
+        "SIGUSR1 after the run's records were written: ignored" in (out / "train.log").read_text()
+    )
+
+
+def test_sigusr1_in_the_first_second_of_the_process_requeues(repo_root, tmp_path, fake_slurm):
+    """While Python still imports torch and Hydra (the job's start-up)."""
+    env, calls = fake_slurm
+    process = cli(repo_root, tmp_path, tmp_path / "run", wait=False, env=env)
+    time.sleep(1.0)
+    process.send_signal(signal.SIGUSR1)
+    _, stderr = process.communicate(timeout=300)
+    assert process.returncode == 0, stderr[-3000:]
+    assert calls_of(calls) == [f"requeue {JOB}"]
+
+
+def test_off_slurm_the_signal_keeps_its_default_action(repo_root, tmp_path, fake_slurm):
+    """Control: without SLURM_JOB_ID nothing handles SIGUSR1, and the same moment kills the run
+    (what happened on the cluster before; it shows the hook does send the signal)."""
+    env, calls = fake_slurm
+    env = {k: v for k, v in env.items() if k != "SLURM_JOB_ID"}
+    hook = [
+        f"+hydra.callbacks.sig._target_={HOOKS}.SignalAtJob",
+        "+hydra.callbacks.sig.moment=start",
+    ]
+    cmd = [
+        sys.executable,
+        "scripts/train.py",
+        *RESUMABLE,
+        *hook,
+        f"hydra.run.dir={tmp_path / 'r'}",
+    ]
+    done = subprocess.run(
+        cmd,
+        cwd=repo_root,
+        env={**os.environ, "WANDB_MODE": "offline", **env},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == -signal.SIGUSR1
+    assert calls_of(calls) == []
