@@ -66,3 +66,14 @@ def test_a_stack_that_never_started_counts_as_one_job(tmp_path, capsys):
     with pytest.raises(SystemExit, match="3 of 6 runs did not complete"):
         sweep_end(tmp_path)
     assert "2 jobs (6 runs): 3 completed, 3 missing" in capsys.readouterr().err
+
+
+def test_a_sweep_counts_its_learned_and_not_learned_runs(tmp_path, capsys):
+    write_multirun(tmp_path, {}, ["pe=none,rope", "seed=0"])
+    for i, (pe, learned) in enumerate((("none", False), ("rope", True))):
+        choices = {"pe": pe, "task": "copy", **CHOICES}
+        done = record(pe, "copy", 0, {8: 1.0, 32: 0.0}, learned=learned, steps_to_learn=None)
+        write_job(tmp_path / f"{i}_{pe}", done, choices, 0, [f"pe={pe}", "seed=0"])
+    sweep_end(tmp_path)
+    err = capsys.readouterr().err
+    assert "learned: 1 of 2 completed runs; not learned: 1 (0_none)" in err

@@ -1,6 +1,7 @@
 """The end of a sweep (``python scripts/train.py -m ...``, or ``scripts/eval.py -m``): a Hydra
 callback that counts the jobs and their runs by status (a job of ``seeds``/``learning_rates``
-holds one run per member), lists every run that did not complete with its error,
+holds one run per member), lists every run that did not complete with its error, counts the
+completed runs that learned their task and names those that did not (``pelab.competence``),
 prints the command that makes the table, and ends the process with exit status 1 if any job did
 not complete."""
 
@@ -45,6 +46,14 @@ class SweepSummary(Callback):
         for _, run in failed.iterrows():
             error = str(run["error"]).split("\n")[0]
             lines.append(f"  {run['status']}: {Path(run['source']).name}: {error}")
+        judged = runs[(runs["status"] == "completed") & runs["learned"].notna()]
+        if not evaluation and len(judged):  # runs under a competence budget (learned_at)
+            missed = judged[judged["learned"] == False]  # noqa: E712 (object column)
+            names = ", ".join(_within(Path(source), sweep_dir) for source in missed["source"])
+            lines.append(
+                f"learned: {len(judged) - len(missed)} of {len(judged)} completed runs; "
+                f"not learned: {len(missed)}" + (f" ({names})" if names else "")
+            )
         lines.append(f"Table: python scripts/make_table.py {sweep_dir}")
         print("\n".join(lines), file=sys.stderr)
         if len(failed):
@@ -63,3 +72,8 @@ def _unrecorded(sweep_dir: Path) -> list[dict[str, Any]]:
         for job in sorted(p.parent for p in sweep_dir.glob("*/.hydra"))
         if not (job / "results.json").exists()
     ]
+
+
+def _within(path: Path, sweep_dir: Path) -> str:
+    """``path`` relative to the sweep (a member: ``<job>/seed_<k>``)."""
+    return str(path.relative_to(sweep_dir)) if path.is_relative_to(sweep_dir) else path.name

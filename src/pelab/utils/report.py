@@ -1,4 +1,5 @@
-"""The per-length results table printed at the end of a run."""
+"""The end of a run's console output: the per-length results table, then one line saying
+whether the run learned its task (``learned_line``)."""
 
 from __future__ import annotations
 
@@ -12,10 +13,13 @@ from pelab.tasks.base import Task
 
 def print_results(record: dict[str, Any], task: Task, console: Console | None = None) -> None:
     """Exact match and token accuracy per evaluation length, marked in/out of distribution, with
-    the chance level of both (``metrics.chance``, when the record has it)."""
+    the chance level of both (``metrics.chance``, when the record has it); then the
+    ``learned_line``. A member of a stack over learning rates names its rate in the title."""
     c = record["choices"]
     lo, hi = task.train_lengths
     title = f"{c['pe']} · {c['task']} · {c['model']} · seed {c['seed']}"
+    if (record.get("member_of") or {}).get("learning_rates"):
+        title += f" · lr {record['config']['model']['optimizer']['lr']:g}"
     table = Table(title=f"{title}  (trained on lengths {lo}-{hi})")
     chance = record["metrics"].get("chance", {})
     columns = [f"length ({task.length_axis})", "split", "exact match", "token acc"]
@@ -27,4 +31,42 @@ def print_results(record: dict[str, Any], task: Task, console: Console | None = 
         if chance:
             row.append(f"{chance[length]['exact_match']:.1%} / {chance[length]['token_acc']:.1%}")
         table.add_row(*row)
-    (console or Console()).print(table)
+    console = console or Console()
+    console.print(table)
+    if record.get("kind", "train") == "train":  # a re-evaluation did not train
+        console.print(learned_line(record), highlight=False, markup=False)
+
+
+def learned_line(record: dict[str, Any]) -> str:
+    """One line: ``learned at step N (criterion)``, ``NOT learned by the cap``, or no criterion;
+    each with the worst in-distribution length's exact match (a completed training record)."""
+    config = record.get("config") or {}
+    lo, hi = record["train_lengths"]
+    inside = {
+        int(n): v["exact_match"]
+        for n, v in record["metrics"]["test"].items()
+        if lo <= int(n) <= hi
+    }
+    worst = min(inside, key=lambda n: (inside[n], n))
+    score = f"worst in-distribution length {worst}: {inside[worst]:.1%} exact match"
+    cap = (config.get("trainer") or {}).get("max_steps")
+    learned_at = config.get("learned_at")
+    if record.get("learned") is None:
+        return f"no criterion (learned_at=null): trained {cap} steps; {score}"
+    criterion = f"exact match >= {percent(learned_at)}"
+    if record["learned"]:
+        patience = config.get("learned_patience")
+        row = f", {patience} validations in a row" if patience else ""
+        return (
+            f"learned at step {record['steps_to_learn']} ({criterion} at every "
+            f"in-distribution length{row}); {score}"
+        )
+    return (
+        f"NOT learned by the cap (trainer.max_steps={cap}): {score} "
+        f"(criterion {percent(learned_at)})"
+    )
+
+
+def percent(fraction: float) -> str:
+    """``0.998`` -> ``99.8%``, ``0.99`` -> ``99%`` (a threshold, never rounded up to 100%)."""
+    return f"{fraction * 100:.10g}%"
