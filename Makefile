@@ -39,8 +39,8 @@ benchmark: install ## pelab's training step vs a minimal PyTorch loop
 	$(PY) scripts/benchmark.py
 
 lint: install ## ruff lint and format check
-	$(PY) -m ruff check src scripts tests
-	$(PY) -m ruff format --check src scripts tests
+	$(PY) -m ruff check src scripts tests benchmarks
+	$(PY) -m ruff format --check src scripts tests benchmarks
 
 clean: ## remove run outputs and caches (keeps .venv)
 	rm -rf logs multirun outputs wandb .cache .pytest_cache

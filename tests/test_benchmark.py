@@ -1,10 +1,13 @@
 """The benchmark script's quick mode runs and reports every measure (its numbers are not checked:
-speed is measured by the benchmark, never asserted by tests)."""
+speed is measured by the benchmark, never asserted by tests). The benchmark is ``benchmarks/``,
+one file per section; ``scripts/benchmark.py`` is its entry point."""
 
 import json
 import subprocess
 import sys
+from pathlib import Path
 
+from benchmarks import run
 from pelab.pe import PE_REGISTRY
 from pelab.tasks import TASK_REGISTRY
 
@@ -69,3 +72,11 @@ def test_the_threads_section_times_one_and_two_threads_idle_and_busy(tmp_path, r
         assert list(row[f"{side}ms_per_step"]) == counts
         assert all(ms > 0 for ms in row[f"{side}ms_per_step"].values())
         assert row[f"{side}speedup_vs_1"]["1"] == 1.0
+
+
+def test_every_section_is_a_file_of_its_own_that_the_entry_point_runs():
+    folder = Path(run.__file__).parent
+    files = {p.stem for p in folder.glob("*.py")} - {"__init__", "__main__", "run", "common"}
+    assert files == set(run.SECTIONS) | {"ablation"}  # --ablation: a flag of its own
+    assert all(callable(module.section) for module in (*run.SECTIONS.values(), run.ablation))
+    assert [m.__name__ for m in run.SECTIONS.values()] == [f"benchmarks.{n}" for n in run.SECTIONS]

@@ -1,0 +1,3 @@
+"""pelab's benchmark, one module per section; ``python scripts/benchmark.py --help`` (or
+``python -m benchmarks``) runs it (``benchmarks.run``). Numbers and targets:
+docs/performance.md."""
