@@ -122,8 +122,10 @@ def test_the_cpu_ablation_is_a_sweep_run_in_parallel_one_job_per_core():
 def test_every_launcher_option_composes_onto_hydras_plugin(launcher, target):
     hydra = hydra_config(f"hydra/launcher={launcher}")
     assert hydra.launcher._target_.endswith(target)
-    if launcher == "slurm":
-        assert hydra.launcher.gpus_per_node == 1 and hydra.launcher.timeout_min > 0
+    if launcher in ("slurm", "local"):  # pelab's (issue 29): it waits for every job
+        assert hydra.launcher._target_.startswith("hydra_plugins.pelab_launcher.")
+    if launcher == "slurm":  # null: the resources follow the run (pelab.reliability.slurm)
+        assert hydra.launcher.gpus_per_node is None and hydra.launcher.timeout_min > 0
 
 
 def test_slurm_sends_the_requeue_signal_that_pelab_checkpoints_on(tmp_path):

@@ -16,6 +16,8 @@ import pytest
 
 from tests.reliability.runs import RESUMABLE, cli, fault, results
 
+pytestmark = pytest.mark.integration  # real processes
+
 JOB = "4242"
 HOOKS = "tests.reliability.signal_hooks"
 

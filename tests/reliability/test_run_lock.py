@@ -16,6 +16,8 @@ from pelab.errors import ConfigError
 from pelab.reliability.lock import run_lock
 from tests.reliability.runs import cli, fault, results
 
+pytestmark = pytest.mark.integration  # real processes
+
 HOLD = """
 import sys, time
 from pelab.reliability.lock import run_lock

@@ -1,0 +1,279 @@
+"""Hydra's submitit launchers (``hydra/launcher=slurm``, ``local``) with what a cluster needs
+(issue 29):
+
+- the resources follow the run (``pelab.reliability.slurm.job_resources``: no GPU for a CPU
+  trainer, CPUs from the threads the run uses, memory from a measured peak) for each of
+  ``gpus_per_node``, ``cpus_per_task`` and ``mem_gb`` left ``null``; a job its partition can
+  never start is refused before submission, with the limit it exceeds (``slurm.unfit``);
+- the launching process waits for every job; one that ends without a result (``scancel``,
+  SIGTERM, a time limit, an out-of-memory kill: submitit's ``UncompletedJobError``) is recorded
+  ``interrupted`` in its ``results.json`` with the command that resumes it, and the sweep goes on
+  to its usual summary instead of a traceback;
+- each job handles SLURM's requeue signal from its first line (``pelab.reliability.requeue``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shlex
+import shutil
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from hydra.core.singleton import Singleton
+from hydra.core.utils import JobReturn, JobStatus, filter_overrides
+from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
+from hydra_plugins.hydra_submitit_launcher.submitit_launcher import (
+    BaseSubmititLauncher,
+)
+from omegaconf import OmegaConf
+
+log = logging.getLogger(__name__)
+
+AUTO_KEYS = ("gpus_per_node", "cpus_per_task", "mem_gb")
+
+
+class _PelabSubmitit(BaseSubmititLauncher):
+    def __call__(self, *args: Any, **kwargs: Any) -> JobReturn:
+        from pelab.reliability import requeue
+
+        requeue.install()  # the job's first line: SIGUSR1 requeues (or is ignored) from here on
+        return super().__call__(*args, **kwargs)
+
+    def launch(
+        self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int
+    ) -> Sequence[JobReturn]:
+        import submitit
+
+        assert self.config is not None and self.hydra_context is not None
+        sweep_dir = Path(str(self.config.hydra.sweep.dir))
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        nums = [initial_job_idx + i for i in range(len(job_overrides))]
+        job_dirs = [self._job_dir(list(o), n) for o, n in zip(job_overrides, nums, strict=True)]
+        params = self.resources(job_overrides, nums, job_dirs)
+        init_keys = {"submitit_folder", "max_num_timeout"}
+        executor = submitit.AutoExecutor(
+            cluster=self._EXECUTOR,
+            folder=params["submitit_folder"],
+            **(
+                {f"{self._EXECUTOR}_max_num_timeout": params["max_num_timeout"]}
+                if "max_num_timeout" in params
+                else {}
+            ),
+        )
+        base = set(OmegaConf.structured(BaseQueueConf).keys())
+        executor.update_parameters(
+            **{
+                k if k in base else f"{self._EXECUTOR}_{k}": v
+                for k, v in params.items()
+                if k not in init_keys
+            }
+        )
+        log.info("Submitit '%s' sweep output dir: %s", self._EXECUTOR, sweep_dir)
+        calls = []
+        for num, overrides in zip(nums, job_overrides, strict=True):
+            log.info("\t#%d : %s", num, " ".join(filter_overrides(overrides)))
+            state = Singleton.get_state()
+            calls.append((list(overrides), "hydra.sweep.dir", num, f"job_id_for_{num}", state))
+        try:
+            jobs = executor.map_array(self, *zip(*calls, strict=True))
+        except submitit.core.utils.FailedJobError as error:  # sbatch refused the array
+            from pelab.errors import ConfigError
+
+            said = " ".join(str(error).split())
+            raise ConfigError(
+                f"sbatch refused the jobs of this sweep: {said} (hydra.launcher.<option> "
+                "sets what they ask; docs/reliability.md, 'SLURM')"
+            ) from error
+        return wait_all(jobs, job_overrides, job_dirs, self.resume_command(sweep_dir))
+
+    def _job_dir(self, overrides: list[str], num: int) -> Path:
+        from hydra_plugins.pelab_launcher.pool_launcher import job_config
+
+        assert self.config is not None and self.hydra_context is not None
+        config = job_config(self.hydra_context, self.config, overrides, num)
+        return Path(str(self.config.hydra.sweep.dir)) / str(
+            OmegaConf.select(config, "hydra.sweep.subdir")
+        )
+
+    def resources(
+        self, job_overrides: Sequence[Sequence[str]], nums: list[int], job_dirs: list[Path]
+    ) -> dict[str, Any]:
+        """The launcher's parameters with ``null`` resources filled in (local: as given)."""
+        return dict(self.params)
+
+    def resume_command(self, sweep_dir: Path) -> str:
+        """The command that re-runs this sweep into ``sweep_dir``: each job resumes from its
+        last checkpoint and a completed one is returned untouched."""
+        assert self.config is not None
+        hydra_overrides = [
+            o
+            for o in OmegaConf.select(self.config, "hydra.overrides.hydra", default=[]) or []
+            if not o.startswith(("hydra.sweep.dir=", "hydra.mode="))
+        ]
+        task = list(OmegaConf.select(self.config, "hydra.overrides.task", default=[]) or [])
+        task = [o for o in task if not o.startswith("skip_completed=")]
+        script = os.path.relpath(sys.argv[0]) if sys.argv and sys.argv[0] else "scripts/train.py"
+        words = [
+            "python",
+            script,
+            "-m",
+            *hydra_overrides,
+            *task,
+            f"hydra.sweep.dir={sweep_dir}",
+            "skip_completed=true",
+        ]
+        return " ".join(shlex.quote(w) for w in words)
+
+
+def wait_all(
+    jobs: Sequence[Any],
+    job_overrides: Sequence[Sequence[str]],
+    job_dirs: Sequence[Path],
+    resume: str,
+) -> list[JobReturn]:
+    """Wait for every job (in order: each ``results()`` waits for its own); one that ended
+    without a result is recorded (``mark_interrupted``) and returned as accounted for, so the
+    sweep summary reports it."""
+    returns = []
+    for job, overrides, job_dir in zip(jobs, job_overrides, job_dirs, strict=True):
+        try:
+            returns.append(job.results()[0])
+            continue
+        except Exception as error:  # UncompletedJobError, FailedJobError, a lost pickle
+            kind = type(error).__name__
+            first = str(error).strip().splitlines()[0] if str(error).strip() else kind
+            interrupted = kind == "UncompletedJobError"
+            state = getattr(job, "state", None) if interrupted else None
+            reason = (
+                f"job {job.job_id} ended without a result (state {state})"
+                if interrupted
+                else f"job {job.job_id} failed: {first}"
+            )
+        where = getattr(getattr(job, "paths", None), "stderr", None)
+        marked = mark_interrupted(job_dir, reason, resume, where, interrupted)
+        log.error(
+            "%s; %s. Resume: %s",
+            reason,
+            "recorded in " + ", ".join(map(str, marked)) if marked else "it left no record",
+            resume,
+        )
+        returned = JobReturn(overrides=list(overrides), working_dir=str(job_dir))
+        returned.status = JobStatus.COMPLETED  # accounted for: the summary reports it
+        returned.return_value = None
+        returns.append(returned)
+    return returns
+
+
+def mark_interrupted(
+    job_dir: Path, reason: str, resume: str, output: Any = None, interrupted: bool = True
+) -> list[Path]:
+    """Every ``results.json`` of ``job_dir`` still ``running``: ``interrupted`` (``failed`` when
+    not ``interrupted``), why, the command that resumes it, and the job's log."""
+    from pelab.record import RESULTS, read_record, write_json_atomic
+
+    marked = []
+    for path in sorted(job_dir.rglob(RESULTS)) if job_dir.is_dir() else []:
+        record = read_record(path)
+        if record.get("status") != "running":
+            continue
+        log_note = f"; output: {output}" if output else ""
+        record.update(
+            status="interrupted" if interrupted else "failed",
+            error=f"{reason}; resume: {resume}{log_note}",
+            resume_command=resume,
+        )
+        write_json_atomic(path.resolve(), record)
+        marked.append(path)
+    return marked
+
+
+class LocalLauncher(_PelabSubmitit):
+    _EXECUTOR = "local"
+
+
+class SlurmLauncher(_PelabSubmitit):
+    _EXECUTOR = "slurm"
+
+    def resources(
+        self, job_overrides: Sequence[Sequence[str]], nums: list[int], job_dirs: list[Path]
+    ) -> dict[str, Any]:
+        """``null`` resources from the runs (the largest over the array's jobs), checked
+        against the partition's limits (a ``ConfigError`` naming each exceeded one)."""
+        from hydra_plugins.pelab_launcher.pool_launcher import job_config
+        from pelab.errors import ConfigError
+        from pelab.reliability.slurm import job_resources, partition_limits, unfit
+
+        assert self.config is not None and self.hydra_context is not None
+        if shutil.which("srun") is None or shutil.which("sbatch") is None:
+            raise ConfigError(
+                "hydra/launcher=slurm: this host has no SLURM client (srun, sbatch not found); "
+                "run from a cluster's login node, or sweep here with hydra/launcher=parallel"
+            )
+        params = dict(self.params)
+        limits = partition_limits(params.get("partition"))
+        if any(params.get(k) is None for k in AUTO_KEYS):
+            max_cpus = max((n.cpus for n in limits.nodes), default=None) if limits else None
+            asked = []
+            for overrides, num, job_dir in zip(job_overrides, nums, job_dirs, strict=True):
+                cfg = job_config(self.hydra_context, self.config, list(overrides), num)
+                asked.append(
+                    job_resources(cfg, n_params(cfg), measured_peak_mb(job_dir), max_cpus)
+                )
+            chosen = {
+                "gpus_per_node": max(r.gpus for r in asked),
+                "cpus_per_task": max(r.cpus for r in asked),
+                "mem_gb": max(r.mem_gb for r in asked),
+            }
+            for key, value in chosen.items():
+                if params.get(key) is None:
+                    params[key] = value
+            log.info("SLURM resources of each job: %s", "; ".join(asked[0].why))
+        if not params.get("gpus_per_node"):
+            params.pop("gpus_per_node", None)  # 0: no gres at all (a CPU cluster has none)
+        if limits is not None:
+            problems = unfit(
+                limits,
+                params.get("gpus_per_node") or 0,
+                params.get("cpus_per_task") or 1,
+                params.get("mem_gb"),
+                params.get("timeout_min"),
+            )
+            if problems:
+                raise ConfigError(
+                    f"partition {limits.name} can never start these jobs: " + "; ".join(problems)
+                )
+        return params
+
+
+def n_params(cfg: Any) -> int | None:
+    """The parameters a job trains (its members' stacked network), as ``pelab.train`` counts
+    them for its threads; None when the model cannot be built here."""
+    try:
+        from pelab.assembly import build_members, build_task
+        from pelab.members import member_configs
+
+        configs = member_configs(cfg)
+        model = build_members(configs, build_task(cfg))
+        return model.net.num_params()["total"] * len(configs)
+    except Exception as error:  # the job reports its own configuration errors
+        log.warning("could not build the model to size the job (%r): threads=auto assumed", error)
+        return None
+
+
+def measured_peak_mb(job_dir: Path) -> int | None:
+    """The largest ``peak_rss_mb`` a previous run recorded in ``job_dir``."""
+    from pelab.record import RESULTS, read_record
+
+    peaks = []
+    for path in sorted(job_dir.rglob(RESULTS)) if job_dir.is_dir() else []:
+        try:
+            peak = read_record(path).get("peak_rss_mb")
+        except Exception:
+            continue
+        if isinstance(peak, int | float) and peak > 0:
+            peaks.append(int(peak))
+    return max(peaks, default=None)
