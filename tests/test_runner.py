@@ -4,6 +4,7 @@ from pathlib import Path
 
 from lightning.pytorch.callbacks import ProgressBar
 
+from pelab import runner
 from pelab.runner import configured_callbacks
 from pelab.train import run
 from tests.conftest import TINY, compose_config
@@ -22,6 +23,9 @@ def test_no_logger_and_no_progress_bar_train_a_complete_run(tmp_path):
     assert not (out / "csv").exists() and not (out / "wandb").exists()
 
 
-def test_the_progress_bar_is_configured_by_default(tmp_path):
+def test_the_progress_bar_is_configured_by_default_on_a_terminal(tmp_path, monkeypatch):
     cfg = compose_config(TINY, tmp_path)
+    monkeypatch.setattr(runner, "interactive", lambda: True)
     assert any(isinstance(c, ProgressBar) for c in configured_callbacks(cfg))
+    monkeypatch.setattr(runner, "interactive", lambda: False)  # a pipe: no \r lines
+    assert not any(isinstance(c, ProgressBar) for c in configured_callbacks(cfg))

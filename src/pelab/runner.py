@@ -34,6 +34,7 @@ from pelab.record import (
 )
 from pelab.reliability.checkpoints import AtomicCheckpointIO
 from pelab.tasks.base import Task
+from pelab.utils.console import interactive, route_console
 from pelab.utils.report import print_results
 from pelab.utils.wandb_mode import wandb_choice
 
@@ -68,7 +69,9 @@ def sweep_job_dir() -> Path | None:
 def sweep_job(work: Callable[[], Any], record_path: str | Path) -> None:
     """One job of a script: ``work()``. A single run's failure propagates (exit status 1); in a
     sweep (``-m``) a failed job is recorded (its ``results.json`` at ``record_path`` says
-    ``failed`` and why, its log has the traceback) and the sweep goes on."""
+    ``failed`` and why, its log has the traceback) and the sweep goes on. The console shows the
+    run's own lines (``pelab.utils.console``)."""
+    route_console()
     try:
         work()
     except Exception:
@@ -122,10 +125,11 @@ def execute(
                 record["resumed_from"] = outcome.resumed_from
             if outcome.warnings:
                 record["warnings"] = outcome.warnings
-            print_results(record, task)
         return record
     finally:
         finish_wandb(record, Path(output_dir) / RESULTS)
+        if record["status"] == "completed":  # the console's last lines: after W&B's
+            print_results(record, outcome.task)
 
 
 def outcome(cfg: DictConfig, model: SequenceModel, member: int = 0, **notes: Any) -> Outcome:
@@ -155,11 +159,13 @@ def make_trainer(
     atomic checkpoint writes."""
     configured = instantiate_all(cfg.get("logger")) if loggers else []
     loggers = working_loggers(configured, cfg, params, notes)
+    bar = {} if interactive() else {"enable_progress_bar": False}  # a pipe: no \r lines
     return instantiate(
         cfg.trainer,
         callbacks=[*configured_callbacks(cfg, logged=bool(loggers)), *callbacks],
         logger=loggers or False,
         plugins=[AtomicCheckpointIO()],
+        **bar,
     )
 
 
@@ -172,10 +178,10 @@ def instantiate_all(section: DictConfig | None) -> list[Any]:
 
 def configured_callbacks(cfg: DictConfig, logged: bool = True) -> list[L.Callback]:
     """``cfg.callbacks``, instantiated; without the progress bar when
-    ``trainer.enable_progress_bar=false``, and without the learning-rate monitor when nothing is
-    ``logged`` (Lightning refuses either callback then)."""
+    ``trainer.enable_progress_bar=false`` or the output is no terminal, and without the
+    learning-rate monitor when nothing is ``logged`` (Lightning refuses either callback then)."""
     callbacks = instantiate_all(cfg.get("callbacks"))
-    if not cfg.trainer.get("enable_progress_bar", True):
+    if not cfg.trainer.get("enable_progress_bar", True) or not interactive():
         callbacks = [c for c in callbacks if not isinstance(c, ProgressBar)]
     if not logged:
         callbacks = [c for c in callbacks if not isinstance(c, LearningRateMonitor)]
@@ -201,6 +207,8 @@ def working_loggers(
             "W&B: %s mode (%s)", configured, why if configured == mode else "logger.wandb.mode"
         )
     for logger in loggers:
+        if isinstance(logger, WandbLogger):  # Lightning passes anonymous=None: W&B warns
+            logger._wandb_init.pop("anonymous", None)
         try:
             logger.log_hyperparams(hparams)
         except Exception as error:  # a logger's failure must not cost the run

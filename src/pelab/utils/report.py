@@ -34,7 +34,7 @@ def print_results(record: dict[str, Any], task: Task, console: Console | None = 
     console = console or Console()
     console.print(table)
     if record.get("kind", "train") == "train":  # a re-evaluation did not train
-        console.print(learned_line(record), highlight=False, markup=False)
+        console.print(learned_line(record), highlight=False, markup=False, soft_wrap=True)
 
 
 def learned_line(record: dict[str, Any]) -> str:
