@@ -1,3 +1,3 @@
 """pelab's benchmark, one module per section; ``python scripts/benchmark.py --help`` (or
-``python -m benchmarks``) runs it (``benchmarks.run``). Numbers and targets:
+``python -m benchmarks``) runs it (``benchmarks.main``). Numbers and targets:
 docs/performance.md."""

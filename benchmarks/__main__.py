@@ -1,5 +1,5 @@
 """``python -m benchmarks [options]``: the same as ``python scripts/benchmark.py``."""
 
-from benchmarks.run import main
+from benchmarks.main import main
 
 main()

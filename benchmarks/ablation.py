@@ -8,6 +8,7 @@ import sys
 import time
 from pathlib import Path
 
+from benchmarks.common import Setup
 from pelab.analysis.collect import directory_records, runs_frame
 
 
@@ -34,9 +35,9 @@ def ablation_wall_time(out: Path) -> dict:
     }
 
 
-def section(args, run) -> dict:
+def section(args, setup: Setup) -> dict:
     """``ablation_cpu``: the preset's wall time and its cells learned in distribution."""
-    a = ablation_wall_time(run.tmp / "ablation_cpu")
+    a = ablation_wall_time(setup.tmp / "ablation_cpu")
     print(
         f"\nexperiment=ablation_cpu: {a['wall_s']} s wall, {a['completed']}/{a['runs']} runs "
         f"completed, {a['cells_learned']}/{a['cells']} cells learned in distribution"

@@ -36,7 +36,7 @@ class Setup:
         return self.task.vocab_size
 
 
-def setup(quick: bool, rounds: int | None) -> Setup:
+def make_setup(quick: bool, rounds: int | None) -> Setup:
     """Full: 4 layers, d_model 128, 63 tokens, batch 64, 4 rounds; quick: a smoke run."""
     torch.set_float32_matmul_precision("high")
     shape = dict(d=128, heads=4, layers=4, batch=64, length=31)  # 1 + 31 + 1 + 31 - 1 = 63 tokens

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from hydra import compose, initialize_config_dir
 
-from benchmarks.common import seconds_per_call
+from benchmarks.common import Setup, seconds_per_call
 from pelab.assembly import build_model, build_task
 from pelab.tasks import TASK_REGISTRY
 
@@ -93,10 +93,10 @@ def data_generation(quick: bool) -> dict[str, dict]:
     return rows
 
 
-def section(args, run) -> dict:
+def section(args, setup: Setup) -> dict:
     """``data``: per task, variant and length, samples generated and trained per second."""
     print(
         f"\n{'task (data generation)':<34}{'length':>7}{'generated/s':>14}{'trained/s':>12}"
         f"{'ratio':>9}"
     )
-    return {"data": data_generation(run.quick)}
+    return {"data": data_generation(setup.quick)}

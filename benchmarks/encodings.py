@@ -11,6 +11,7 @@ from functools import partial
 import torch
 import torch.nn.functional as F
 
+from benchmarks.common import Setup
 from pelab.model_kinds import DecoderKind
 from pelab.models.transformer import Transformer
 from pelab.pe import PE_REGISTRY
@@ -69,11 +70,11 @@ def encoding_step_times(
     }
 
 
-def section(args, run) -> dict:
+def section(args, setup: Setup) -> dict:
     """``encodings``: every (or ``--encodings``') 1-D encoding's ms per step against none."""
-    steps_per_round, rounds = (2, 1) if run.quick else (5, 3)
-    shape = {**run.shape, "vocab": run.vocab}
-    encodings = encoding_step_times(run.batches, shape, steps_per_round, rounds, args.encodings)
+    steps_per_round, rounds = (2, 1) if setup.quick else (5, 3)
+    shape = {**setup.shape, "vocab": setup.vocab}
+    encodings = encoding_step_times(setup.batches, shape, steps_per_round, rounds, args.encodings)
     print(f"\n{'encoding':<20}{'attention':>10}{'ms/step':>10}{'vs none':>9}{'PE params':>11}")
     for name, r in encodings.items():
         print(

@@ -8,7 +8,7 @@ from functools import partial
 
 import torch
 
-from benchmarks.common import seconds_per_call
+from benchmarks.common import Setup, seconds_per_call
 from pelab.model_kinds import DecoderKind
 from pelab.models.transformer import Transformer
 from pelab.pe import PE_REGISTRY
@@ -73,7 +73,7 @@ def greedy_eval_times(quick: bool) -> dict[str, dict]:
     return {"lengths": rows, "growth": growth}
 
 
-def section(args, run) -> dict:
+def section(args, setup: Setup) -> dict:
     """``greedy_eval``: cached against full-forward greedy evaluation per length."""
     print(f"\n{'length':>7}{'batch':>7}{'cached s':>12}{'full fwd s':>14}{'speedup':>9}")
-    return {"greedy_eval": greedy_eval_times(run.quick)}
+    return {"greedy_eval": greedy_eval_times(setup.quick)}

@@ -18,6 +18,7 @@ from pathlib import Path
 import lightning as L
 import torch
 
+from benchmarks.common import Setup
 from pelab.data.datamodule import TrainBatches
 from pelab.lit_module import SequenceModel, clip_member_norms
 from pelab.model_kinds import DecoderKind
@@ -156,10 +157,10 @@ def stack_wall_time(out: Path, seeds: tuple[int, ...] = (0, 1, 2)) -> dict:
     }
 
 
-def section(args, run) -> dict:
+def section(args, setup: Setup) -> dict:
     """``members``: stacked against sequential against the bound per encoding and K; with
     ``--stack-wall``, ``stack_wall``: seeds=[0,1,2] as one job against its single runs."""
-    report = {"members": (members := member_throughput(run.quick))}
+    report = {"members": (members := member_throughput(setup.quick))}
     print(
         f"\n{'members (1 thread)':<20}{'K':>3}{'stacked/s':>11}{'sequential/s':>14}"
         f"{'bound/s':>9}{'stacked vs seq':>16}{'bound vs seq':>14}{'stacked vs bound':>18}"

@@ -17,6 +17,7 @@ from functools import partial
 import torch
 import torch.nn.functional as F
 
+from benchmarks.common import Setup
 from pelab.model_kinds import DecoderKind
 from pelab.models.transformer import Transformer
 from pelab.pe import PE_REGISTRY
@@ -149,9 +150,9 @@ def thread_step_times(quick: bool) -> dict:
     }
 
 
-def section(args, run) -> dict:
+def section(args, setup: Setup) -> dict:
     """``threads``: ms per step per size and thread count, alone and beside a busy process."""
-    threads = thread_step_times(run.quick)
+    threads = thread_step_times(setup.quick)
     counts = list(next(iter(threads["sizes"].values()))["ms_per_step"])
     print(
         f"\n{'threads: ms/step (speed-up over 1)':<34}{'params':>11}"

@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from benchmarks.common import Setup
 from pelab.data.datamodule import TaskData
 from pelab.lit_module import SequenceModel, warmup_cosine
 from pelab.model_kinds import DecoderKind
@@ -261,18 +262,18 @@ def throughput(
 REQUIRED = ("pelab", "minimal")  # the comparison itself; the other sides are optional
 
 
-def section(args, run) -> dict:
+def section(args, setup: Setup) -> dict:
     """``results``: per encoding (none, rope), each side's tokens/s and pelab's ratios."""
     results = throughput(
-        run.task,
-        run.shape,
-        run.batches,
-        run.steps,
-        run.window,
-        run.warmup,
-        run.tokens,
-        run.rounds,
-        run.quick,
-        run.tmp,
+        setup.task,
+        setup.shape,
+        setup.batches,
+        setup.steps,
+        setup.window,
+        setup.warmup,
+        setup.tokens,
+        setup.rounds,
+        setup.quick,
+        setup.tmp,
     )
     return {"results": results}

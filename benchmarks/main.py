@@ -34,7 +34,7 @@
     python scripts/benchmark.py --only threads   # one section
 
 One file per section in this folder (``throughput``, ``encodings``, ``data``, ``greedy``,
-``members``, ``threads``, ``ablation``), each with ``section(args, run) -> dict``: its part of
+``members``, ``threads``, ``ablation``), each with ``section(args, setup) -> dict``: its part of
 the JSON report, printed as a table; ``common`` holds the shared setup. This module parses the
 command line and runs the sections in order.
 """
@@ -48,7 +48,7 @@ from pathlib import Path
 import torch
 
 from benchmarks import ablation, data, encodings, greedy, members, threads, throughput
-from benchmarks.common import setup
+from benchmarks.common import make_setup
 from pelab.pe import PE_REGISTRY
 
 # --only's choices, in the order they run; --ablation adds the last
@@ -98,15 +98,14 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
-    run = setup(args.quick, args.rounds)
-    print(
-        f"shape: {run.shape}, {run.tokens} tokens/step, torch threads: {torch.get_num_threads()}"
-    )
-    report: dict = {"shape": run.shape, "results": {}}
+    setup = make_setup(args.quick, args.rounds)
+    n_threads = torch.get_num_threads()
+    print(f"shape: {setup.shape}, {setup.tokens} tokens/step, torch threads: {n_threads}")
+    report: dict = {"shape": setup.shape, "results": {}}
     for name, module in SECTIONS.items():
         if name in args.only:
-            report |= module.section(args, run)
+            report |= module.section(args, setup)
     if args.ablation:
-        report |= ablation.section(args, run)
+        report |= ablation.section(args, setup)
     args.json.write_text(json.dumps(report, indent=2))
     print(f"\nwritten to {args.json}")
