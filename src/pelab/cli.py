@@ -9,6 +9,7 @@ is a bug or a fault, and keeps its full traceback."""
 
 from __future__ import annotations
 
+import difflib
 import os
 import sys
 from collections.abc import Callable
@@ -59,7 +60,9 @@ def user_message(error: BaseException) -> str | None:
         return unknown_key(error.__cause__) or str(error)
     if isinstance(error, MissingConfigException) and error.options and error.missing_cfg_file:
         group, _, name = error.missing_cfg_file.rpartition("/")
-        return f"{group}={name} is not an option of {group}; valid choices: " + ", ".join(
+        close = difflib.get_close_matches(name, error.options, n=1)
+        guess = f"; did you mean {close[0]}?" if close else ""
+        return f"{group}={name} is not an option of {group}{guess}; valid choices: " + ", ".join(
             error.options
         )
     if isinstance(error, CompactHydraException):

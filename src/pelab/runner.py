@@ -22,6 +22,7 @@ from lightning.pytorch.loggers import WandbLogger
 from omegaconf import DictConfig, OmegaConf
 
 from pelab.chance import eval_chance
+from pelab.errors import ConfigError, causes
 from pelab.lit_module import SequenceModel
 from pelab.metrics import Scores, summary
 from pelab.record import (
@@ -72,12 +73,25 @@ def sweep_job(work: Callable[[], Any], record_path: str | Path) -> None:
     ``failed`` and why, its log has the traceback) and the sweep goes on. The console shows the
     run's own lines (``pelab.utils.console``)."""
     route_console()
+    fresh = _fresh(Path(record_path))
     try:
         work()
-    except Exception:
+    except Exception as error:
         if not in_sweep():
+            if fresh and any(isinstance(e, ConfigError) for e in causes(error)):
+                shutil.rmtree(Path(record_path).parent, ignore_errors=True)  # nothing ran
             raise
         log.exception("this job failed (recorded in %s); the sweep goes on", record_path)
+
+
+def _fresh(record_path: Path) -> bool:
+    """Whether the run directory of ``record_path`` (a ``results.json``) holds nothing but what
+    Hydra wrote for this process (its log, ``.hydra/``): a run refused for its config before it
+    trained leaves no directory behind (a single run: the error says it all)."""
+    job = record_path.parent
+    if record_path.name != RESULTS or not job.is_dir():
+        return False
+    return all(p.name == ".hydra" or p.suffix == ".log" for p in job.iterdir())
 
 
 def execute(
@@ -129,7 +143,10 @@ def execute(
     finally:
         finish_wandb(record, Path(output_dir) / RESULTS)
         if record["status"] == "completed":  # the console's last lines: after W&B's
-            print_results(record, outcome.task)
+            try:
+                print_results(record, outcome.task)
+            except Exception:  # the record is written: a table's fault must not fail the run
+                log.exception("could not print the results table (results.json has them)")
 
 
 def outcome(cfg: DictConfig, model: SequenceModel, member: int = 0, **notes: Any) -> Outcome:

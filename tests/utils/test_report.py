@@ -53,3 +53,9 @@ def test_the_members_of_a_learning_rates_job_have_titles_that_tell_them_apart():
         print_results(done(True, 900, lr=lr), TASK, console)
         titles.append(console.export_text().splitlines()[0])
     assert "lr 0.001" in titles[0] and "lr 0.003" in titles[1]
+
+
+def test_a_run_without_a_test_says_so():
+    rec = done(True, 900)
+    rec["metrics"]["test"] = {}
+    assert learned_line(rec).endswith("not tested (test=false)")

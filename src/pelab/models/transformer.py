@@ -115,8 +115,10 @@ def check_sizes(d_model: int, n_heads: int, n_layers: int) -> None:
         if value < 1:
             raise ConfigError(f"model.net.{name} must be >= 1, got {value}")
     if d_model % n_heads:
+        valid = ", ".join(str(h) for h in range(1, d_model + 1) if d_model % h == 0)
         raise ConfigError(
-            f"model.net.d_model={d_model} is not divisible by model.net.n_heads={n_heads}"
+            f"model.net.d_model={d_model} is not divisible by model.net.n_heads={n_heads}; "
+            f"valid model.net.n_heads for d_model={d_model}: {valid}"
         )
 
 

@@ -44,11 +44,14 @@ def learned_line(record: dict[str, Any]) -> str:
     lo, hi = record["train_lengths"]
     inside = {
         int(n): v["exact_match"]
-        for n, v in record["metrics"]["test"].items()
+        for n, v in (record["metrics"].get("test") or {}).items()
         if lo <= int(n) <= hi
     }
-    worst = min(inside, key=lambda n: (inside[n], n))
-    score = f"worst in-distribution length {worst}: {inside[worst]:.1%} exact match"
+    if inside:
+        worst = min(inside, key=lambda n: (inside[n], n))
+        score = f"worst in-distribution length {worst}: {inside[worst]:.1%} exact match"
+    else:  # test=false
+        score = "not tested (test=false)"
     cap = (config.get("trainer") or {}).get("max_steps")
     learned_at = config.get("learned_at")
     if record.get("learned") is None:

@@ -1,0 +1,47 @@
+"""A user's mistake on the command line: one line naming the bad value, a guess, the valid
+choices, and nothing left behind."""
+
+import os
+import subprocess
+import sys
+
+from hydra.errors import MissingConfigException
+
+from pelab.cli import user_message
+from pelab.errors import ConfigError
+from pelab.models.transformer import check_sizes
+
+
+def test_a_misspelt_choice_gets_a_guess():
+    error = MissingConfigException("...", missing_cfg_file="pe/ropee", options=["alibi", "rope"])
+    message = user_message(error)
+    assert message.startswith("pe=ropee is not an option of pe; did you mean rope?")
+    assert message.endswith("valid choices: alibi, rope")
+
+
+def test_heads_that_do_not_divide_the_width_list_the_valid_ones():
+    try:
+        check_sizes(64, 3, 2)
+    except ConfigError as error:
+        assert "model.net.n_heads=3" in str(error)
+        assert "valid model.net.n_heads for d_model=64: 1, 2, 4, 8, 16, 32, 64" in str(error)
+    else:
+        raise AssertionError("no error")
+
+
+def test_a_config_error_leaves_no_run_directory_behind(repo_root, tmp_path):
+    out = tmp_path / "run"
+    env = {**os.environ, "WANDB_MODE": "offline"}
+    proc = subprocess.run(
+        [sys.executable, "scripts/train.py", "model.net.n_heads=3", "logger=csv"]
+        + [f"hydra.run.dir={out}", f"paths.cache_dir={tmp_path / 'cache'}"],
+        cwd=repo_root,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 1
+    assert "valid model.net.n_heads for d_model=64" in proc.stderr
+    assert not out.exists()
