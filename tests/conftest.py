@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import functools
+import multiprocessing.process
+import os
+import subprocess
 from pathlib import Path
 
+import lightning
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
@@ -25,6 +30,45 @@ TINY = [
     "data.batch_size=8",
     "data.eval_batch_size=8",
 ]
+
+
+# The tiers (pyproject.toml's markers; Makefile): a test that starts a Python process or runs the
+# Lightning Trainer is marked ``integration`` (``make test-unit`` leaves them out). Every other
+# test is watched: one that starts either (its fixtures included) fails, naming the marker.
+STARTED: list[str] = []  # what the current test started
+
+
+def _watch(owner: type, method: str, what: str) -> None:
+    original = getattr(owner, method)
+
+    @functools.wraps(original)
+    def watched(*args, **kwargs):
+        STARTED.append(what)
+        return original(*args, **kwargs)
+
+    setattr(owner, method, watched)
+
+
+_watch(subprocess.Popen, "__init__", "a process (subprocess.Popen)")
+_watch(multiprocessing.process.BaseProcess, "start", "a process (multiprocessing)")
+_watch(lightning.Trainer, "__init__", "the Lightning Trainer")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    STARTED.clear()  # before the test's fixtures: a module fixture counts for its first test
+
+
+@pytest.fixture(autouse=True)
+def _tier(request: pytest.FixtureRequest) -> None:
+    yield
+    marked = {m.name for m in request.node.iter_markers()} & {"integration", "slow"}
+    if STARTED and not marked and os.environ.get("PELAB_TIERS_WIP") == "1":
+        pytest.fail(
+            f"{request.node.nodeid} started {', '.join(sorted(set(STARTED)))}: mark it "
+            "@pytest.mark.integration (make test-unit runs neither processes nor Trainers)",
+            pytrace=False,
+        )
 
 
 @pytest.fixture(autouse=True)

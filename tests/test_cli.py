@@ -1,5 +1,6 @@
 """The real command line, in subprocesses: sweeps through Hydra's launchers, a failing job, the
-table of a sweep, each app's --help. (Every task is run in-process by the task tests.)"""
+table of a sweep, each app's --help. (Every task is run in-process by the task tests.) Every test
+here that starts a process is marked ``integration``."""
 
 import json
 import os
@@ -56,13 +57,22 @@ def by_run(sweep: Path) -> dict[str, str]:
     return {name.rsplit("_", 1)[0]: r["status"] for name, r in results(sweep).items()}
 
 
-def test_every_encoding_in_one_parallel_sweep(tmp_path, repo_root):
-    """All encodings on copy with the parallel launcher (a process per job): the 1-D ones train
-    and log to W&B; the 2-D ones (grid tasks only) and those that index digits (abacus: tasks
-    with numbers) fail with a clear error, recorded, while the others complete."""
-    encodings = sorted(PE_REGISTRY)
+# One encoding per behaviour of a sweep over encodings on copy: a 1-D encoding completes, one that
+# indexes digits (copy has none) and one that reads 2-D positions fail with their error. Every
+# encoding runs in-process (tests/test_members.py, tests/test_configs.py, tests/pe/): a new one
+# adds no job here.
+SWEEP_PES = {"rope": "completed", "abacus": "digits", "rope_2d": "2-D"}
+
+
+@pytest.mark.integration
+def test_one_encoding_per_behaviour_in_one_parallel_sweep(tmp_path, repo_root):
+    """Encodings on copy with the parallel launcher (a process per job): the 1-D one trains and
+    logs to W&B; the 2-D one (grid tasks only) and the one that indexes digits (abacus: tasks
+    with numbers) fail with a clear error, recorded, while the other completes."""
+    encodings = sorted(SWEEP_PES)
     digits = {pe for pe in encodings if PE_REGISTRY[pe].needs_digit_tokens}
     flat = {pe for pe in encodings if PE_REGISTRY[pe].position_dims in (None, 1)} - digits
+    assert flat == {"rope"} and digits == {"abacus"}  # the others read 2-D positions: rope_2d
     sweep = tmp_path / "sweep"
     proc = cli(
         repo_root,
@@ -119,6 +129,7 @@ def tiny_grid(tmp_path_factory, repo_root):
     return sweep, train, table
 
 
+@pytest.mark.integration
 def test_a_failing_job_is_recorded_and_the_sweep_goes_on_and_exits_1(tiny_grid):
     sweep, train, _ = tiny_grid
     assert by_run(sweep) == {
@@ -136,6 +147,7 @@ def test_a_failing_job_is_recorded_and_the_sweep_goes_on_and_exits_1(tiny_grid):
     )
 
 
+@pytest.mark.integration
 def test_the_table_of_a_sweep_has_every_run_and_shows_the_failed_ones(tiny_grid):
     sweep, _, table = tiny_grid
     assert table.returncode == 0, table.stderr[-3000:]
@@ -156,6 +168,7 @@ def test_the_table_of_a_sweep_has_every_run_and_shows_the_failed_ones(tiny_grid)
     assert list((out / "wandb").glob("offline-run-*/*.wandb"))  # the summary, logged to W&B
 
 
+@pytest.mark.integration
 def test_the_submitit_local_launcher_runs_a_tiny_grid_into_the_default_sweep_dir(
     tmp_path, repo_root
 ):
@@ -175,6 +188,7 @@ def test_the_submitit_local_launcher_runs_a_tiny_grid_into_the_default_sweep_dir
     assert list((sweep / ".submitit").iterdir())  # submitit's job files and logs
 
 
+@pytest.mark.integration
 def test_a_single_failing_run_exits_1_with_its_error(tmp_path, repo_root):
     proc = cli(
         repo_root,
@@ -195,6 +209,7 @@ def test_a_single_failing_run_exits_1_with_its_error(tmp_path, repo_root):
 GROUPS = "task: addition, associative_recall"  # --help's list of the config groups
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     ("command", "names"),
     [
@@ -220,6 +235,7 @@ def test_help_names_pelabs_groups_and_keys_with_the_current_values(repo_root, co
     assert f"python {command[0]} -sc install=bash" in proc.stdout  # tab completion
 
 
+@pytest.mark.integration
 def test_a_bad_choice_fails_fast_with_the_valid_options(repo_root):
     proc = cli(repo_root, "scripts/train.py", "pe=rotary", timeout=120)
     assert proc.returncode == 1
@@ -261,6 +277,7 @@ def test_a_config_error_is_reported_through_hydras_wrapping_and_a_bug_is_not():
 
 
 @pytest.mark.faults
+@pytest.mark.integration
 def test_a_bad_setting_ends_the_script_with_one_line_and_no_traceback(tmp_path, repo_root):
     """Status 1, one ``Error:`` line naming the value and what is valid, no traceback (Hydra
     would print a partial one); ``HYDRA_FULL_ERROR=1`` shows it."""

@@ -2,10 +2,13 @@
 
 Each task is built with ``cls.example_settings(directory)`` (its defaults, or a tiny example
 dataset), alone and with each of its declared ``variants``, and probed at the ends of its train
-range and at its longest evaluation length; each of these trains and tests in every model kind
-(``pelab.model_kinds``).
+range and at its longest evaluation length; each of these fits one batch in every model kind
+(``pelab.model_kinds``) as a run builds it, without the Trainer; whole runs in every model kind
+take a few tasks of different layouts.
 """
 
+import copy
+import functools
 import inspect
 import json
 from pathlib import Path
@@ -13,16 +16,21 @@ from typing import Any
 
 import pytest
 import torch
+from hydra.core.global_hydra import GlobalHydra
 from hydra.utils import get_class
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
+from pelab.assembly import build_model, build_task, check_training, data_module
 from pelab.errors import ConfigError
+from pelab.metrics import summary
 from pelab.model_kinds import MODEL_KINDS
+from pelab.runner import outcome
 from pelab.tasks import TASK_REGISTRY, Task
 from pelab.tasks.base import expand_lengths
+from pelab.threads import configure_threads
 from pelab.tokens import N_SPECIAL
 from pelab.train import run
-from tests.conftest import CONFIG_DIR
+from tests.conftest import CONFIG_DIR, TINY, compose_config
 
 TASKS = sorted(TASK_REGISTRY)
 # every registered task with its defaults, then with each of its declared variants
@@ -86,9 +94,9 @@ def test_settings_at_build_every_task_at_the_benchmark_lengths(name, length, tmp
     assert [task.reference(p) for p in prompt.tolist()] == answer.tolist()
 
 
-def kind_runs() -> list:
+def fit_checks() -> list:
     """Every setting of every task (its defaults and each of its ``variants``) x every model
-    kind."""
+    kind: (1 + variants) x 4 one-batch checks per task, milliseconds each."""
     return [
         pytest.param(*SETTINGS[i], kind, id=f"{SETTING_IDS[i]}-{kind}")
         for i in range(len(SETTINGS))
@@ -96,29 +104,149 @@ def kind_runs() -> list:
     ]
 
 
-@pytest.mark.parametrize(("name", "variant", "model"), kind_runs())
-def test_trains_and_tests_in_every_model_kind(tiny_cfg, tmp_path, name, variant, model):
+# The whole runs (the Trainer, the record) in every model kind, on tasks of different layouts: a
+# one-token answer (parity), an answer whose length has its own axis (scan: actions from a
+# shorter command), 2-D coordinates (grid, rope_2d). Digit tokens in every model kind:
+# tests/pe/test_abacus.py (addition, pe=abacus). The number of these runs does not depend on the
+# registries (test_growth.py).
+LAYOUTS = {"parity": {}, "scan": {}, "grid": {}}
+LAYOUT_RUNS = [
+    pytest.param(name, kind, id=f"{name}-{kind}") for name in LAYOUTS for kind in MODEL_KINDS
+]
+
+
+def short_and_long(name: str, variant: dict[str, Any], directory: Path) -> dict[str, Any]:
+    """The example settings of ``name`` with its evaluation lengths cut to two: the shortest
+    in-distribution and the longest."""
+    settings = settings_of(name, variant, directory)
+    example = TASK_REGISTRY[name](**settings)
+    inside = [n for n in example.eval_lengths if example.in_distribution(n)]
+    settings["eval_lengths"] = [min(inside), max(example.eval_lengths)]
+    return settings
+
+
+def task_overrides(name: str, settings: dict[str, Any]) -> list[str]:
+    """``task=<name> pe=<its encoding> ++task.<key>=<value>...``"""
+    pe = RUN_PE[TASK_REGISTRY[name].position_dims]
+    return [
+        f"task={name}",
+        f"pe={pe}",
+        *(f"++task.{key}={json.dumps(value)}" for key, value in settings.items()),
+    ]
+
+
+@functools.cache
+def kind_model(kind: str) -> DictConfig:
+    """The composed ``model`` of ``model=<kind>`` (tiny): no other group changes it, so one task's
+    config with it is that task's config with ``model=<kind>`` (checked below)."""
+    return compose_config([*TINY, f"model={kind}"]).model
+
+
+def with_kind(cfg: DictConfig, kind: str) -> DictConfig:
+    cfg = copy.deepcopy(cfg)
+    with open_dict(cfg):
+        cfg.model = copy.deepcopy(kind_model(kind))
+    return cfg
+
+
+@pytest.fixture(scope="module")
+def composed(tmp_path_factory):
+    """``(settings, config)`` of a task setting, composed once per module: its example settings
+    with two evaluation lengths, and ``python scripts/train.py task=<name> ...`` tiny, with
+    every path in a directory of its own (the model kinds of a setting share its evaluation
+    sets, as runs with one cache directory do)."""
+    cache: dict[str, tuple[dict[str, Any], DictConfig]] = {}
+
+    def get(name: str, variant: dict[str, Any]) -> tuple[dict[str, Any], DictConfig]:
+        key = f"{name}{json.dumps(variant, sort_keys=True)}"
+        if key not in cache:
+            directory = tmp_path_factory.mktemp(name)
+            settings = short_and_long(name, variant, directory)
+            overrides = [*TINY, "logger=csv", *task_overrides(name, settings)]
+            cache[key] = settings, compose_config(overrides, directory)
+        return cache[key]
+
+    yield get
+    GlobalHydra.instance().clear()
+
+
+@pytest.mark.parametrize("kind", MODEL_KINDS)
+def test_a_model_kind_composes_apart_from_the_task(tmp_path, kind):
+    """The shortcut of the one-batch checks: a setting's config with ``kind_model(kind)`` is what
+    Hydra composes for ``model=<kind>``."""
+    settings = short_and_long("scan", {}, tmp_path)
+    overrides = [*TINY, "logger=csv", *task_overrides("scan", settings)]
+    direct = compose_config([*overrides, f"model={kind}"], tmp_path)
+    assert with_kind(compose_config(overrides, tmp_path), kind) == direct
+    assert direct.model.kind == kind
+
+
+def check_metrics(metrics: dict[str, Any], settings: dict[str, Any]) -> None:
+    """A record's ``metrics``: both metrics and their chance levels at both lengths."""
+    lengths = [str(n) for n in settings["eval_lengths"]]
+    assert list(metrics["test"]) == lengths == list(metrics["chance"])
+    for length in lengths:
+        m, c = metrics["test"][length], metrics["chance"][length]
+        assert 0 <= m["exact_match"] <= m["token_acc"] <= 1
+        assert 0 <= c["exact_match"] <= c["token_acc"] <= 1
+
+
+@pytest.mark.parametrize(("name", "variant", "model"), fit_checks())
+def test_fits_one_batch_in_every_model_kind(composed, name, variant, model):
+    """``python scripts/train.py task=<name> model=<model>`` as the run assembles it (its checks,
+    model and data module), without the Trainer: a training batch at each end of the training
+    range gives a finite loss whose gradient reaches the network; the first validation batch and
+    the first test batch at the shortest in-distribution and the longest evaluation length are
+    answered greedily, and their scores with the chance levels make the record's metrics. The
+    task keeps its settings."""
+    settings, cfg = composed(name, variant)
+    cfg = with_kind(cfg, model)
+    config = OmegaConf.to_container(cfg, resolve=True)  # what the record's "config" holds
+    assert {key: config["task"][key] for key in settings} == settings
+    check_training(cfg)
+    task = build_task(cfg)
+    model_ = build_model(cfg, task)
+    configure_threads(cfg, model_.net.num_params()["total"])  # as the run: 1 for a tiny model
+    data = data_module(cfg, task)
+    first = data.train_batches()[0]  # training step 0's batch, one per member
+    longest = task.sample(
+        cfg.data.batch_size, task.train_lengths[1], torch.Generator().manual_seed(0)
+    )
+    for step, batch in enumerate([first, (longest,)]):
+        model_.train()
+        loss = model_.member_losses(batch, step)[0]
+        assert loss.shape == () and torch.isfinite(loss) and loss > 0
+        model_.net.zero_grad()
+        loss.backward()
+        grads = [p.grad for p in model_.net.parameters() if p.grad is not None]
+        assert grads and all(torch.isfinite(g).all() for g in grads)
+        assert any(g.abs().sum() > 0 for g in grads)
+    model_.eval()
+    with torch.no_grad():
+        for split, loaders in (("val", data.val_dataloader()), ("test", data.test_dataloader())):
+            for i, loader in enumerate(loaders):
+                batch = next(iter(loader))
+                length = model_.lengths[split][i]
+                correct = model_.correct(batch["prompt"], batch["answer"], length, 0)
+                assert correct.shape == batch["answer"].shape and correct.dtype == torch.bool
+                step_of = model_.validation_step if split == "val" else model_.test_step
+                step_of(batch, 0, i)
+            model_.epoch_scores(split)
+    result = outcome(cfg, model_)
+    check_metrics(summary(result.scores, task.in_distribution, result.chance), settings)
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(("name", "model"), LAYOUT_RUNS)
+def test_trains_and_tests_in_every_model_kind(tiny_cfg, tmp_path, name, model):
     """``python scripts/train.py task=<name> model=<model>`` in-process, tiny, tested at the
     shortest in-distribution and the longest evaluation length of the example: it completes,
     keeps the task's settings and reports both metrics and their chance level at both lengths."""
-    cls = TASK_REGISTRY[name]
-    settings = settings_of(name, variant, tmp_path)
-    example = cls(**settings)
-    inside = [n for n in example.eval_lengths if example.in_distribution(n)]
-    settings["eval_lengths"] = [min(inside), max(example.eval_lengths)]
-    task_overrides = [f"++task.{key}={json.dumps(value)}" for key, value in settings.items()]
-    cfg = tiny_cfg(
-        f"task={name}", f"model={model}", f"pe={RUN_PE[cls.position_dims]}", *task_overrides
-    )
-    record = run(cfg)
+    settings = short_and_long(name, LAYOUTS[name], tmp_path)
+    record = run(tiny_cfg(f"model={model}", *task_overrides(name, settings)))
     assert record["status"] == "completed"
     assert {key: record["config"]["task"][key] for key in settings} == settings
-    lengths = [str(n) for n in settings["eval_lengths"]]
-    assert list(record["metrics"]["test"]) == lengths == list(record["metrics"]["chance"])
-    for length in lengths:
-        m, c = record["metrics"]["test"][length], record["metrics"]["chance"][length]
-        assert 0 <= m["exact_match"] <= m["token_acc"] <= 1
-        assert 0 <= c["exact_match"] <= c["token_acc"] <= 1
+    check_metrics(record["metrics"], settings)
 
 
 def test_every_symbol_of_the_vocabulary_occurs(task):
