@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from pelab.errors import ConfigError
+from pelab.reliability.requeue import job_id
 
 LOCK_NAME = ".pelab.lock"
 POLL_S = 0.5
@@ -84,7 +85,7 @@ def _holder() -> dict[str, Any]:
     return {
         "pid": os.getpid(),
         "host": socket.gethostname(),
-        "slurm_job": os.environ.get("SLURM_JOB_ID"),
+        "slurm_job": job_id(),  # an array task as <array job>_<task>, as scontrol takes it
         "since": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "command": " ".join(sys.argv),
     }

@@ -1,0 +1,130 @@
+"""The real-cluster campaign (issue 29, item 5): ``make test-slurm`` starts a single-node SLURM
+from Debian's packages (``scripts/slurm_cluster.sh``) and runs these cases through the real
+command line (``scripts/train.py -m hydra/launcher=slurm``). Skipped, saying why, unless
+``PELAB_SLURM=1`` (set by ``make test-slurm`` once the cluster is up) and ``sinfo`` answers."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.reliability.runs import RESUMABLE, fault
+
+if os.environ.get("PELAB_SLURM") != "1":
+    pytest.skip(
+        "the real-SLURM campaign runs with `make test-slurm` (it starts a single-node cluster "
+        "from Debian's packages, scripts/slurm_cluster.sh)",
+        allow_module_level=True,
+    )
+if shutil.which("sinfo") is None or subprocess.run(["sinfo"], capture_output=True).returncode:
+    pytest.skip(
+        "no SLURM cluster answers here (sinfo missing or failing): scripts/slurm_cluster.sh start",
+        allow_module_level=True,
+    )
+
+pytestmark = pytest.mark.integration
+
+QUIET = ["trainer.enable_progress_bar=false", "callbacks.progress_bar=null"]
+
+
+def sweep(repo_root: Path, tmp_path: Path, sweep_dir: Path, *overrides: str, wait=True):
+    cmd = [
+        sys.executable,
+        "scripts/train.py",
+        "-m",
+        "hydra/launcher=slurm",
+        *RESUMABLE,
+        *overrides,
+        f"hydra.sweep.dir={sweep_dir}",
+        f"paths.cache_dir={tmp_path / 'cache'}",
+    ]
+    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
+    kwargs = dict(cwd=repo_root, env=env, text=True, stdin=subprocess.DEVNULL)
+    if not wait:
+        return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kwargs)
+    return subprocess.run(cmd, capture_output=True, timeout=900, **kwargs)
+
+
+def records(sweep_dir: Path) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted(sweep_dir.glob("*/results.json"))]
+
+
+def wait_for(path: Path, process: subprocess.Popen, seconds: float = 300) -> None:
+    deadline = time.monotonic() + seconds
+    while not path.exists():
+        assert process.poll() is None, process.communicate()[1][-3000:]
+        assert time.monotonic() < deadline, f"{path} did not appear in {seconds} s"
+        time.sleep(0.5)
+
+
+def test_a_cpu_sweep_with_the_launchers_defaults_runs_and_is_summarised(repo_root, tmp_path):
+    """Item 1: no GPU, one CPU, the default memory asked; a re-run asks the measured peak."""
+    done = sweep(repo_root, tmp_path, tmp_path / "s", "seed=0,1")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "2 jobs: 2 completed" in done.stderr
+    log = done.stdout + done.stderr  # Hydra logs to stdout
+    assert "gpus=0: trainer.accelerator=cpu" in log and "cpus=1: 1 torch thread" in log, log
+    assert "mem_gb=4: the default" in log
+    assert all(
+        r["status"] == "completed" and r["peak_rss_mb"] > 0 for r in records(tmp_path / "s")
+    )
+    again = sweep(repo_root, tmp_path, tmp_path / "s", "seed=0,1", "skip_completed=true")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "a previous run peaked at" in again.stdout + again.stderr
+
+
+@pytest.mark.parametrize(
+    "override, limit",
+    [
+        ("hydra.launcher.gpus_per_node=1", "nodes have no GPU"),
+        ("hydra.launcher.cpus_per_task=64", "cpus_per_task=64 exceeds partition debug's"),
+        ("hydra.launcher.mem_gb=4096", "mem_gb=4096 exceeds partition debug's"),
+    ],
+)
+def test_a_job_the_partition_can_never_start_is_refused_naming_the_limit(
+    repo_root, tmp_path, override, limit
+):
+    done = sweep(repo_root, tmp_path, tmp_path / "s", override)
+    assert done.returncode == 1
+    assert limit in done.stderr and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert not (tmp_path / "s" / ".submitit").exists()  # nothing submitted
+
+
+def test_a_cancelled_job_is_recorded_interrupted_and_the_others_finish(repo_root, tmp_path):
+    """Item 2: scancel one job of the array: the driver waits for the other and prints the
+    summary, the cancelled job's record says interrupted with its resume command."""
+    marker, sweep_dir = tmp_path / "paused", tmp_path / "s"
+    driver = sweep(
+        repo_root, tmp_path, sweep_dir, "seed=0,1", *fault("pause", 2, marker, seed=1), wait=False
+    )
+    wait_for(marker, driver)
+    lock = next(sweep_dir.glob("*_s1_*/.pelab.lock"))
+    job = json.loads(lock.read_text())["slurm_job"]
+    subprocess.run(["scancel", job], check=True)
+    _, stderr = driver.communicate(timeout=600)
+    assert driver.returncode == 1
+    assert "UncompletedJobError" not in stderr and "Traceback" not in stderr, stderr[-3000:]
+    assert "2 jobs: 1 completed, 1 interrupted" in stderr
+    cancelled = next(r for r in records(sweep_dir) if r["status"] == "interrupted")
+    assert "skip_completed=true" in cancelled["resume_command"]
+
+
+def test_sigusr1_during_training_requeues_and_the_job_completes(repo_root, tmp_path):
+    """Item 3 on the real cluster: SIGUSR1 (what --signal=USR1@90 sends) at step 2: the job
+    saves hpc_ckpt, requeues itself, and its second run resumes and completes (SLURM holds a
+    requeued job about 2 minutes first)."""
+    sweep_dir = tmp_path / "s"
+    marker = tmp_path / "signalled"
+    done = sweep(repo_root, tmp_path, sweep_dir, "seed=0", *fault("sigusr1", 2, marker))
+    assert marker.exists()
+    assert done.returncode == 0, done.stderr[-3000:]
+    [record] = records(sweep_dir)
+    assert record["status"] == "completed"
+    assert record["resumed_from"].endswith(".ckpt")
