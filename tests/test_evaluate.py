@@ -219,5 +219,8 @@ def test_an_evaluation_sweep_is_summarised_and_tabulated_by_its_settings(
     assert make_table([str(sweep), "--no-wandb"]) == 0
     table = (sweep / "summary" / "eval" / "table_tasks.md").read_text()
     rows = [line.split("|")[2].strip() for line in table.splitlines() if line.startswith("| rope")]
-    assert rows == ["linear", "ntk", "none"] and "| pe.scaling" in table
+    assert rows == ["linear", "ntk", "none", "none"] and "| pe.scaling" in table
+    as_trained = [line for line in table.splitlines() if line.startswith("| rope")][-1]
+    assert "[8,16,24,32]" in as_trained  # the run as trained: its own lengths and factor
+    assert "not learned" in as_trained  # and whether it had learned
     assert "| chance" in table and not (sweep / "summary" / "table_tasks.md").exists()

@@ -245,3 +245,36 @@ def test_a_setting_equal_after_resolution_is_one_value_however_it_was_set():
     crashed = record("rope", "copy", 3, status="failed", overrides=[])  # no resolved config
     runs = runs_frame([default, member, override, crashed])
     assert list(runs["model.optimizer.lr"]) == ["0.003", "0.003", "0.003", NOT_SET]
+
+
+def test_a_re_evaluation_table_has_the_run_as_trained_and_whether_it_learned(tmp_path):
+    from pelab.analysis.collect import eval_records
+
+    job = tmp_path / "run"
+    trained = record("rope", "copy", 0, {8: 1.0, 32: 0.1}, learned=False, overrides=["pe=rope"])
+    trained |= {"kind": "train"}
+    trained["config"]["pe"] = {"scaling": "none"}
+    write_job(job, trained, {"pe": "rope", "task": "copy", **CHOICES}, 0, ["pe=rope"])
+    for name, scaling in (("yarn", "yarn"), ("pi", "pi")):
+        evaluation = record("rope", "copy", 0, {8: 1.0, 32: 0.3}) | {"kind": "eval"}
+        evaluation |= {"eval_overrides": [f"pe.scaling={scaling}"]}
+        evaluation["config"]["pe"] = {"scaling": scaling}
+        (job / "eval" / name).mkdir(parents=True)
+        (job / "eval" / name / "results.json").write_text(json.dumps(evaluation))
+    runs = runs_frame(eval_records(tmp_path))
+    assert sorted(runs["pe.scaling"]) == ["none", "pi", "yarn"]  # "none": the run as trained
+    assert list(runs["learned"]) == [False, False, False]  # the training run's outcome
+
+
+def test_an_evaluation_as_trained_is_not_counted_twice(tmp_path):
+    from pelab.analysis.collect import eval_records
+
+    job = tmp_path / "run"
+    trained = record("rope", "copy", 0, {8: 1.0, 32: 0.1}, learned=True) | {"kind": "train"}
+    trained["config"]["pe"] = {"scaling": "none"}
+    write_job(job, trained, {"pe": "rope", "task": "copy", **CHOICES}, 0, ["pe=rope"])
+    evaluation = record("rope", "copy", 0, {8: 1.0, 32: 0.1}) | {"kind": "eval"}
+    evaluation |= {"eval_overrides": ["pe.scaling=none"], "config": trained["config"]}
+    (job / "eval" / "none").mkdir(parents=True)
+    (job / "eval" / "none" / "results.json").write_text(json.dumps(evaluation))
+    assert len(eval_records(tmp_path)) == 1

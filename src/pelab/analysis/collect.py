@@ -29,7 +29,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import ValueType
 from hydra.core.plugins import Plugins
 from hydra.errors import HydraException
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from pelab.errors import ConfigError
 from pelab.lengths import expand_lengths
@@ -161,12 +161,16 @@ def matches(record: dict[str, Any], filters: dict[str, str]) -> bool:
     return True
 
 
-def eval_records(root: Path) -> list[dict[str, Any]]:
+def eval_records(root: Path, as_trained: bool = True) -> list[dict[str, Any]]:
     """Every re-evaluation under ``root`` (``scripts/eval.py``: beside its checkpoint's run, or
     linked from an evaluation sweep's job directory; each counted once). Its settings are the
     training job's overrides followed by what the evaluation changed (``eval_overrides``), so a
-    table tells apart the runs and the ways they were re-evaluated."""
+    table tells apart the runs and the ways they were re-evaluated; each carries its training
+    run's ``learned`` (``COMPETENCE_KEYS``). Each completed training run re-evaluated is also a
+    row as trained (its own record: its settings resolved, e.g. ``pe.scaling=none``), unless one
+    of its re-evaluations changed nothing it was trained with (``as_trained=False``: none)."""
     records, seen = [], set()
+    baselines: dict[Path, dict[str, Any] | None] = {}  # training record -> its as-trained row
     for path in sorted(root.rglob(RESULTS), key=_natural):
         resolved = path.resolve()
         if resolved in seen or not resolved.is_file():
@@ -176,12 +180,40 @@ def eval_records(root: Path) -> list[dict[str, Any]]:
         if record["kind"] != "eval":
             continue
         trained = resolved.parents[2] / RESULTS  # <run dir>/eval/<name>/results.json
-        job = job_dir(trained, read_record(trained)) if trained.is_file() else trained.parent
+        source = read_record(trained) if trained.is_file() else {}
+        job = job_dir(trained, source) if source else trained.parent
         overrides = _overrides(job) + list(record.get("eval_overrides") or [])
+        learned = {k: source[k] for k in COMPETENCE_KEYS if k in source and record.get(k) is None}
         records.append(
-            {**record, "source": str(resolved.parent), "job": str(job)} | {"overrides": overrides}
+            {**record, **learned, "source": str(resolved.parent), "job": str(job)}
+            | {"overrides": overrides}
         )
-    return records
+        if source.get("status") == "completed" and trained not in baselines:
+            baselines[trained] = {
+                **source,
+                "source": str(trained.parent),
+                "job": str(job),
+                "overrides": _overrides(job),
+            }
+        if _as_trained(record, source):  # the run evaluated as trained: no second row of it
+            baselines[trained] = None
+    return records + [b for b in baselines.values() if b is not None and as_trained]
+
+
+def _as_trained(evaluation: dict[str, Any], trained: dict[str, Any]) -> bool:
+    """Whether every setting a re-evaluation changed has the value the run was trained with."""
+    config = OmegaConf.create(trained.get("config") or {})
+    changes = setting_overrides(list(evaluation.get("eval_overrides") or []))
+    return all(_text(OmegaConf.select(config, k, default=None)) == v for k, v in changes.items())
+
+
+def _text(value: Any) -> str | None:
+    """A resolved setting as a table shows it (``0.003``, ``none``); None when unset."""
+    if isinstance(value, ListConfig) and not any(OmegaConf.is_config(v) for v in value):
+        return "[" + ",".join(_text(v) or "null" for v in value) + "]"  # as an override writes it
+    if value is None or OmegaConf.is_config(value):
+        return None
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def _natural(path: Path) -> list[str | int]:
@@ -386,9 +418,9 @@ def runs_frame(records: list[dict[str, Any]]) -> pd.DataFrame:
     for row, record in zip(rows, records, strict=True):  # settings equal once resolved merge
         config = OmegaConf.create(record.get("config") or {})
         for key in settings:
-            value = OmegaConf.select(config, key.lstrip("+~"), default=None)
-            if value is not None and not OmegaConf.is_config(value):
-                row[key] = f"{value:g}" if isinstance(value, float) else str(value)
+            value = _text(OmegaConf.select(config, key.lstrip("+~"), default=None))
+            if value is not None:
+                row[key] = value
     frame = pd.DataFrame(rows)
     frame[list(settings)] = frame[list(settings)].fillna(NOT_SET)
     return frame.astype({"seed": "Int64"}) if len(frame) else frame

@@ -26,7 +26,7 @@ class SweepSummary(Callback):
         sweep_dir = Path(config.hydra.sweep.dir)
         evaluation = OmegaConf.select(config, "hydra.job.config_name") == "eval"
         if evaluation:  # one job per record, each linking to it
-            records = eval_records(sweep_dir) + _unrecorded(sweep_dir)
+            records = eval_records(sweep_dir, as_trained=False) + _unrecorded(sweep_dir)
         else:
             records = directory_records(sweep_dir)
         runs = runs_frame(records)
