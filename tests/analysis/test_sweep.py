@@ -77,3 +77,20 @@ def test_a_sweep_counts_its_learned_and_not_learned_runs(tmp_path, capsys):
     sweep_end(tmp_path)
     err = capsys.readouterr().err
     assert "learned: 1 of 2 completed runs; not learned: 1 (0_none)" in err
+
+
+def test_each_finished_job_of_a_sweep_prints_its_progress_and_an_eta(tmp_path, capsys):
+    import os
+    import time
+
+    write_multirun(tmp_path, {}, ["pe=none,alibi", "seed=0,1"])
+    started = time.time() - 60
+    os.utime(tmp_path / "multirun.yaml", (started, started))
+    choices = {"pe": "none", "task": "copy", **CHOICES}
+    done = record("none", "copy", 0, {8: 1.0, 32: 0.0})
+    failed = record("none", "copy", 1, status="failed")
+    write_job(tmp_path / "0_none_s0", done, choices, 0, ["pe=none", "seed=0"])
+    write_job(tmp_path / "1_none_s1", failed, choices, 1, ["pe=none", "seed=1"])
+    SweepSummary().progress(tmp_path)
+    err = capsys.readouterr().err
+    assert "sweep progress: 2/4 jobs done (1 failed), ETA 1 min" in err

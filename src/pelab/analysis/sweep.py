@@ -8,6 +8,7 @@ not complete."""
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +17,41 @@ from omegaconf import DictConfig, OmegaConf
 
 
 class SweepSummary(Callback):
-    """Registered in ``configs/hydra/default.yaml`` (``hydra.callbacks``); runs in the process
-    that launched the sweep, whatever the launcher."""
+    """Registered in ``configs/hydra/default.yaml`` (``hydra.callbacks``); the summary runs in the
+    process that launched the sweep, whatever the launcher; after each job (in the process that
+    ran it) a progress line: jobs done of the grid, failed, and the time left at the pace so
+    far."""
+
+    def on_job_end(self, config: DictConfig, job_return: Any, **kwargs: Any) -> None:
+        from hydra.core.hydra_config import HydraConfig
+        from hydra.types import RunMode
+
+        if HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN:
+            try:
+                self.progress(Path(HydraConfig.get().sweep.dir))
+            except Exception as error:  # progress is a courtesy: never fail a job for it
+                print(f"sweep progress: unknown ({error!r})", file=sys.stderr)
+
+    def progress(self, sweep_dir: Path) -> None:
+        """``sweep progress: 12/66 jobs done (4 failed), ETA 9 min`` on stderr: the jobs of the
+        sweep's grid with a finished record, timed from the sweep's start (``multirun.yaml``)."""
+        from pelab.analysis.collect import directory_records, sweep_jobs
+
+        multirun = sweep_dir / "multirun.yaml"
+        total = len(sweep_jobs(OmegaConf.load(multirun)))
+        status: dict[str, str] = {}  # job -> completed, failed (a stack: failed if any member)
+        for record in directory_records(sweep_dir):
+            if record["status"] in ("completed", "failed"):
+                job = str(record.get("job"))
+                status[job] = (
+                    "failed"
+                    if "failed" in (status.get(job), record["status"])
+                    else (record["status"])
+                )
+        done, failed = len(status), sum(v == "failed" for v in status.values())
+        elapsed = time.time() - multirun.stat().st_mtime
+        left = f", ETA {_duration(elapsed / done * (total - done))}" if 0 < done < total else ""
+        print(f"sweep progress: {done}/{total} jobs done ({failed} failed){left}", file=sys.stderr)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         from pelab.analysis.collect import directory_records, eval_records, runs_frame
@@ -77,3 +111,11 @@ def _unrecorded(sweep_dir: Path) -> list[dict[str, Any]]:
 def _within(path: Path, sweep_dir: Path) -> str:
     """``path`` relative to the sweep (a member: ``<job>/seed_<k>``)."""
     return str(path.relative_to(sweep_dir)) if path.is_relative_to(sweep_dir) else path.name
+
+
+def _duration(seconds: float) -> str:
+    """``45 s``, ``9 min``, ``2 h 5 min``."""
+    if seconds < 60:
+        return f"{seconds:.0f} s"
+    minutes = round(seconds / 60)
+    return f"{minutes} min" if minutes < 60 else f"{minutes // 60} h {minutes % 60} min"
