@@ -5,8 +5,12 @@ PY := $(VENV)/bin/python
 # CPU build by default. For a GPU: `make install TORCH="torch==2.13.0" TORCH_INDEX=<your CUDA wheel index>`
 TORCH ?= torch==2.13.0
 TORCH_INDEX ?=
+# pytest-xdist: one worker process per core (PYTEST_WORKERS=0: one process); a file's tests stay
+# on one worker, so a module's fixture (a sweep, a trained run) is built once
+PYTEST_WORKERS ?= auto
+XDIST = -n $(PYTEST_WORKERS) --dist loadfile
 
-.PHONY: help install train test test-faults test-slow test-full test-slurm benchmark lint clean
+.PHONY: help install train test test-unit test-faults test-slow test-full test-slurm benchmark lint clean
 
 help: ## show this help
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  %-10s %s\n", $$1, $$2}'
@@ -23,14 +27,17 @@ install: $(VENV)/.installed ## create .venv and install pelab (torch first, CPU 
 train: install ## train the default run: pe=rope task=copy
 	$(PY) scripts/train.py pe=rope task=copy
 
-test: install ## the test suite without the slow learning runs (what CI runs; ~10 min on 2 cores)
-	$(PY) -m pytest -m "not slow"
+test: install ## every tier but slow, on all cores (what CI runs; TIME_TEST on 2 cores)
+	$(PY) -m pytest -m "not slow" $(XDIST)
 
-test-faults: install ## the fault-injection campaign alone (68 tests, ~3 min; also part of make test)
-	$(PY) -m pytest -m "faults and not slow"
+test-unit: install ## the edit loop: no process starts, no Trainer runs (TIME_UNIT on 2 cores)
+	$(PY) -m pytest -m "not slow and not integration" $(XDIST)
 
-test-slow: install ## the slow tests: a small model learns each task in distribution (~17.5 min before the eight tasks of 2026-11-24, which add ~20 min by their measured runs)
-	$(PY) -m pytest -m slow
+test-faults: install ## the fault-injection campaign alone (also part of make test)
+	$(PY) -m pytest -m "faults and not slow" $(XDIST)
+
+test-slow: install ## the slow tests: a small model learns each task in distribution (~37 min in one process; on all cores here)
+	$(PY) -m pytest -m slow $(XDIST)
 
 test-full: install ## every test, slow ones included
 	$(PY) -m pytest

@@ -16,6 +16,8 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, open_dict
 
+from pelab.threads import available_cores
+
 CONFIG_DIR = str(Path(__file__).resolve().parents[1] / "configs")
 
 # A model and budget small enough for a test: a full run in a few seconds.
@@ -77,6 +79,11 @@ def _offline_wandb(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("WANDB_SILENT", "true")
 
 
+if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
+    # a worker of pytest-xdist (make test): the cores shared among the workers, not each taking
+    # them all (entry points still choose their own: pelab.threads)
+    workers = int(os.environ["PYTEST_XDIST_WORKER_COUNT"])
+    torch.set_num_threads(max(1, available_cores() // workers))
 SESSION_THREADS = torch.get_num_threads()  # torch's threads when the test session started
 
 
