@@ -4,7 +4,8 @@ Sources: directories (a sweep directory, ``logs/``, any tree of ``results.json``
 ``wandb:<entity>/<project>`` (online; ``--filter group=<W&B group>`` keeps one sweep, as do
 ``--filter sweep=<W&B sweep id>`` or ``--filter config.run_name=ablation_cpu``). Directories take
 ``--filter`` too (``pe=rope``, ``task=copy``, ``tag=cpu``, ``group=<sweep>``, ``config.<key>=..``;
-``collect.matches``), so ``make_table.py logs --filter task=copy`` browses every copy run.
+``collect.matches``), so ``make_table.py logs --filter task=copy`` tabulates every copy run, and
+``make_table.py logs --list`` lists the runs, one line per job (``pelab.analysis.browse``).
 Written to ``--out`` (default ``<first directory>/summary``; ``logs/summary/<project>`` for W&B):
 
 - ``table_tasks.{md,tex,csv}``: encodings x tasks, in- and out-of-distribution;
@@ -28,6 +29,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from pelab.analysis.browse import run_list
 from pelab.analysis.collect import WANDB_PREFIX, lengths_frame, load_records, runs_frame
 from pelab.analysis.html_report import write_html
 from pelab.analysis.plots import heatmap, length_curves, read_published, save
@@ -74,6 +76,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "in-distribution validation (Deletang et al. 2023)",
     )
     parser.add_argument("--no-wandb", action="store_true", help="do not log the summary to W&B")
+    parser.add_argument(
+        "--list",
+        action="store_true",
+        help="print a compact list of the runs (date, encoding, task, seeds, learned, ID/OOD, "
+        "wall time, directory), one line per job, and write nothing",
+    )
     return parser.parse_args(argv)
 
 
@@ -98,6 +106,9 @@ def main(argv: list[str] | None = None) -> int:
     if not records and not evaluations:
         print(f"error: no runs (results.json) under {' '.join(args.sources)}", file=sys.stderr)
         return 2
+    if args.list:
+        print(run_list(records))
+        return 0
     out = args.out or default_out(args.sources[0])
     written = []
     for found, where in ((records, out), (evaluations, out / "eval")):
