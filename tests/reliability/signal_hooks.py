@@ -15,7 +15,10 @@ from lightning.pytorch.callbacks import Callback
 
 
 def _send(marker: str | None) -> None:
+    """SIGUSR1 to this process; with a ``marker``, once (a requeued job's second run goes on)."""
     if marker:
+        if Path(marker).exists():
+            return
         Path(marker).write_text(str(time.time()))
     os.kill(os.getpid(), signal.SIGUSR1)
     time.sleep(0.2)  # the handler has run (it runs between bytecodes of the main thread)

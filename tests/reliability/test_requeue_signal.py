@@ -53,7 +53,8 @@ def test_sigusr1_before_the_run_requeues_the_job(repo_root, tmp_path, fake_slurm
     done = cli(repo_root, tmp_path, out, *hook, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     assert calls_of(calls) == [f"requeue {JOB}"]
-    assert results(out)["status"] == "completed"  # (the fake SLURM does not end the job)
+    assert not (out / "results.json").exists()  # the process ended at once, before the run
+    assert "this process ends now; the requeued job resumes" in (out / "train.log").read_text()
 
 
 def test_sigusr1_between_fit_and_test_requeues_the_job(repo_root, tmp_path, fake_slurm):
@@ -63,7 +64,11 @@ def test_sigusr1_between_fit_and_test_requeues_the_job(repo_root, tmp_path, fake
     done = cli(repo_root, tmp_path, out, *hook, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     assert calls_of(calls) == [f"requeue {JOB}"]
-    assert (out / "checkpoints" / "last.ckpt").is_file()  # what the requeued job resumes from
+    assert results(out)["status"] == "running"  # ended before the test; the requeue resumes it
+    again = cli(repo_root, tmp_path, out, env=env)  # what the requeued job runs
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert results(out)["status"] == "completed"
+    assert results(out)["resumed_from"] == str(out / "checkpoints" / "last.ckpt")
 
 
 def test_sigusr1_during_training_checkpoints_then_requeues(repo_root, tmp_path, fake_slurm):
@@ -103,6 +108,7 @@ def test_sigusr1_in_the_first_second_of_the_process_requeues(repo_root, tmp_path
     _, stderr = process.communicate(timeout=300)
     assert process.returncode == 0, stderr[-3000:]
     assert calls_of(calls) == [f"requeue {JOB}"]
+    assert not (tmp_path / "run" / "results.json").exists()  # ended at once after the requeue
 
 
 def test_off_slurm_the_signal_keeps_its_default_action(repo_root, tmp_path, fake_slurm):

@@ -34,6 +34,9 @@ pytestmark = pytest.mark.integration
 QUIET = ["trainer.enable_progress_bar=false", "callbacks.progress_bar=null"]
 
 
+HOOK = "+hydra.callbacks.sig._target_=tests.reliability.signal_hooks.SignalAtJob"
+
+
 def sweep(repo_root: Path, tmp_path: Path, sweep_dir: Path, *overrides: str, wait=True):
     cmd = [
         sys.executable,
@@ -46,6 +49,7 @@ def sweep(repo_root: Path, tmp_path: Path, sweep_dir: Path, *overrides: str, wai
         f"paths.cache_dir={tmp_path / 'cache'}",
     ]
     env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
+    env["PYTHONPATH"] = str(repo_root)  # the jobs import the test hooks (tests.reliability)
     kwargs = dict(cwd=repo_root, env=env, text=True, stdin=subprocess.DEVNULL)
     if not wait:
         return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kwargs)
@@ -128,3 +132,72 @@ def test_sigusr1_during_training_requeues_and_the_job_completes(repo_root, tmp_p
     [record] = records(sweep_dir)
     assert record["status"] == "completed"
     assert record["resumed_from"].endswith(".ckpt")
+
+
+def slurm_state(sweep_dir: Path) -> str:
+    """The SLURM state (sacct) of the sweep's one job, found by the id its run lock names."""
+    job = json.loads(next(sweep_dir.glob("*/.pelab.lock")).read_text())["slurm_job"]
+    for _ in range(30):  # sacct learns the end from slurmdbd a moment later
+        out = subprocess.run(
+            ["sacct", "-X", "-n", "-P", "-o", "State", "-j", job], capture_output=True, text=True
+        ).stdout.split()
+        if out and out[-1] not in ("RUNNING", "PENDING", "COMPLETING"):
+            return out[-1]
+        time.sleep(1)
+    return out[-1] if out else "unknown"
+
+
+def test_sigusr1_after_the_record_is_written_leaves_the_job_completed(repo_root, tmp_path):
+    """Item 3: the signal once every record is written (the issue: a time-limit run signalled
+    2 s after pelab finished was marked FAILED 10:0) is ignored: no requeue, COMPLETED."""
+    sweep_dir, marker = tmp_path / "s", tmp_path / "signalled"
+    hook = [HOOK, "+hydra.callbacks.sig.moment=end", f"+hydra.callbacks.sig.marker={marker}"]
+    done = sweep(repo_root, tmp_path, sweep_dir, "seed=0", *hook)
+    assert marker.exists()
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert slurm_state(sweep_dir) == "COMPLETED"
+    assert not list(sweep_dir.glob("*/hpc_ckpt_*.ckpt"))
+
+
+def test_sigusr1_before_the_run_requeues_and_the_job_completes(repo_root, tmp_path):
+    """Item 3: the signal at the job's start (before any training): requeued, not killed; the
+    requeued job runs and completes (about 2 minutes of SLURM's requeue delay)."""
+    sweep_dir, marker = tmp_path / "s", tmp_path / "signalled"
+    hook = [HOOK, "+hydra.callbacks.sig.moment=start", f"+hydra.callbacks.sig.marker={marker}"]
+    done = sweep(repo_root, tmp_path, sweep_dir, "seed=0", *hook)
+    assert marker.exists()
+    assert done.returncode == 0, done.stderr[-3000:]
+    [record] = records(sweep_dir)
+    assert record["status"] == "completed"
+    assert slurm_state(sweep_dir) == "COMPLETED"
+    requeued = subprocess.run(
+        ["sacct", "-D", "-X", "-n", "-P", "-o", "State", "-j", record_job(sweep_dir)],
+        capture_output=True,
+        text=True,
+    ).stdout.split()
+    assert requeued[0] == "REQUEUED", requeued  # the first run was requeued, the second completed
+
+
+def record_job(sweep_dir: Path) -> str:
+    return json.loads(next(sweep_dir.glob("*/.pelab.lock")).read_text())["slurm_job"]
+
+
+def test_a_sweep_rerun_while_its_jobs_run_does_not_write_into_them(repo_root, tmp_path):
+    """Item 4: the same sweep launched again while its job still runs: the second job is
+    refused (the directory's lock names the first), and the first one's record is untouched."""
+    sweep_dir, marker = tmp_path / "s", tmp_path / "paused"
+    first = sweep(repo_root, tmp_path, sweep_dir, "seed=0", *fault("pause", 2, marker), wait=False)
+    try:
+        wait_for(marker, first)
+        [path] = sweep_dir.glob("*/results.json")
+        before = path.read_text()
+        holder = json.loads(next(sweep_dir.glob("*/.pelab.lock")).read_text())["slurm_job"]
+        second = sweep(repo_root, tmp_path, sweep_dir, "seed=0", *fault("pause", 2, marker))
+        assert second.returncode == 1
+        logs = "".join(p.read_text() for p in (sweep_dir / ".submitit").rglob("*_log.*"))
+        assert "is in use by another run" in logs and f"SLURM job {holder}" in logs
+        assert path.read_text() == before
+    finally:
+        for lock in sweep_dir.glob("*/.pelab.lock"):  # the first job, by the id its lock names
+            subprocess.run(["scancel", json.loads(lock.read_text())["slurm_job"]], check=False)
+        first.communicate(timeout=300)

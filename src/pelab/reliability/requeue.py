@@ -8,9 +8,10 @@ marks the job ``FAILED 10:0`` with nothing requeued. ``install()``, called first
 
 - before the run's records are final: requeue the job (``scontrol requeue <job id>``). During
   training ``callbacks.RequeueAtStepEnd`` calls this handler at the end of a step and hands it the
-  trainer, which first saves Lightning's ``hpc_ckpt_N.ckpt``; elsewhere the run's last
-  checkpoint (``checkpoints/last.ckpt``, saved at every validation) is what the requeued job
-  resumes from. SLURM then ends this process (SIGTERM) and starts the job again.
+  trainer, which first saves Lightning's ``hpc_ckpt_N.ckpt`` and goes on until SLURM ends the
+  job; elsewhere (start-up, between fit and test, the records being written) the process ends
+  at once (``stop_for_requeue``) and the requeued job resumes from the run's last checkpoint
+  (``checkpoints/last.ckpt``, saved at every validation).
 - once ``finished()`` was called (every record of the run is written): ignored, with a log line:
   the job's work is done and a requeue would only run it again.
 
@@ -89,7 +90,20 @@ def handle(signum: int, frame: Any) -> None:
             log.warning("SIGUSR1: saved %s at step %d", path, trainer.global_step)
         except Exception as error:  # the requeue still resumes from last.ckpt
             log.warning("SIGUSR1: could not save a requeue checkpoint: %r", error)
-    requeue()
+    if requeue() and trainer is None:
+        stop_for_requeue()
+
+
+def stop_for_requeue() -> None:
+    """Outside training, end the process at once after a successful requeue: what it would do
+    until SLURM kills it (a submitit job ignores SIGTERM until ``KillWait`` ends it) is redone by
+    the requeued job, and finishing the run here would let submitit's driver take this run's
+    result and stop waiting for the requeued job. Its records stay ``running``: the requeued
+    job resumes them. (During training the trainer goes on to SLURM's kill, as Lightning's
+    requeue does: the requeued job resumes from the ``hpc_ckpt`` just saved.)"""
+    log.warning("SIGUSR1: this process ends now; the requeued job resumes the run")
+    logging.shutdown()
+    os._exit(0)
 
 
 def requeue() -> bool:
