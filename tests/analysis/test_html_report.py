@@ -3,6 +3,7 @@ every job's command and the versions."""
 
 import base64
 import re
+from html.parser import HTMLParser
 
 from pelab.analysis.collect import lengths_frame, runs_frame
 from pelab.analysis.html_report import write_html
@@ -32,3 +33,76 @@ def test_the_report_is_one_file_with_tables_figures_failures_commands_and_versio
     assert "alibi · copy · seed 0: ID exact match 60.0%" in page  # completed, not learned
     assert "python scripts/train.py pe=rope seed=0" in page
     assert "torch 2.13.0; commit abc123" in page
+
+
+class Page(HTMLParser):
+    """What a reader of the page sees, by element: the title, the headings, each table's header
+    rows (the text of each cell), and the text of the page."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.title, self.headings, self.header_rows, self.text = "", [], [], []
+        self._in, self._row, self._thead = [], None, False
+        self.feed(text)
+
+    def handle_starttag(self, tag, attrs):
+        self._in.append(tag)
+        if tag == "thead":
+            self._thead = True
+        if tag == "tr" and self._thead:
+            self._row = []
+            self.header_rows.append(self._row)
+        if tag in ("th", "td") and self._row is not None:
+            self._row.append("")
+
+    def handle_endtag(self, tag):
+        if self._in and self._in[-1] == tag:
+            self._in.pop()
+        if tag == "thead":
+            self._thead, self._row = False, None
+
+    def handle_data(self, data):
+        where = self._in[-1] if self._in else ""
+        if where == "title":
+            self.title += data
+        elif where in ("h1", "h2"):
+            self.headings.append(data.strip())
+        if self._row is not None and self._row and where in ("th", "td"):
+            self._row[-1] += data.strip()
+        if where not in ("style", "title"):
+            self.text.append(data)
+
+
+def test_a_reader_sees_no_markup_no_file_names_and_only_what_varies(tmp_path):
+    """report.html checked at the DOM a browser builds from it (the standard library's HTML
+    parser, no browser): no literal Markdown, human headings, a short title, no empty header
+    row, the settings that really vary, and why a column has no bold cell."""
+    records = [
+        record("rope", "copy", 0, {8: 0.0, 32: 0.0}, overrides=["trainer.max_steps=300"]),
+        record("alibi", "copy", 0, {8: 0.0, 32: 0.0}, overrides=["trainer.max_steps=300"]),
+    ]
+    for r in records:
+        r["config"]["trainer"] = {"max_steps": 300}
+    result = ablation(runs_frame(records), lengths_frame(records))
+    figures = save(
+        length_curves(result.runs, result.lengths, result.rows, "exact_match"), tmp_path / "c"
+    )
+    page = Page(write_html(result, records, figures, tmp_path).read_text())
+    text = " ".join(page.text)
+    assert "**" not in text
+    assert page.title.startswith("pelab report: copy") and len(page.title) < 80
+    assert not any("_" in heading for heading in page.headings), page.headings  # no file stems
+    for row in page.header_rows:
+        assert any(cell for cell in row[1:]), page.header_rows  # no row of empty headers
+    assert "Settings the runs vary: none" in text  # trainer.max_steps is 300 in every run
+    assert "no cell is bold: every row scored 0" in text
+
+
+def test_equal_length_curves_stay_visible_apart():
+    records = [record(pe, "copy", 0, {8: 0.0, 32: 0.0}) for pe in ("rope", "alibi")]
+    result = ablation(runs_frame(records), lengths_frame(records))
+    figure = length_curves(result.runs, result.lengths, result.rows, "exact_match")
+    curves = [line for line in figure.axes[0].lines if line.get_marker() not in ("None", "")]
+    curves = [line for line in curves if line.get_linestyle() != "None"]
+    assert len({line.get_marker() for line in curves}) == 2  # a marker each
+    assert list(curves[0].get_xdata()) != list(curves[1].get_xdata())  # and apart

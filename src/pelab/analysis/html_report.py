@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import base64
 import html
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from pelab.analysis.collect import setting_overrides
 from pelab.analysis.table import LEGEND, Ablation, not_completed, pivot
 
 STYLE = (
@@ -23,11 +23,45 @@ STYLE = (
 )
 
 
+# section headings for the tables' and figures' file stems
+HEADINGS = {
+    "table_tasks": "By task: in and out of distribution",
+    "table_lengths": "By evaluation length",
+    "length_curves": "Score against length",
+    "heatmap": "Heatmap",
+}
+
+
+def heading(stem: str) -> str:
+    return HEADINGS.get(stem, stem.replace("_", " ").capitalize())
+
+
+def markdown_bold(text: str) -> str:
+    """Escaped ``text`` with Markdown's ``**bold**`` as HTML."""
+    return re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", html.escape(text))
+
+
 def table_html(stats: pd.DataFrame, rows: list[str], cols: list[str]) -> str:
-    """A table as HTML, its best cells bold (as in the Markdown table)."""
+    """A table as HTML, its best cells bold (as in the Markdown table), the row labels as
+    columns (no header row of index names); under it, each column without a bold cell and why."""
     table, best = pivot(stats, rows, cols)
     table = table.map(html.escape).where(~best, "<b>" + table.map(html.escape) + "</b>")
-    return table.to_html(escape=False)
+    page = table.reset_index().to_html(escape=False, index=False)
+    notes = []
+    for column in table.columns:
+        if best[column].any():
+            continue
+        key = column if isinstance(column, tuple) else (column,)
+        cell = stats[(stats[cols] == pd.Series(key, index=cols)).all(axis=1)]
+        if cell.empty or cell["mean"].isna().all():
+            continue
+        why = (
+            "every row scored 0"
+            if cell["mean"].fillna(0).eq(0).all()
+            else "no row's seeds all learned the task (only those compete out of distribution)"
+        )
+        notes.append(f"{' '.join(map(str, key))}: no cell is bold: {why}.")
+    return page + "".join(f"<p>{html.escape(n)}</p>" for n in notes)
 
 
 def unlearned(runs: pd.DataFrame, rows: list[str]) -> list[str]:
@@ -74,13 +108,19 @@ def write_html(
         listed = "".join(f"<li>{html.escape(line)}</li>" for line in lines)
         return f"<ul>{listed}</ul>" if lines else "<p>none</p>"
 
-    parts = [f"<h1>pelab: {html.escape(result.caption)}</h1>", f"<p>{html.escape(LEGEND)}</p>"]
+    tasks = ", ".join(dict.fromkeys(str(t) for t in result.runs["task"]))
+    title = f"pelab report: {tasks} ({len(result.runs)} runs)"
+    parts = [f"<h1>{html.escape(title)}</h1>", f"<p>{html.escape(result.caption)}</p>"]
+    parts += [f"<p>{markdown_bold(LEGEND)}</p>"]
     for name, (stats, cols) in result.tables().items():
-        parts += [f"<h2>{name}</h2>", table_html(stats, result.rows, cols)]
+        parts += [f"<h2>{heading(name)}</h2>", table_html(stats, result.rows, cols)]
     for figure in figures:
         if figure.suffix == ".png":
             data = base64.b64encode(figure.read_bytes()).decode()
-            parts += [f"<h2>{figure.stem}</h2>", f'<img src="data:image/png;base64,{data}">']
+            parts += [
+                f"<h2>{html.escape(heading(figure.stem))}</h2>",
+                f'<img src="data:image/png;base64,{data}">',
+            ]
     parts += [
         "<h2>Runs that did not complete</h2>",
         items(not_completed(result.runs, result.rows)),
@@ -91,9 +131,10 @@ def write_html(
     ]
     parts += ["<h2>Commands</h2>", items(commands(records))]
     parts += ["<h2>Versions</h2>", items(versions(records))]
-    settings = sorted({k for r in records for k in setting_overrides(r.get("overrides") or [])})
-    parts += [f"<p>Settings the runs vary: {html.escape(', '.join(settings) or 'none')}</p>"]
-    page = "<!DOCTYPE html><html><head><meta charset='utf-8'><title>pelab report</title>"
+    varying = [r for r in result.rows if r != "pe"]  # the settings whose values differ
+    parts += [f"<p>Settings the runs vary: {html.escape(', '.join(varying) or 'none')}</p>"]
+    page = "<!DOCTYPE html><html><head><meta charset='utf-8'>"
+    page += f"<title>{html.escape(title)}</title>"
     page += f"<style>{STYLE}</style></head><body>{''.join(parts)}</body></html>\n"
     path = out / "report.html"
     path.write_text(page)

@@ -61,6 +61,9 @@ def read_published(path: Path) -> pd.DataFrame:
     return frame
 
 
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">")  # one per row of a panel
+
+
 def length_curves(
     runs: pd.DataFrame,
     lengths: pd.DataFrame,
@@ -69,7 +72,8 @@ def length_curves(
     published: pd.DataFrame | None = None,
 ) -> Figure:
     """One panel per task: the mean ``metric`` over completed seeds at each evaluation length
-    (error bars: standard deviation), one line per row of the table, the chance level dotted;
+    (error bars: standard deviation), one line per row of the table (each with its own marker and
+    a small horizontal offset, so equal curves stay visible), the chance level dotted;
     the lengths seen in training are shaded. A row keeps its colour in every panel
     (``row_colors``), and the legend lists every row drawn in any panel. ``published``
     (``read_published``) numbers are drawn as hollow squares in their encoding's colour, one
@@ -87,14 +91,18 @@ def length_curves(
     for ax, task in zip(axes[0], tasks, strict=False):
         part = data[data["task"] == task]
         ax.axvspan(part["train_min"].min(), part["train_max"].max(), color="0.9", zorder=0)
-        for key, group in part.groupby(rows if len(rows) > 1 else rows[0], sort=False):
+        groups = list(part.groupby(rows if len(rows) > 1 else rows[0], sort=False))
+        span = float(part["length"].max() - part["length"].min()) or 1.0
+        for i, (key, group) in enumerate(groups):
             curve = group.groupby("length")[metric].agg(["mean", "std"])
+            # rows with equal values would hide each other: a marker each, and a small offset
+            dodge = (i - (len(groups) - 1) / 2) * 0.012 * span
             ax.errorbar(
-                curve.index,
+                curve.index + dodge,
                 curve["mean"] * 100,
                 yerr=curve["std"].fillna(0) * 100,
-                marker="o",
-                markersize=3,
+                marker=MARKERS[i % len(MARKERS)],
+                markersize=4,
                 capsize=2,
                 color=colors[key],
                 label=label(key, rows),
