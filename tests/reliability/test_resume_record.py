@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from lightning.pytorch.callbacks import Callback
 
+from pelab import runner
 from pelab.train import run
 from tests.reliability.runs import config, fault, results
 
@@ -19,3 +21,27 @@ def test_a_resumed_run_records_its_total_wall_time_and_each_attempt(tmp_path):
     assert len(parts) == 2 and parts[0] == first
     assert record["wall_time_s"] == pytest.approx(sum(parts), abs=0.02)
     assert results(out)["wall_time_parts_s"] == parts
+
+
+SEEN: list[tuple[int | None, int]] = []  # (total, n) of the training bar after each step
+
+
+class BarSpy(Callback):
+    def on_train_batch_end(self, trainer, *args):
+        bar = trainer.progress_bar_callback.train_progress_bar
+        SEEN.append((bar.total, bar.n))
+
+
+def test_a_resumed_runs_progress_bar_has_its_total_and_starts_where_it_resumed(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setattr(runner, "interactive", lambda: True)  # a terminal: bars are on
+    bar = ["trainer.enable_progress_bar=true", "callbacks.progress_bar=null"]
+    bar += ["+callbacks.bar._target_=pelab.utils.progress.StepProgressBar"]
+    bar += [f"+callbacks.spy._target_={__name__}.BarSpy"]
+    out = tmp_path / "run"
+    with pytest.raises(RuntimeError, match="injected fault at step 6"):
+        run(config(tmp_path, out, *fault("raise", 6), *bar))
+    SEEN.clear()
+    run(config(tmp_path, out, *bar))
+    assert SEEN[0] == (8, 5)  # resumed from the checkpoint at step 4: its 5th step of 8
