@@ -38,7 +38,10 @@ class SweepSummary(Callback):
         from pelab.analysis.collect import directory_records, sweep_jobs
 
         multirun = sweep_dir / "multirun.yaml"
-        total = len(sweep_jobs(OmegaConf.load(multirun)))
+        grid = OmegaConf.load(multirun)
+        if OmegaConf.select(grid, "hydra.job.config_name", default="train") != "train":
+            return  # an evaluation sweep: its jobs are not training runs
+        total = len(sweep_jobs(grid))
         status: dict[str, str] = {}  # job -> completed, failed (a stack: failed if any member)
         for record in directory_records(sweep_dir):
             if record["status"] in ("completed", "failed"):
