@@ -22,7 +22,7 @@ from pelab.reliability.slurm import (
     unfit,
 )
 from tests.conftest import compose_config
-from tests.reliability.runs import RESUMABLE, fault, sweep_command, sweep_popen_kwargs
+from tests.reliability.runs import RESUMABLE, fault, sweep_command, sweep_job, sweep_popen_kwargs
 
 # `scontrol show partition debug --oneliner` and `sinfo -p debug -h -N -o '%N %c %m %G'` of the
 # single-node Debian SLURM 22.05 of the issue (2 CPUs, no GPU) and of a GPU cluster
@@ -221,3 +221,26 @@ def test_a_killed_job_of_a_local_submitit_sweep_is_summarised_not_a_traceback(re
     interrupted = next(r for r in records if r["status"] == "interrupted")
     assert f"hydra.sweep.dir={sweep}" in interrupted["resume_command"]
     assert "skip_completed=true" in interrupted["resume_command"]
+
+
+@pytest.mark.integration
+def test_a_sweep_rerun_does_not_submit_a_job_whose_run_still_runs(repo_root, tmp_path):
+    """Item 4 at the launcher: a job whose directory another run holds is not submitted again
+    (logged with the holder); the other jobs run."""
+    from tests.reliability.test_run_lock import holder
+
+    sweep = tmp_path / "sweep"
+    held = sweep_job(sweep, "rope", "copy", 1, "seed=1")
+    process = holder(held, 300)
+    try:
+        cmd = sweep_command(repo_root, tmp_path, sweep, "hydra/launcher=local", "seed=0,1")
+        done = subprocess.run(cmd, **sweep_popen_kwargs(repo_root), timeout=600)
+    finally:
+        process.kill()
+        process.wait()
+    log = done.stdout + done.stderr
+    assert f"not submitted: {held} is in use by another run: process {process.pid}" in log, log
+    assert not (held / "results.json").exists()  # nothing written into the held directory
+    assert [p.parent.name for p in sweep.glob("*/results.json")] == [
+        sweep_job(sweep, "rope", "copy", 0, "seed=0").name
+    ]

@@ -53,6 +53,15 @@ class _PelabSubmitit(BaseSubmititLauncher):
         sweep_dir.mkdir(parents=True, exist_ok=True)
         nums = [initial_job_idx + i for i in range(len(job_overrides))]
         job_dirs = [self._job_dir(list(o), n) for o, n in zip(job_overrides, nums, strict=True)]
+        skipped = not_submitted(job_overrides, nums, job_dirs)  # their directory's run still runs
+        if skipped:
+            keep = [i for i in range(len(nums)) if i not in skipped]
+            if keep:
+                done = self.launch([job_overrides[i] for i in keep], initial_job_idx)
+                returned = dict(zip(keep, done, strict=True))
+            else:
+                returned = {}
+            return [returned.get(i) or skipped[i] for i in range(len(nums))]
         params = self.resources(job_overrides, nums, job_dirs)
         init_keys = {"submitit_folder", "max_num_timeout"}
         executor = submitit.AutoExecutor(
@@ -127,6 +136,33 @@ class _PelabSubmitit(BaseSubmititLauncher):
             "skip_completed=true",
         ]
         return " ".join(shlex.quote(w) for w in words)
+
+
+def not_submitted(
+    job_overrides: Sequence[Sequence[str]], nums: list[int], job_dirs: list[Path]
+) -> dict[int, JobReturn]:
+    """The jobs whose run directory another run holds (``pelab.reliability.lock``: a sweep
+    re-run while its jobs still run): not submitted twice, each logged with the holder and
+    returned as accounted for (the summary shows its record, still ``running``)."""
+    from pelab.reliability.lock import busy
+
+    skipped = {}
+    for i, (overrides, num, job_dir) in enumerate(zip(job_overrides, nums, job_dirs, strict=True)):
+        holder = busy(job_dir)
+        if holder is None:
+            continue
+        log.warning(
+            "#%d not submitted: %s is in use by another run: %s (one run writes a directory at "
+            "a time; run the sweep again once it ended)",
+            num,
+            job_dir,
+            holder,
+        )
+        returned = JobReturn(overrides=list(overrides), working_dir=str(job_dir))
+        returned.status = JobStatus.COMPLETED
+        returned.return_value = None
+        skipped[i] = returned
+    return skipped
 
 
 def wait_all(

@@ -79,6 +79,23 @@ def run_lock(output_dir: str | Path, wait_s: float = 0.0) -> Iterator[Path]:
         os.close(fd)  # releases the lock; the file stays (removing it would race a waiter)
 
 
+def busy(output_dir: str | Path) -> str | None:
+    """Who holds ``output_dir``'s lock now (``holder_text``); None when no run holds it. What a
+    launcher checks before submitting a job into the directory."""
+    path = Path(output_dir) / LOCK_NAME
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return holder_text(path)
+    finally:
+        os.close(fd)
+    return None
+
+
 def _holder() -> dict[str, Any]:
     import sys
 
