@@ -37,22 +37,31 @@ TINY = [
 # The tiers (pyproject.toml's markers; Makefile): a test that starts a Python process or runs the
 # Lightning Trainer is marked ``integration`` (``make test-unit`` leaves them out). Every other
 # test is watched: one that starts either (its fixtures included) fails, naming the marker.
+# (A Python process: sys.executable, a script, multiprocessing; ``git`` and the like are not.)
 STARTED: list[str] = []  # what the current test started
 
 
-def _watch(owner: type, method: str, what: str) -> None:
+def _watch(owner: type, method: str, what: str, counts=lambda *args, **kwargs: True) -> None:
     original = getattr(owner, method)
 
     @functools.wraps(original)
     def watched(*args, **kwargs):
-        STARTED.append(what)
+        if counts(*args, **kwargs):
+            STARTED.append(what)
         return original(*args, **kwargs)
 
     setattr(owner, method, watched)
 
 
-_watch(subprocess.Popen, "__init__", "a process (subprocess.Popen)")
-_watch(multiprocessing.process.BaseProcess, "start", "a process (multiprocessing)")
+def _python(popen: subprocess.Popen, args, *rest, **kwargs) -> bool:
+    """Whether ``subprocess.Popen(args)`` starts Python (``git rev-parse`` and other short
+    commands do not count)."""
+    program = args if isinstance(args, str | bytes | os.PathLike) else args[0]
+    return Path(os.fsdecode(program).split()[0]).name.startswith("python")
+
+
+_watch(subprocess.Popen, "__init__", "a Python process (subprocess)", _python)
+_watch(multiprocessing.process.BaseProcess, "start", "a Python process (multiprocessing)")
 _watch(lightning.Trainer, "__init__", "the Lightning Trainer")
 
 
@@ -65,7 +74,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 def _tier(request: pytest.FixtureRequest) -> None:
     yield
     marked = {m.name for m in request.node.iter_markers()} & {"integration", "slow"}
-    if STARTED and not marked and os.environ.get("PELAB_TIERS_WIP") == "1":
+    if STARTED and not marked:
         pytest.fail(
             f"{request.node.nodeid} started {', '.join(sorted(set(STARTED)))}: mark it "
             "@pytest.mark.integration (make test-unit runs neither processes nor Trainers)",

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from benchmarks import main
 from pelab.pe import PE_REGISTRY
 from pelab.tasks import TASK_REGISTRY
@@ -27,6 +29,7 @@ def quick_benchmark(tmp_path, repo_root, *options: str) -> dict:
     return json.loads(out.read_text())
 
 
+@pytest.mark.integration
 def test_quick_benchmark_reports_every_measure(tmp_path, repo_root):
     report = quick_benchmark(tmp_path, repo_root)
     assert set(report["results"]) == {"none", "rope"}
@@ -55,6 +58,7 @@ def test_quick_benchmark_reports_every_measure(tmp_path, repo_root):
             assert r["stacked_encodings"] == 0  # parameter-free encodings run once, folded
 
 
+@pytest.mark.integration
 def test_the_encodings_section_can_time_a_few_beside_none(tmp_path, repo_root):
     report = quick_benchmark(
         tmp_path, repo_root, "--only", "encodings", "--encodings", "fox", "dape"
@@ -62,6 +66,7 @@ def test_the_encodings_section_can_time_a_few_beside_none(tmp_path, repo_root):
     assert set(report["encodings"]) == {"none", "fox", "dape"}
 
 
+@pytest.mark.integration
 def test_the_threads_section_times_one_and_two_threads_idle_and_busy(tmp_path, repo_root):
     report = quick_benchmark(tmp_path, repo_root, "--only", "threads")
     threads = report["threads"]

@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 from hydra.errors import MissingConfigException
 
 from pelab.cli import user_message
@@ -29,6 +30,7 @@ def test_heads_that_do_not_divide_the_width_list_the_valid_ones():
         raise AssertionError("no error")
 
 
+@pytest.mark.integration
 def test_a_config_error_leaves_no_run_directory_behind(repo_root, tmp_path):
     out = tmp_path / "run"
     env = {**os.environ, "WANDB_MODE": "offline"}

@@ -30,6 +30,7 @@ def trained_steps(cfg) -> int:
     return torch.load(last, map_location="cpu", weights_only=False)["global_step"]
 
 
+@pytest.mark.integration
 def test_a_run_stops_once_learned_and_records_when(tiny_cfg):
     cfg = tiny_cfg(*EASY, "learned_at=0.9")
     record = run(cfg)
@@ -46,12 +47,14 @@ def test_a_run_stops_once_learned_and_records_when(tiny_cfg):
     assert again["metrics"]["test"] == record["metrics"]["test"]
 
 
+@pytest.mark.integration
 def test_a_run_that_never_meets_the_criterion_trains_to_the_cap(tiny_cfg):
     record = run(tiny_cfg(*EASY, "trainer.max_steps=50", "learned_at=1.0"))
     assert (record["learned"], record["steps_to_learn"]) == (False, None)
     assert record["stop_reason"] == "max_steps"
 
 
+@pytest.mark.integration
 def test_without_a_criterion_every_length_is_validated_and_nothing_is_judged(tiny_cfg):
     record = run(tiny_cfg(*EASY, "trainer.max_steps=50", "learned_at=null"))
     assert (record["learned"], record["steps_to_learn"], record["stop_reason"]) == (
@@ -62,6 +65,7 @@ def test_without_a_criterion_every_length_is_validated_and_nothing_is_judged(tin
     assert list(record["metrics"]["val"]) == ["1", "2", "6"]
 
 
+@pytest.mark.integration
 def test_a_failed_run_records_why_it_stopped(tiny_cfg, monkeypatch):
     def broken_fit(*args, **kwargs):
         raise RuntimeError("boom")

@@ -101,6 +101,7 @@ def test_every_task_builds_with_valid_lengths(task, tmp_path):
 
 
 @pytest.mark.parametrize("group", ["trainer", "logger", "callbacks"])
+@pytest.mark.integration
 def test_every_trainer_logger_and_callback_option_instantiates(group, tmp_path):
     for option in options(group):
         cfg = compose_config([f"{group}={option}"], tmp_path)

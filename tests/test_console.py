@@ -23,6 +23,7 @@ NOISE = (
 
 
 @pytest.mark.parametrize("stack", [[], ["seeds=[0,1]"]], ids=["plain", "members"])
+@pytest.mark.integration
 def test_a_piped_run_ends_with_its_table_and_learned_line(repo_root, tmp_path, stack):
     out = tmp_path / "run"
     env = {**os.environ, "WANDB_MODE": "offline", "PYTHONUNBUFFERED": "1"}

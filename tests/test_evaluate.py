@@ -36,6 +36,7 @@ def rope_ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return train_tiny(tmp_path_factory.mktemp("rope"), "pe=rope")
 
 
+@pytest.mark.integration
 def test_a_checkpoint_is_re_evaluated_longer_with_linear_scaling(rope_ckpt):
     run_dir = rope_ckpt.parent.parent
     train_results = (run_dir / "results.json").read_bytes()
@@ -76,6 +77,7 @@ def test_a_checkpoint_is_re_evaluated_longer_with_linear_scaling(rope_ckpt):
     assert (run_dir / "results.json").read_bytes() == train_results  # training record untouched
 
 
+@pytest.mark.integration
 def test_without_overrides_the_training_numbers_are_reproduced(rope_ckpt):
     run_dir = rope_ckpt.parent.parent
     evaluate(compose_eval([f"ckpt_path='{rope_ckpt}'"], run_dir.parent))
@@ -84,6 +86,7 @@ def test_without_overrides_the_training_numbers_are_reproduced(rope_ckpt):
     assert res["metrics"]["test"] == trained["metrics"]["test"]
 
 
+@pytest.mark.integration
 def test_evaluation_chooses_torchs_threads_by_the_model_it_rebuilt(rope_ckpt, caplog):
     run_dir = rope_ckpt.parent.parent
     torch.set_num_threads(2)
@@ -106,6 +109,7 @@ def test_a_missing_checkpoint_is_a_clear_error(tmp_path):
         evaluate(compose_eval([], tmp_path))
 
 
+@pytest.mark.integration
 def test_a_corrupt_checkpoint_is_a_clear_error(rope_ckpt):
     corrupt = rope_ckpt.parent / "corrupt.ckpt"
     corrupt.write_bytes(b"not a checkpoint")
@@ -113,6 +117,7 @@ def test_a_corrupt_checkpoint_is_a_clear_error(rope_ckpt):
         evaluate(compose_eval([f"ckpt_path='{corrupt}'"], rope_ckpt.parent.parent.parent))
 
 
+@pytest.mark.integration
 def test_weights_that_do_not_fit_the_config_are_a_clear_error(rope_ckpt, tmp_path):
     # a run dir whose results.json claims a wider model than the checkpoint holds
     run_dir = tmp_path / "run"
@@ -126,6 +131,7 @@ def test_weights_that_do_not_fit_the_config_are_a_clear_error(rope_ckpt, tmp_pat
         evaluate(compose_eval([f"ckpt_path='{ckpt}'"], tmp_path))
 
 
+@pytest.mark.integration
 def test_scaling_an_encoding_without_that_option_is_refused(tmp_path):
     ckpt = train_tiny(tmp_path, "pe=alibi")
     overrides = [f"ckpt_path='{ckpt}'", "pe.scaling=yarn"]
@@ -133,6 +139,7 @@ def test_scaling_an_encoding_without_that_option_is_refused(tmp_path):
         evaluate(compose_eval(overrides, tmp_path))
 
 
+@pytest.mark.integration
 def test_a_learned_table_cannot_be_evaluated_beyond_its_size(tmp_path):
     ckpt = train_tiny(tmp_path, "pe=learned")
     overrides = [f"ckpt_path='{ckpt}'", "task.eval_lengths=[16,40]"]
@@ -142,6 +149,7 @@ def test_a_learned_table_cannot_be_evaluated_beyond_its_size(tmp_path):
     assert failed["status"] == "failed" and "ConfigError" in failed["error"]
 
 
+@pytest.mark.integration
 def test_a_urpe_table_keeps_its_training_size_at_longer_lengths(tmp_path):
     # the Toeplitz table has one entry per offset up to the training max_len - 1 (66 tokens:
     # BOS, 32, SEP, 32); longer offsets reuse the last entry, so the checkpoint loads and runs
@@ -158,6 +166,7 @@ def test_a_urpe_table_keeps_its_training_size_at_longer_lengths(tmp_path):
     assert record["status"] == "completed" and record["model_dims"]["max_len"] == 66
 
 
+@pytest.mark.integration
 def test_a_learned_table_keeps_its_size_under_randomized_positions(tmp_path):
     # with randomized positions the table has positions.max_position rows, not 66
     ckpt = train_tiny(tmp_path, "pe=learned", "positions=randomized", "positions.max_position=96")
@@ -178,6 +187,7 @@ def test_the_training_context_length_counts_the_prompt_at_the_longest_training_l
     assert model.net.pe.original_max_len == expected  # what the scaling stretches from
 
 
+@pytest.mark.integration
 def test_an_evaluation_sweep_is_summarised_and_tabulated_by_its_settings(
     rope_ckpt, tmp_path, monkeypatch, capsys
 ):

@@ -67,6 +67,7 @@ def test_metrics_per_length_and_in_out_of_distribution_means():
     assert model.scores["test"][8] == {"exact_match": 0.5, "token_acc": pytest.approx(0.75)}
 
 
+@pytest.mark.integration
 def test_model_compile_trains_the_same_function_and_keeps_checkpoint_keys(tiny_cfg):
     """``model.compile=true``: the compiled training forward gives the eager one's logits, and
     the module's state (what checkpoints hold) is the same as without it."""
@@ -99,6 +100,7 @@ def test_validation_can_score_only_some_lengths():
     assert list(model.scores["val"]) == [2, 4]
 
 
+@pytest.mark.integration
 def test_a_compile_that_fails_falls_back_to_eager_with_one_warning(
     tiny_cfg, tmp_path, monkeypatch, caplog
 ):

@@ -19,6 +19,7 @@ def trained(tmp_path_factory):
     return cfg, run(cfg)
 
 
+@pytest.mark.integration
 def test_a_loaded_run_scores_what_its_test_scored(trained):
     cfg, record = trained
     loaded = pelab.load_run(cfg.paths.output_dir)
@@ -33,6 +34,7 @@ def test_a_loaded_run_scores_what_its_test_scored(trained):
     assert loaded.predict(prompt).shape == answer.shape
 
 
+@pytest.mark.integration
 def test_the_weights_are_the_checkpoints(trained):
     cfg, _ = trained
     best, last = pelab.load_run(cfg.paths.output_dir), pelab.load_run(cfg.paths.output_dir, "last")
@@ -41,6 +43,7 @@ def test_the_weights_are_the_checkpoints(trained):
     assert best.checkpoint != last.checkpoint
 
 
+@pytest.mark.integration
 def test_loading_chooses_torchs_threads_by_the_model_unless_told(trained):
     cfg, _ = trained
     torch.set_num_threads(2)
@@ -58,6 +61,7 @@ def test_a_directory_without_a_run_is_a_clear_error(tmp_path):
         pelab.load_run(tmp_path)
 
 
+@pytest.mark.integration
 def test_predict_takes_and_returns_text_for_a_built_in_task(trained):
     cfg, _ = trained
     loaded = pelab.load_run(cfg.paths.output_dir)
@@ -81,12 +85,14 @@ def test_predict_takes_and_returns_text_for_a_built_in_task(trained):
         (torch.zeros(1, 2, 3, dtype=torch.long), r"\[batch, length\].* got shape \[1, 2, 3\]"),
     ],
 )
+@pytest.mark.integration
 def test_a_bad_prompt_is_a_clear_error(trained, prompt, match):
     loaded = pelab.load_run(trained[0].paths.output_dir)
     with pytest.raises(ValueError, match=match):
         loaded.predict(prompt)
 
 
+@pytest.mark.integration
 def test_a_run_prints_in_one_line_without_its_config(trained):
     loaded = pelab.load_run(trained[0].paths.output_dir)
     text = repr(loaded)

@@ -176,6 +176,7 @@ def check_stacked_losses(tmp_path, pe, model):
         torch.testing.assert_close(losses[k], expected, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.integration
 def test_a_stopped_member_no_longer_changes(tmp_path):
     cfg = stack_config(tmp_path, "trainer.max_steps=3", "trainer.val_check_interval=3")
     stack = stack_of(cfg)
@@ -226,6 +227,7 @@ def stacked_run(tmp_path_factory):
     return tmp, cfg, run(cfg)
 
 
+@pytest.mark.integration
 def test_a_stack_writes_one_single_run_record_per_member(stacked_run, tmp_path):
     tmp, cfg, records = stacked_run
     assert [r["choices"]["seed"] for r in records] == [0, 3]
@@ -250,6 +252,7 @@ def test_a_stack_writes_one_single_run_record_per_member(stacked_run, tmp_path):
         torch.testing.assert_close(value, theirs["state_dict"][name], rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.integration
 def test_members_are_tabulated_as_the_runs_of_their_seeds(stacked_run):
     tmp, cfg, _ = stacked_run
     job = Path(cfg.paths.output_dir)
@@ -264,6 +267,7 @@ def test_members_are_tabulated_as_the_runs_of_their_seeds(stacked_run):
     assert table.rows == ["pe"] and set(table.by_task["n"]) == {2}  # one cell of both seeds
 
 
+@pytest.mark.integration
 def test_a_killed_stack_resumes_exactly(stacked_run, tmp_path):
     _, cfg, reference = stacked_run
     broken = stack_config(tmp_path, *fault("raise", 3))
@@ -279,6 +283,7 @@ def test_a_killed_stack_resumes_exactly(stacked_run, tmp_path):
     assert [r["metrics"] for r in records] == [r["metrics"] for r in reference]
 
 
+@pytest.mark.integration
 def test_a_stack_with_dropout_and_randomized_positions_resumes_and_repeats_exactly(tmp_path):
     """Dropout draws each member's own masks from the checkpointed RNG; randomized positions
     come from ``(seed, step)``: a killed and resumed stack equals an uninterrupted one, which
@@ -303,6 +308,7 @@ def test_a_stack_with_dropout_and_randomized_positions_resumes_and_repeats_exact
         assert all(torch.equal(weights[0][k], other[k]) for k in weights[0])
 
 
+@pytest.mark.integration
 def test_a_member_of_a_learning_rate_is_its_single_run_and_a_row_of_the_table(tmp_path):
     """``learning_rates=[...]``: each member steps at its own learning rate (the optimizer's
     step, proportional to its rate, scaled per member) and is the single run with that
@@ -325,6 +331,7 @@ def test_a_member_of_a_learning_rate_is_its_single_run_and_a_row_of_the_table(tm
     assert sorted(runs["model.optimizer.lr"]) == ["0.001", "0.02"]
 
 
+@pytest.mark.integration
 def test_a_plain_run_is_a_stack_of_one_with_its_single_run_layout(tmp_path):
     """One path: a plain run trains as K = 1 and keeps a single run's layout (its record and
     ``best.ckpt`` in its own directory, weights in ``torch.nn``'s shapes)."""

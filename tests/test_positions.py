@@ -90,6 +90,7 @@ def test_training_and_evaluation_see_randomized_positions(tiny_cfg):
     assert torch.equal(seen[1 + 4], first_eval)  # evaluation draws the same positions each time
 
 
+@pytest.mark.integration
 def test_a_randomized_run_completes(tiny_cfg):
     cfg = tiny_cfg("positions=randomized", "pe=rope")
     run(cfg)

@@ -2,6 +2,7 @@
 
 from pathlib import Path
 
+import pytest
 from lightning.pytorch.callbacks import ProgressBar
 
 from pelab import runner
@@ -10,6 +11,7 @@ from pelab.train import run
 from tests.conftest import TINY, compose_config
 
 
+@pytest.mark.integration
 def test_no_logger_and_no_progress_bar_train_a_complete_run(tmp_path):
     """``logger=none`` and ``trainer.enable_progress_bar=false`` (Lightning refuses a progress
     bar callback then) are a quiet run with its record and checkpoints."""

@@ -5,6 +5,7 @@ import json
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from pelab.runner import PER_LENGTH_COLUMNS, W_AND_B_RECORD, per_length_rows
 from pelab.train import run
@@ -14,6 +15,7 @@ def read_results(cfg) -> dict:
     return json.loads((Path(cfg.paths.output_dir) / "results.json").read_text())
 
 
+@pytest.mark.integration
 def test_a_tiny_run_writes_complete_results(tiny_cfg):
     cfg = tiny_cfg("pe=alibi", "task=reverse", "seed=5")
     run(cfg)
@@ -41,6 +43,7 @@ def test_a_tiny_run_writes_complete_results(tiny_cfg):
     assert (checkpoints / "last.ckpt").exists() and (checkpoints / "best.ckpt").exists()
 
 
+@pytest.mark.integration
 def test_wandb_logs_offline_into_the_run_directory(tiny_cfg):
     cfg = tiny_cfg("logger=wandb", "pe=t5_bias")
     run(cfg)
@@ -58,6 +61,7 @@ def test_wandb_logs_offline_into_the_run_directory(tiny_cfg):
     assert logged["data"] == per_length_rows(record)
 
 
+@pytest.mark.integration
 def test_the_learning_rate_of_every_step_is_logged(tiny_cfg):
     cfg = tiny_cfg("trainer.log_every_n_steps=1")
     run(cfg)
@@ -67,6 +71,7 @@ def test_the_learning_rate_of_every_step_is_logged(tiny_cfg):
     assert 0 < lr.iloc[-1] < cfg.model.optimizer.lr
 
 
+@pytest.mark.integration
 def test_encoder_runs_end_to_end(tiny_cfg):
     cfg = tiny_cfg("model=encoder", "pe=sinusoidal")
     run(cfg)

@@ -179,6 +179,7 @@ def test_the_figures_go_to_wandb_with_the_encoding_and_the_overrides(tmp_path, m
     assert "pe=alibi" in config["overrides"]
 
 
+@pytest.mark.integration
 def test_a_trained_checkpoint_is_drawn_with_its_trained_encoding_and_attention_maps(tmp_path):
     """``ckpt_path=``: the figures of the run's trained encoding (a T5 bias that moved from its
     zero initialisation, not the flat line of an untrained one) and attention maps at an
@@ -204,6 +205,7 @@ def test_a_trained_checkpoint_is_drawn_with_its_trained_encoding_and_attention_m
     assert not torch.equal(*curves) and curves[1].std() > 0  # trained: no longer flat
 
 
+@pytest.mark.integration
 def test_attention_maps_are_drawn_per_layer_and_head_from_the_recorded_probabilities(
     tmp_path, monkeypatch
 ):
@@ -229,6 +231,7 @@ def test_attention_maps_are_drawn_per_layer_and_head_from_the_recorded_probabili
         assert torch.all(probs.triu(1) == 0)  # causal
 
 
+@pytest.mark.integration
 def test_a_trained_checkpoints_figures_go_to_its_own_run_directory(tmp_path):
     """Issue 28: ``ckpt_path=`` without ``out_dir`` once wrote to ``logs/inspect/<pe>/`` (the
     default encoding's name, not even the run's), so a second checkpoint overwrote the first

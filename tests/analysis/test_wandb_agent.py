@@ -4,6 +4,7 @@ all the same."""
 
 from types import SimpleNamespace
 
+import pytest
 import wandb
 import yaml
 from wandb.sdk.wandb_summary import SummaryDict
@@ -20,6 +21,7 @@ def plain(value):
     return [plain(v) for v in value] if isinstance(value, list | tuple) else value
 
 
+@pytest.mark.integration
 def test_a_run_of_a_wandb_sweep_agent_is_tabulated(tiny_cfg, tmp_path, monkeypatch):
     params = tmp_path / "sweep_params.yaml"  # what `wandb agent` hands the run it starts
     params.write_text(yaml.safe_dump({"pe": {"value": "rope"}, "task": {"value": "copy"}}))

@@ -26,6 +26,7 @@ def finished(monkeypatch):
     return seen, chance
 
 
+@pytest.mark.integration
 def test_a_run_that_fails_after_wandb_started_is_marked_failed(tiny_cfg, monkeypatch, finished):
     finished, _ = finished
 
@@ -40,6 +41,7 @@ def test_a_run_that_fails_after_wandb_started_is_marked_failed(tiny_cfg, monkeyp
     ]
 
 
+@pytest.mark.integration
 def test_a_completed_run_ends_with_exit_code_0_and_its_chance_levels(tiny_cfg, finished):
     finished, chance = finished
     record = run(tiny_cfg("logger=wandb", "trainer.max_steps=1", "trainer.val_check_interval=1"))

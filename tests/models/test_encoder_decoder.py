@@ -122,6 +122,7 @@ def test_teacher_forcing_gives_the_logits_of_greedy_decoding(name, cached):
 
 
 @pytest.mark.parametrize("pe", ["none", "sinusoidal", "rope", "t5_bias", "shaw"])
+@pytest.mark.integration
 def test_encoder_decoder_trains_and_evaluates_end_to_end(tiny_cfg, pe):
     cfg = tiny_cfg("model=encoder_decoder", f"pe={pe}", "task=copy")
     run(cfg)

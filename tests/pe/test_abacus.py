@@ -177,6 +177,7 @@ def test_the_model_passes_the_tasks_digits_and_decodes_without_a_cache():
 
 
 @pytest.mark.parametrize("model", ["decoder", "encoder", "encoder_bare", "encoder_decoder"])
+@pytest.mark.integration
 def test_a_tiny_addition_run_completes_in_every_model_kind(tiny_cfg, model):
     cfg = tiny_cfg("pe=abacus", "task=addition", f"model={model}", "seed=3")
     run(cfg)

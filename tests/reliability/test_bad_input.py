@@ -121,6 +121,7 @@ def trained_checkpoint(tmp_path_factory) -> Path:
         (["seed=3"], r"seed: checkpoint 0 != this run 3"),
     ],
 )
+@pytest.mark.integration
 def test_a_checkpoint_from_another_config_is_refused_naming_what_differs(
     tiny_cfg, trained_checkpoint, overrides, message
 ):
@@ -135,6 +136,7 @@ def test_foreign_weights_of_another_shape_are_refused(tiny_cfg, tmp_path):
     assert_refused_before_training(tiny_cfg(f"ckpt_path={foreign}"), message)
 
 
+@pytest.mark.integration
 def test_a_corrupt_or_truncated_checkpoint_is_refused(tiny_cfg, trained_checkpoint, tmp_path):
     truncated = tmp_path / "truncated.ckpt"
     truncated.write_bytes(trained_checkpoint.read_bytes()[:1000])

@@ -10,6 +10,7 @@ from tests.reliability.runs import checkpoint
 
 
 @pytest.mark.parametrize(("max_steps", "validated"), [(3, [2, 3]), (3, [3]), (4, [2, 4])])
+@pytest.mark.integration
 def test_the_last_step_is_validated_and_saved_whatever_the_interval(
     tiny_cfg, max_steps, validated
 ):

@@ -26,6 +26,7 @@ def _save_big_checkpoints(path: str) -> None:
         io.save_checkpoint({"global_step": 2, "w": torch.randn(100_000_000)}, path)
 
 
+@pytest.mark.integration
 def test_a_kill_during_a_checkpoint_save_leaves_the_previous_one_and_its_litter_is_removed(
     tmp_path,
 ):
@@ -55,6 +56,7 @@ def flip_one_bit(path: Path) -> None:
     path.write_bytes(bytes(data))
 
 
+@pytest.mark.integration
 def test_a_flipped_bit_in_a_checkpoint_is_refused_not_resumed_from(tmp_path):
     out = tmp_path / "run"
     cfg = config(tmp_path, out)
@@ -88,6 +90,7 @@ def test_the_best_checkpoints_come_along_when_a_run_resumes_in_another_directory
     assert (new / "best.ckpt").read_bytes() == b"weights of step 50"
 
 
+@pytest.mark.integration
 def test_a_killed_run_resumed_into_a_new_directory_ends_as_the_uninterrupted_one(tmp_path):
     whole = run(config(tmp_path, tmp_path / "whole"))
     killed = tmp_path / "killed"

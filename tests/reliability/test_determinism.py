@@ -35,6 +35,7 @@ def tiny_run(tmp_path: Path, name: str, *overrides: str) -> tuple[Path, dict]:
     return tmp_path / name, run(cfg)
 
 
+@pytest.mark.integration
 def test_the_same_seed_gives_identical_weights_and_metrics_and_another_seed_does_not(tmp_path):
     first_dir, first = tiny_run(tmp_path, "first", "seed=1")
     second_dir, second = tiny_run(tmp_path, "second", "seed=1")
@@ -45,6 +46,7 @@ def test_the_same_seed_gives_identical_weights_and_metrics_and_another_seed_does
     assert not same_weights(first_dir / last, other_dir / last)
 
 
+@pytest.mark.integration
 def test_results_record_library_versions_and_the_git_commit(tmp_path, repo_root):
     _, record = tiny_run(tmp_path, "run", "train=false", "test=false")
     assert record["versions"]["torch"] == torch.__version__
@@ -56,6 +58,7 @@ def test_results_record_library_versions_and_the_git_commit(tmp_path, repo_root)
 
 
 @pytest.mark.parametrize("pe", ["rope", "alibi"])
+@pytest.mark.integration
 def test_fused_and_eager_attention_score_the_same_trained_model_alike(tmp_path, pe):
     """Two code paths that compute the same function: the model trained with the eager kernel is
     tested again with PyTorch's fused kernel (for ALiBi the bias becomes the attention mask)."""

@@ -48,6 +48,7 @@ def _resident_peak(pe: str, queue) -> None:
 
 @pytest.mark.skipif(not (sys.platform == "linux" and CLEAR_REFS.exists()), reason="Linux /proc")
 @pytest.mark.parametrize("pe", ["rope", "shaw"])  # fused and eager attention
+@pytest.mark.integration
 def test_the_counted_peak_agrees_with_resident_memory(pe):
     """At a size where memory matters (16 sequences of 514 tokens); the allocator's slack, which
     ``MARGIN`` covers, weighs more in small batches."""

@@ -34,6 +34,7 @@ def offline_env(tmp_path) -> dict[str, str]:
     }
 
 
+@pytest.mark.integration
 def test_no_network_and_no_credentials_never_hang_or_prompt(tmp_path, repo_root):
     out, env = tmp_path / "logs" / "train" / "runs" / "now", offline_env(tmp_path)
     cmd = [sys.executable, "scripts/train.py", *RESUMABLE, "logger=wandb", "trainer.max_steps=4"]
@@ -67,6 +68,7 @@ def test_no_network_and_no_credentials_never_hang_or_prompt(tmp_path, repo_root)
     assert sync.returncode == 0 and "Would sync 1 run(s)" in sync.stdout + sync.stderr
 
 
+@pytest.mark.integration
 def test_wandb_failing_to_start_drops_the_logger_and_the_run_completes(tmp_path, monkeypatch):
     def unreachable(*args, **kwargs):
         raise wandb.errors.CommError("network is unreachable")
@@ -80,6 +82,7 @@ def test_wandb_failing_to_start_drops_the_logger_and_the_run_completes(tmp_path,
     assert results(out)["status"] == "completed"
 
 
+@pytest.mark.integration
 def test_wandb_failing_mid_run_still_leaves_the_local_results(tmp_path, monkeypatch):
     def lost(self, *args, **kwargs):
         raise ConnectionError("W&B connection lost")

@@ -34,6 +34,7 @@ def assert_same_as_reference(output_dir, record, reference) -> None:
     assert record["metrics"] == ref_record["metrics"]
 
 
+@pytest.mark.integration
 def test_an_exception_mid_interval_resumes_from_the_last_checkpoint(tmp_path, reference):
     out = tmp_path / "run"
     with pytest.raises(RuntimeError, match="injected fault at step 6"):
@@ -45,6 +46,7 @@ def test_an_exception_mid_interval_resumes_from_the_last_checkpoint(tmp_path, re
     assert_same_as_reference(out, record, reference)
 
 
+@pytest.mark.integration
 def test_sigterm_saves_a_checkpoint_at_the_step_and_the_rerun_resumes_exactly(
     tmp_path, repo_root, reference
 ):
@@ -61,6 +63,7 @@ def test_sigterm_saves_a_checkpoint_at_the_step_and_the_rerun_resumes_exactly(
 
 
 @pytest.mark.parametrize("action", ["sigkill", "sigint"])
+@pytest.mark.integration
 def test_a_killed_run_resumes_from_its_last_validation(tmp_path, repo_root, reference, action):
     out = tmp_path / "run"
     proc = cli(repo_root, tmp_path, out, *fault(action, 6))
@@ -76,6 +79,7 @@ def test_a_killed_run_resumes_from_its_last_validation(tmp_path, repo_root, refe
     assert_same_as_reference(out, record, reference)
 
 
+@pytest.mark.integration
 def test_sigterm_during_the_final_test_stops_at_once_and_the_rerun_only_tests_again(
     tmp_path, repo_root, reference
 ):
@@ -100,6 +104,7 @@ def test_sigterm_during_the_final_test_stops_at_once_and_the_rerun_only_tests_ag
     assert_same_as_reference(out, record, reference)
 
 
+@pytest.mark.integration
 def test_a_slurm_requeue_checkpoint_is_resumed(tmp_path, repo_root, reference, monkeypatch):
     """Lightning's SLURM auto-requeue (deferred to the step's end by ``RequeueAtStepEnd``): on
     SIGUSR1 it saves ``hpc_ckpt_1.ckpt`` in the run directory and calls ``scontrol requeue``;
@@ -131,6 +136,7 @@ def test_a_slurm_requeue_checkpoint_is_resumed(tmp_path, repo_root, reference, m
     assert_same_as_reference(out, record, reference)
 
 
+@pytest.mark.integration
 def test_a_run_resumed_at_its_last_step_records_its_last_validation(tmp_path):
     """Killed during its final test, a run re-run resumes at its last step: nothing is left to
     train or validate, and its record still has the last validation (saved in the checkpoint)."""
@@ -142,6 +148,7 @@ def test_a_run_resumed_at_its_last_step_records_its_last_validation(tmp_path):
     assert again["metrics"]["test"] == first["metrics"]["test"]
 
 
+@pytest.mark.integration
 def test_a_stack_resumed_at_its_last_step_records_each_members_last_validation(tmp_path):
     cfg = config(tmp_path, tmp_path / "stack", "seeds=[0,1]")
     first = run(cfg)

@@ -10,6 +10,7 @@ from pelab.train import run
 from tests.reliability.runs import config, fault, results
 
 
+@pytest.mark.integration
 def test_a_resumed_run_records_its_total_wall_time_and_each_attempt(tmp_path):
     out = tmp_path / "run"
     with pytest.raises(RuntimeError, match="injected fault at step 6"):
@@ -32,6 +33,7 @@ class BarSpy(Callback):
         SEEN.append((bar.total, bar.n))
 
 
+@pytest.mark.integration
 def test_a_resumed_runs_progress_bar_has_its_total_and_starts_where_it_resumed(
     tmp_path, monkeypatch
 ):

@@ -30,6 +30,7 @@ pytestmark = pytest.mark.faults  # the fault campaign: make test-faults
 DIVERGING = ["model.optimizer.lr=1e30", "model.schedule.warmup_steps=1"]
 
 
+@pytest.mark.integration
 def test_a_diverging_run_stops_at_the_first_nan_and_records_why(tmp_path):
     out = tmp_path / "run"
     with pytest.raises(TrainingDiverged, match=r"train/loss is (nan|inf) at step \d"):
@@ -40,6 +41,7 @@ def test_a_diverging_run_stops_at_the_first_nan_and_records_why(tmp_path):
     assert not (out / "checkpoints" / "last.ckpt").exists()  # stopped before the first validation
 
 
+@pytest.mark.integration
 def test_rerunning_a_sweep_skips_completed_jobs_resumes_killed_ones_and_records_failures(
     tmp_path, repo_root
 ):
@@ -75,6 +77,7 @@ def test_rerunning_a_sweep_skips_completed_jobs_resumes_killed_ones_and_records_
     assert diverging.name in proc.stderr and "training diverged" in proc.stderr  # the summary
 
 
+@pytest.mark.integration
 def test_a_job_killed_in_a_live_parallel_sweep_is_recorded_and_the_others_run_on(
     tmp_path, repo_root
 ):
@@ -110,6 +113,7 @@ def test_a_job_killed_in_a_live_parallel_sweep_is_recorded_and_the_others_run_on
     assert all((job / "results.json").read_bytes() == data for job, data in before.items())
 
 
+@pytest.mark.integration
 def test_sigterm_to_a_parallel_sweep_reaches_its_running_jobs_which_checkpoint(
     tmp_path, repo_root
 ):
@@ -144,6 +148,7 @@ def test_sigterm_to_a_parallel_sweep_reaches_its_running_jobs_which_checkpoint(
     assert not second.exists()  # never started
 
 
+@pytest.mark.integration
 def test_a_killed_job_of_a_parallel_evaluation_sweep_is_recorded_through_its_link(
     tmp_path, repo_root
 ):

@@ -127,6 +127,7 @@ RUNS = [
 
 
 @pytest.mark.parametrize(("pe", "model"), RUNS)
+@pytest.mark.integration
 def test_every_2d_encoding_trains_on_the_grid_end_to_end(tiny_cfg, pe, model):
     cfg = tiny_cfg(
         "task=grid",

@@ -97,6 +97,7 @@ def test_every_source_w_and_b_reads_credentials_from_counts_and_is_named(
     assert wandb_choice() == ("offline", "set by $WANDB_MODE")
 
 
+@pytest.mark.integration
 def test_the_run_says_which_mode_it_chose_and_why(tiny_cfg, caplog):
     with caplog.at_level("INFO", logger="pelab.runner"):
         run(tiny_cfg("logger=wandb"))
