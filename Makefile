@@ -27,16 +27,16 @@ install: $(VENV)/.installed ## create .venv and install pelab (torch first, CPU 
 train: install ## train the default run: pe=rope task=copy
 	$(PY) scripts/train.py pe=rope task=copy
 
-test: install ## every tier but slow, on all cores (what CI runs; TIME_TEST on 2 cores)
+test: install ## every tier but slow, on all cores (what CI runs; --durations=25 shows the slowest)
 	$(PY) -m pytest -m "not slow" $(XDIST)
 
-test-unit: install ## the edit loop: no process starts, no Trainer runs (TIME_UNIT on 2 cores)
+test-unit: install ## the edit loop: no process starts, no Trainer runs (~1.5 min on 2 cores)
 	$(PY) -m pytest -m "not slow and not integration" $(XDIST)
 
 test-faults: install ## the fault-injection campaign alone (also part of make test)
 	$(PY) -m pytest -m "faults and not slow" $(XDIST)
 
-test-slow: install ## the slow tests: a small model learns each task in distribution (~37 min in one process; on all cores here)
+test-slow: install ## the slow tests: a small model learns each task in distribution (~37 min in one process by earlier runs; split over the cores)
 	$(PY) -m pytest -m slow $(XDIST)
 
 test-full: install ## every test, slow ones included
