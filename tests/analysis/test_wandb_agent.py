@@ -27,6 +27,9 @@ def test_a_run_of_a_wandb_sweep_agent_is_tabulated(tiny_cfg, tmp_path, monkeypat
     params.write_text(yaml.safe_dump({"pe": {"value": "rope"}, "task": {"value": "copy"}}))
     monkeypatch.setenv("WANDB_SWEEP_ID", "simulated")
     monkeypatch.setenv("WANDB_SWEEP_PARAM_PATH", str(params))
+    # W&B reads the sweep's environment when its process-wide setup is made: an earlier run in
+    # this process (another test) made it without, as an agent's fresh process never would
+    wandb.teardown()
     seen = {}
     finish = wandb.finish
 
