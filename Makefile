@@ -30,7 +30,7 @@ train: install ## train the default run: pe=rope task=copy
 test: install ## every tier but slow, on all cores (what CI runs; --durations=25 shows the slowest)
 	$(PY) -m pytest -m "not slow" $(XDIST)
 
-test-unit: install ## the edit loop: no process starts, no Trainer runs (~1.5 min on 2 cores)
+test-unit: install ## the edit loop: no process starts, no Trainer runs (~1 min on 2 idle cores)
 	$(PY) -m pytest -m "not slow and not integration" $(XDIST)
 
 test-faults: install ## the fault-injection campaign alone (also part of make test)
