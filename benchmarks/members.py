@@ -22,7 +22,7 @@ from benchmarks.common import Setup
 from pelab.data.datamodule import TrainBatches
 from pelab.lit_module import SequenceModel, clip_member_norms
 from pelab.model_kinds import DecoderKind
-from pelab.models.stacked import MemberEncodings, stack
+from pelab.models.stacked import MemberEncodings, stack_members
 from pelab.models.transformer import Transformer
 from pelab.pe import PE_REGISTRY
 from pelab.tasks import TASK_REGISTRY
@@ -72,7 +72,7 @@ def _members_model(task, pe: str, seeds: list[int]) -> SequenceModel:
             )
         )
     optimizer = partial(torch.optim.AdamW, lr=1e-3, betas=(0.9, 0.98), weight_decay=0.01)
-    return SequenceModel(stack(nets), DecoderKind, task, optimizer, seeds=seeds)
+    return SequenceModel(stack_members(nets), DecoderKind, task, optimizer, seeds=seeds)
 
 
 def _member_sides(task, pe: str, k: int, steps: int, rounds: int, batch: int = 32) -> dict:

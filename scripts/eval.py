@@ -15,4 +15,4 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    cli.run(main)
+    cli.run_script(main)

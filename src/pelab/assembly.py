@@ -18,7 +18,7 @@ from pelab.errors import ConfigError
 from pelab.lit_module import SequenceModel
 from pelab.model_kinds import get_model_kind
 from pelab.models.encoder_decoder import EncoderDecoder
-from pelab.models.stacked import stack
+from pelab.models.stacked import stack_members
 from pelab.models.transformer import Transformer
 from pelab.positions import build_sampler
 from pelab.reliability.validate import check_types
@@ -47,7 +47,7 @@ def build_members(
 ) -> SequenceModel:
     """The LightningModule of the members ``configs`` (``pelab.members.member_configs``; one
     config: a plain run): each member's network initialised as its single run's (seeded with
-    its ``seed``, then built), stacked into one (``pelab.models.stacked.stack``)."""
+    its ``seed``, then built), stacked into one (``pelab.models.stacked.stack_members``)."""
     cfg = configs[0]
     kind = get_model_kind(cfg.model.kind)
     positions = build_sampler(instantiate(cfg.positions), task)
@@ -73,7 +73,7 @@ def build_members(
 
     rates = [c.model.optimizer.get("lr") for c in configs]
     return SequenceModel(
-        stack([member(c.seed) for c in configs]),
+        stack_members([member(c.seed) for c in configs]),
         kind,
         task,
         optimizer=instantiate(cfg.model.optimizer),

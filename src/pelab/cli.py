@@ -29,7 +29,7 @@ from pelab.reliability.validate import not_a_key
 FULL_ERROR = "HYDRA_FULL_ERROR"
 
 
-def run(main: Callable[[], Any]) -> None:
+def run_script(main: Callable[[], Any]) -> None:
     """Run a script's ``@hydra.main`` function with pelab's error reporting."""
     if os.environ.get(FULL_ERROR) == "1":
         main()

@@ -35,7 +35,7 @@ from pelab.pe import PE_REGISTRY
 from pelab.record import RESULTS, read_record
 from pelab.reliability.checkpoints import check_integrity
 from pelab.reliability.validate import check_types
-from pelab.runner import execute, make_trainer, outcome, sweep_job, sweep_job_dir
+from pelab.runner import execute, make_trainer, scored_outcome, sweep_job, sweep_job_dir
 from pelab.threads import check_threads, configure_threads
 
 log = logging.getLogger(__name__)
@@ -193,7 +193,7 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
         notes: list[str] = []
         trainer = make_trainer(merged, model.net.num_params(), notes)
         trainer.test(model, datamodule=data_module(merged, task), verbose=False)
-        return outcome(merged, model, warnings=notes)
+        return scored_outcome(merged, model, warnings=notes)
 
     return execute(
         "eval",

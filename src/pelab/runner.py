@@ -149,7 +149,9 @@ def execute(
                 log.exception("could not print the results table (results.json has them)")
 
 
-def outcome(cfg: DictConfig, model: SequenceModel, member: int = 0, **notes: Any) -> Outcome:
+def scored_outcome(
+    cfg: DictConfig, model: SequenceModel, member: int = 0, **notes: Any
+) -> Outcome:
     """The outcome of ``member`` of a model whose test (``cfg.test``) has run: its scores, and
     the chance level of each metric on the very test sets it was scored on."""
     task = model.task

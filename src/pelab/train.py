@@ -43,7 +43,7 @@ from pelab.runner import (
     execute,
     instantiate_all,
     make_trainer,
-    outcome,
+    scored_outcome,
     sweep_job,
     working_loggers,
 )
@@ -121,7 +121,7 @@ def member_outcome(fitted: Fitted, k: int, cfg: DictConfig) -> Outcome:
             for step, values in model.history[k]:
                 logger.log_metrics(values, step)
             logger.finalize("success")
-    return outcome(
+    return scored_outcome(
         cfg,
         model,
         member=k,

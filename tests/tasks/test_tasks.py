@@ -24,7 +24,7 @@ from pelab.assembly import build_model, build_task, check_training, data_module
 from pelab.errors import ConfigError
 from pelab.metrics import summary
 from pelab.model_kinds import MODEL_KINDS
-from pelab.runner import outcome
+from pelab.runner import scored_outcome
 from pelab.tasks import TASK_REGISTRY, Task
 from pelab.tasks.base import expand_lengths
 from pelab.threads import configure_threads
@@ -232,7 +232,7 @@ def test_fits_one_batch_in_every_model_kind(composed, name, variant, model):
                 step_of = model_.validation_step if split == "val" else model_.test_step
                 step_of(batch, 0, i)
             model_.epoch_scores(split)
-    result = outcome(cfg, model_)
+    result = scored_outcome(cfg, model_)
     check_metrics(summary(result.scores, task.in_distribution, result.chance), settings)
 
 

@@ -38,9 +38,9 @@ from pelab.pe.base import ModelDims, PositionalEncoding
 from pelab.positions import Positions
 
 
-class Stack(nn.Module):
-    """One stack: its own encoding, ``n_layers`` blocks and a final LayerNorm;
-    ``[b, n, d_model]`` token embeddings -> ``[b, n, d_model]``."""
+class LayerStack(nn.Module):
+    """One layer stack (the encoder or the decoder): its own encoding, ``n_layers`` blocks and a
+    final LayerNorm; ``[b, n, d_model]`` token embeddings -> ``[b, n, d_model]``."""
 
     def __init__(
         self,
@@ -110,10 +110,12 @@ class EncoderDecoder(nn.Module):
         self.dims = dims(True)  # the decoder's; the encoder's differ only in ``causal``
         self.tok_emb = stacked.Embedding(vocab_size, d_model)
         try:
-            self.encoder = Stack(dims(False), pe, d_ff, dropout, attn_impl, cross_attention=False)
+            self.encoder = LayerStack(
+                dims(False), pe, d_ff, dropout, attn_impl, cross_attention=False
+            )
         except ConfigError as error:
             raise ConfigError(f"the encoder of model=encoder_decoder: {error}") from None
-        self.decoder = Stack(dims(True), pe, d_ff, dropout, attn_impl, cross_attention=True)
+        self.decoder = LayerStack(dims(True), pe, d_ff, dropout, attn_impl, cross_attention=True)
         self.head = stacked.Linear(d_model, vocab_size, bias=False)
         init_weights(self, n_layers)
 

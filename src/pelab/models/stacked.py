@@ -281,7 +281,7 @@ def _same_buffers(encodings: Sequence[nn.Module]) -> bool:
     )
 
 
-def stack(nets: Sequence[nn.Module]) -> nn.Module:
+def stack_members(nets: Sequence[nn.Module]) -> nn.Module:
     """One network holding every member of ``nets`` (same architecture, each initialised as its
     own single run): stacked layers get the members' weights in order; an encoding with
     parameters (or buffers that differ) is held once per member (``MemberEncodings``). Attention
