@@ -1,16 +1,13 @@
 """A user's mistake on the command line: one line naming the bad value, a guess, the valid
 choices, and nothing left behind."""
 
-import os
-import subprocess
-import sys
-
 import pytest
 from hydra.errors import MissingConfigException
 
 from pelab.cli import user_message
 from pelab.errors import ConfigError
 from pelab.models.transformer import check_sizes
+from tests.test_cli import cli
 
 
 def test_a_misspelt_choice_gets_a_guess():
@@ -33,15 +30,13 @@ def test_heads_that_do_not_divide_the_width_list_the_valid_ones():
 @pytest.mark.integration
 def test_a_config_error_leaves_no_run_directory_behind(repo_root, tmp_path):
     out = tmp_path / "run"
-    env = {**os.environ, "WANDB_MODE": "offline"}
-    proc = subprocess.run(
-        [sys.executable, "scripts/train.py", "model.net.n_heads=3", "logger=csv"]
-        + [f"hydra.run.dir={out}", f"paths.cache_dir={tmp_path / 'cache'}"],
-        cwd=repo_root,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
+    proc = cli(
+        repo_root,
+        "scripts/train.py",
+        "model.net.n_heads=3",
+        "logger=csv",
+        f"hydra.run.dir={out}",
+        f"paths.cache_dir={tmp_path / 'cache'}",
         timeout=300,
     )
     assert proc.returncode == 1

@@ -244,19 +244,13 @@ def members_of(net: nn.Module) -> int:
 
 
 @contextmanager
-def select(net: nn.Module, members: Sequence[int] | None) -> Iterator[None]:
-    """Forwards of ``net`` inside run only ``members`` (in this order; None: all), their
-    batches folded in that order."""
-    index = None if members is None else torch.tensor(list(members), dtype=torch.long)
-    if (
-        index is not None
-        and len(index) == members_of(net)
-        and bool((index == torch.arange(len(index))).all())
-    ):
-        index, members = None, None  # every member, in order: no gather
+def select(net: nn.Module, members: Sequence[int]) -> Iterator[None]:
+    """Forwards of ``net`` inside run only ``members``, their batches folded in that order
+    (``SequenceModel.selected`` skips this when every member runs in order)."""
+    index = torch.tensor(list(members), dtype=torch.long)
     changed = [m for m in net.modules() if isinstance(m, Stacked | MemberEncodings)]
     for module in changed:
-        module.members = index if isinstance(module, Stacked) else members
+        module.members = index if isinstance(module, Stacked) else list(members)
     try:
         yield
     finally:
