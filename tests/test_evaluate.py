@@ -14,6 +14,7 @@ from pelab.analysis.sweep import SweepSummary
 from pelab.assembly import build_model, build_task
 from pelab.errors import ConfigError
 from pelab.evaluate import eval_overrides, evaluate, job
+from pelab.record import SCHEMA_VERSION
 from pelab.train import run
 from tests.conftest import TINY, compose_config
 
@@ -69,7 +70,7 @@ def test_a_checkpoint_is_re_evaluated_longer_with_linear_scaling(rope_ckpt):
     assert (pe["scaling"], pe["scaling_factor"]) == ("linear", 2.0)
     assert pe["original_max_len"] is None  # the encoding reads the training length from:
     assert res["model_dims"]["train_max_len"] == 16 + 16 + 2  # BOS, 16, SEP, 16
-    assert res["schema_version"] == 2 and res["kind"] == "eval"
+    assert res["schema_version"] == SCHEMA_VERSION and res["job_type"] == "eval"
     assert res["metrics"]["chance"].keys() == res["metrics"]["test"].keys()  # chance levels too
     assert res["config"]["model"]["net"]["d_model"] == 16  # the model of the training run
     assert res["choices"]["pe"] == "rope" and res["params"]["total"] > 0

@@ -76,25 +76,44 @@ def test_interruptions_are_recorded_with_how_to_resume():
     assert results.failure_reason(ValueError("bad")) == "ValueError: bad"
 
 
-def test_a_new_record_carries_the_schema_version_and_its_kind():
+def test_a_new_record_carries_the_schema_version_and_its_job_type():
     record = results.new_record("eval", {"pe": "rope", "seed": 0}, {"seed": 0})
-    assert record["schema_version"] == results.SCHEMA_VERSION and record["kind"] == "eval"
+    assert record["schema_version"] == results.SCHEMA_VERSION and record["job_type"] == "eval"
     assert record["status"] == "running"
-    with pytest.raises(ValueError, match=r"unknown run kind 'sweep'.*train.*eval"):
+    with pytest.raises(ValueError, match=r"unknown job type 'sweep'.*train.*eval"):
         results.new_record("sweep", {}, {})
 
 
-def test_version_1_records_are_read_with_their_kind(tmp_path):
+@pytest.mark.parametrize("version", [1, 2])
+@pytest.mark.parametrize("job_type", ["train", "eval"])
+def test_older_records_are_read_with_the_job_type_they_called_kind(tmp_path, version, job_type):
+    path = tmp_path / "results.json"
+    results.write_json_atomic(path, {"schema_version": version, "kind": job_type})
+    assert results.read_record(path) == {"schema_version": version, "job_type": job_type}
+
+
+def test_version_1_records_without_a_kind_are_read_with_their_job_type(tmp_path):
     path = tmp_path / "results.json"
     results.write_json_atomic(path, {"status": "completed", "checkpoint": "/x/best.ckpt"})
-    assert results.read_record(path) | {} == {
+    assert results.read_record(path) == {
         "status": "completed",
         "checkpoint": "/x/best.ckpt",
         "schema_version": 1,
-        "kind": "eval",
+        "job_type": "eval",
     }
     results.write_json_atomic(path, {"status": "completed"})
-    assert results.read_record(path)["kind"] == "train"
+    assert results.read_record(path) == {
+        "status": "completed",
+        "schema_version": 1,
+        "job_type": "train",
+    }
+
+
+def test_a_new_record_reads_back_as_written(tmp_path):
+    path = tmp_path / "results.json"
+    record = results.new_record("train", {"seed": 0}, {"seed": 0})
+    results.write_json_atomic(path, record)
+    assert results.read_record(path) == record
 
 
 def test_a_jobs_key_depends_on_what_it_trains_not_on_order_or_run_only_settings():

@@ -8,7 +8,7 @@ size). Any option of the checkpoint's encoding (``pe.<option>``, checked against
 like every setting), ``task.eval_lengths`` and ``seed`` may be changed; evaluation knows no
 encoding. It runs through the same executor as training (``pelab.runner``): the record goes to
 ``<run dir>/eval/<timestamp>_<pe overrides>/results.json`` with training's schema,
-``kind: eval``, the ``checkpoint`` and the ``eval_overrides``. In a sweep (``-m``, e.g. over
+``job_type: eval``, the ``checkpoint`` and the ``eval_overrides``. In a sweep (``-m``, e.g. over
 ``pe.scaling=none,linear,yarn``) each job's Hydra directory links to its record
 (``results.json``), so the sweep summary and ``make_table.py <eval sweep dir>`` find them;
 ``make_table.py`` tabulates re-evaluations apart from training runs (``eval/`` tables).

@@ -1,9 +1,11 @@
 """The run record, ``results.json``: one schema for training runs and re-evaluations, defined
 here and nowhere else, written atomically, read by every later tool.
 
-Keys (``SCHEMA_VERSION`` 2; a record without ``schema_version`` is version 1, read as is):
+Keys (``SCHEMA_VERSION`` 3; a record without ``schema_version`` is version 1; ``read_record``
+reads versions 1 and 2, which called ``job_type`` ``kind``, with ``job_type``):
 
-- ``schema_version``; ``kind``: ``train`` or ``eval`` (a re-evaluation of a checkpoint);
+- ``schema_version``; ``job_type``: ``train`` or ``eval`` (a re-evaluation of a checkpoint; W&B's
+  job type too);
 - ``status``: ``running`` (written on entry: a job killed outright keeps it), ``completed`` or
   ``failed``, with ``error`` (one line) when failed; ``started``: when (ISO 8601, local time);
 - ``choices``: the config-group choices (model, pe, task, ...) and the seed; ``config``: the
@@ -47,8 +49,8 @@ from pelab.errors import causes, storage_fault
 log = logging.getLogger(__name__)
 
 PACKAGES = ("pelab", "torch", "lightning", "hydra-core", "wandb", "datasets")
-SCHEMA_VERSION = 2
-KINDS = ("train", "eval")
+SCHEMA_VERSION = 3
+JOB_TYPES = ("train", "eval")
 RESULTS = "results.json"  # the record's file name in a run's output directory
 # a training run's competence fields (``pelab.competence``)
 COMPETENCE_KEYS = ("learned", "steps_to_learn", "stop_reason")
@@ -123,13 +125,13 @@ def job_dir(results: str | Path, record: dict[str, Any]) -> Path:
     return run.parent if "member_of" in record else run
 
 
-def new_record(kind: str, choices: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
+def new_record(job_type: str, choices: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
     """The record of a run that starts now (``status: running``)."""
-    if kind not in KINDS:
-        raise ValueError(f"unknown run kind {kind!r}; valid choices: {KINDS}")
+    if job_type not in JOB_TYPES:
+        raise ValueError(f"unknown job type {job_type!r}; valid choices: {JOB_TYPES}")
     return {
         "schema_version": SCHEMA_VERSION,
-        "kind": kind,
+        "job_type": job_type,
         "status": "running",
         "started": datetime.now().astimezone().isoformat(timespec="seconds"),
         "choices": choices,
@@ -138,11 +140,13 @@ def new_record(kind: str, choices: dict[str, Any], config: dict[str, Any]) -> di
 
 
 def read_record(path: str | Path) -> dict[str, Any]:
-    """A ``results.json``, with ``schema_version`` and ``kind`` filled in for version 1 records
-    (which marked a re-evaluation only by its ``checkpoint`` key)."""
+    """A ``results.json``, with ``schema_version`` and ``job_type`` filled in for older records:
+    versions 1 and 2 called it ``kind`` (dropped here); a version 1 record without it is a
+    re-evaluation if it has a ``checkpoint``."""
     record = json.loads(Path(path).read_text())
     record.setdefault("schema_version", 1)
-    record.setdefault("kind", "eval" if "checkpoint" in record else "train")
+    old = record.pop("kind", None)
+    record.setdefault("job_type", old or ("eval" if "checkpoint" in record else "train"))
     return record
 
 
@@ -228,12 +232,12 @@ def interrupted(error: BaseException) -> bool:
     return bool(names & {"SIGTERMException", "KeyboardInterrupt"})
 
 
-def resume_command(kind: str, overrides: list[str], job_dir: str | Path) -> str:
-    """The command that resumes the run of ``kind`` launched with ``overrides`` (a sweep's job:
+def resume_command(job_type: str, overrides: list[str], job_dir: str | Path) -> str:
+    """The command that resumes the run of ``job_type`` launched with ``overrides`` (a sweep's job:
     its own overrides) in ``job_dir``: the run's default directory is timestamped, so it names
     ``hydra.run.dir``."""
     kept = [o for o in overrides if not o.lstrip("+~").startswith("hydra.run.dir=")]
-    return shlex.join(["python", f"scripts/{kind}.py", *kept, f"hydra.run.dir={job_dir}"])
+    return shlex.join(["python", f"scripts/{job_type}.py", *kept, f"hydra.run.dir={job_dir}"])
 
 
 def earlier_wall_times(path: str | Path) -> list[float]:

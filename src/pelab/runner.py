@@ -95,7 +95,7 @@ def _fresh(record_path: Path) -> bool:
 
 
 def execute(
-    kind: str,
+    job_type: str,
     output_dir: str | Path,
     choices: dict[str, Any],
     config: dict[str, Any],
@@ -111,18 +111,18 @@ def execute(
     now; a member of a run counts from the run's start); ``earlier``: the wall times of the
     attempts a resumed training run continues (``record.earlier_wall_times``). An interrupted
     training run records and logs the command that resumes it (``record.resume_command``)."""
-    record = new_record(kind, choices, config) | extra
+    record = new_record(job_type, choices, config) | extra
     resume = None
-    if kind == "train":
+    if job_type == "train":
         overrides = list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
         job = (extra.get("member_of") or {}).get("dir") or output_dir
-        resume = resume_command(kind, overrides, job)
+        resume = resume_command(job_type, overrides, job)
     try:
         with recorded(Path(output_dir) / RESULTS, record, since, resume, earlier):
             try:
                 outcome = work()
             except BaseException:
-                if kind == "train":
+                if job_type == "train":
                     record["stop_reason"] = "failed"
                 raise
             task = outcome.task

@@ -6,7 +6,7 @@ from tests.analysis.records import CHOICES, record, write_job
 
 
 def job(tmp_path, name, pe, task, seed, learned, started, member_of=None):
-    rec = record(pe, task, seed, {8: 1.0, 32: 0.25}, learned=learned) | {"kind": "train"}
+    rec = record(pe, task, seed, {8: 1.0, 32: 0.25}, learned=learned) | {"job_type": "train"}
     rec |= {"started": started, "wall_time_s": 61.0}
     if member_of is not None:
         rec["member_of"] = member_of

@@ -252,11 +252,11 @@ def test_a_re_evaluation_table_has_the_run_as_trained_and_whether_it_learned(tmp
 
     job = tmp_path / "run"
     trained = record("rope", "copy", 0, {8: 1.0, 32: 0.1}, learned=False, overrides=["pe=rope"])
-    trained |= {"kind": "train"}
+    trained |= {"job_type": "train"}
     trained["config"]["pe"] = {"scaling": "none"}
     write_job(job, trained, {"pe": "rope", "task": "copy", **CHOICES}, 0, ["pe=rope"])
     for name, scaling in (("yarn", "yarn"), ("pi", "pi")):
-        evaluation = record("rope", "copy", 0, {8: 1.0, 32: 0.3}) | {"kind": "eval"}
+        evaluation = record("rope", "copy", 0, {8: 1.0, 32: 0.3}) | {"job_type": "eval"}
         evaluation |= {"eval_overrides": [f"pe.scaling={scaling}"]}
         evaluation["config"]["pe"] = {"scaling": scaling}
         (job / "eval" / name).mkdir(parents=True)
@@ -270,10 +270,10 @@ def test_an_evaluation_as_trained_is_not_counted_twice(tmp_path):
     from pelab.analysis.collect import eval_records
 
     job = tmp_path / "run"
-    trained = record("rope", "copy", 0, {8: 1.0, 32: 0.1}, learned=True) | {"kind": "train"}
+    trained = record("rope", "copy", 0, {8: 1.0, 32: 0.1}, learned=True) | {"job_type": "train"}
     trained["config"]["pe"] = {"scaling": "none"}
     write_job(job, trained, {"pe": "rope", "task": "copy", **CHOICES}, 0, ["pe=rope"])
-    evaluation = record("rope", "copy", 0, {8: 1.0, 32: 0.1}) | {"kind": "eval"}
+    evaluation = record("rope", "copy", 0, {8: 1.0, 32: 0.1}) | {"job_type": "eval"}
     evaluation |= {"eval_overrides": ["pe.scaling=none"], "config": trained["config"]}
     (job / "eval" / "none").mkdir(parents=True)
     (job / "eval" / "none" / "results.json").write_text(json.dumps(evaluation))

@@ -54,8 +54,10 @@ def test_a_death_is_named_by_its_signal_or_exit_status():
 
 def test_a_dead_stack_marks_its_running_members_failed_and_leaves_the_finished_ones(tmp_path):
     job = tmp_path / "rope_copy_s0-1_abc"
-    write_json_atomic(job / "seed_0" / "results.json", {"status": "completed", "kind": "train"})
-    write_json_atomic(job / "seed_1" / "results.json", {"status": "running", "kind": "train"})
+    write_json_atomic(
+        job / "seed_0" / "results.json", {"status": "completed", "job_type": "train"}
+    )
+    write_json_atomic(job / "seed_1" / "results.json", {"status": "running", "job_type": "train"})
     finished = (job / "seed_0" / "results.json").read_bytes()
     log = tmp_path / ".launcher" / "0.log"
     assert mark_failed(job, "killed by SIGKILL", log, ["step 5", "injecting fault"])

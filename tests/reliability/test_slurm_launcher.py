@@ -175,7 +175,7 @@ def test_the_driver_waits_for_every_job_and_records_the_interrupted_one(tmp_path
     dirs = [tmp_path / "a", tmp_path / "b", tmp_path / "c"]
     for d in dirs:
         d.mkdir()
-        record = {"kind": "train", "status": "running", "config": {}}
+        record = {"job_type": "train", "status": "running", "config": {}}
         (d / "results.json").write_text(json.dumps(record))
     jobs = [
         FakeJob("1_0", error=UncompletedJobError("Job 1_0 has state CANCELLED")),
@@ -195,7 +195,9 @@ def test_the_driver_waits_for_every_job_and_records_the_interrupted_one(tmp_path
 
 
 def test_a_finished_record_is_never_marked(tmp_path):
-    (tmp_path / "results.json").write_text(json.dumps({"kind": "train", "status": "completed"}))
+    (tmp_path / "results.json").write_text(
+        json.dumps({"job_type": "train", "status": "completed"})
+    )
     assert mark_interrupted(tmp_path, "gone", "resume") == []
 
 

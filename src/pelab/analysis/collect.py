@@ -8,7 +8,7 @@ Every job a sweep launched is a row, whatever became of it (``status``):
   process was killed (out of memory, a time limit) or is still running;
 - ``missing``: the sweep's grid (its ``multirun.yaml``) has the job, but no job directory exists.
 
-Re-evaluations (records of ``kind: eval``, ``pelab.record``) are not training runs and are
+Re-evaluations (records of ``job_type: eval``, ``pelab.record``) are not training runs and are
 skipped.
 """
 
@@ -73,19 +73,21 @@ WANDB_STATES = {"finished": "completed", "failed": "failed", "crashed": "crashed
 
 
 def load_records(
-    sources: Iterable[str | Path], filters: dict[str, str] | None = None, kind: str = "train"
+    sources: Iterable[str | Path], filters: dict[str, str] | None = None, job_type: str = "train"
 ) -> list[dict[str, Any]]:
-    """The records of every source of one ``kind`` (``train``: training runs, ``eval``:
+    """The records of every source of one ``job_type`` (``train``: training runs, ``eval``:
     re-evaluations): a directory, or ``wandb:<entity>/<project>`` (online; ``filters`` select
     runs as W&B's API does, e.g. ``{"group": ...}``, ``{"sweep": <id>}``,
     ``{"config.run_name": "ablation_cpu"}``)."""
     records: list[dict[str, Any]] = []
     for source in sources:
         if str(source).startswith(WANDB_PREFIX):
-            records += wandb_records(str(source)[len(WANDB_PREFIX) :], filters, kind)
+            records += wandb_records(str(source)[len(WANDB_PREFIX) :], filters, job_type)
         elif Path(source).is_dir():
             found = (
-                directory_records(Path(source)) if kind == "train" else eval_records(Path(source))
+                directory_records(Path(source))
+                if job_type == "train"
+                else eval_records(Path(source))
             )
             records += [r for r in found if matches(r, filters or {})]
         else:
@@ -102,7 +104,7 @@ def directory_records(root: Path) -> list[dict[str, Any]]:
     records = []
     for path in sorted(root.rglob(RESULTS), key=_natural):
         record = read_record(path)
-        if record["kind"] == "train":
+        if record["job_type"] == "train":
             job = job_dir(path, record)  # a member of a stack: the job that trained the stack
             where = {"source": str(path.parent), "job": str(job), "overrides": _overrides(job)}
             records.append({**record, **where})
@@ -177,7 +179,7 @@ def eval_records(root: Path, as_trained: bool = True) -> list[dict[str, Any]]:
             continue
         seen.add(resolved)
         record = read_record(resolved)
-        if record["kind"] != "eval":
+        if record["job_type"] != "eval":
             continue
         trained = resolved.parents[2] / RESULTS  # <run dir>/eval/<name>/results.json
         source = read_record(trained) if trained.is_file() else {}
@@ -340,15 +342,15 @@ def setting_overrides(overrides: list[str]) -> dict[str, str]:
 
 
 def wandb_records(
-    path: str, filters: dict[str, str] | None = None, kind: str = "train"
+    path: str, filters: dict[str, str] | None = None, job_type: str = "train"
 ) -> list[dict[str, Any]]:
-    """The runs of one ``kind`` (their W&B job type) of the W&B project ``path``
+    """The runs of W&B job type ``job_type`` of the W&B project ``path``
     (``entity/project``), as records."""
     import wandb
 
     try:
         runs = wandb.Api().runs(path, filters=filters or None)
-        return [wandb_record(run) for run in runs if run.job_type == kind]
+        return [wandb_record(run) for run in runs if run.job_type == job_type]
     except (wandb.errors.CommError, wandb.errors.UsageError, ValueError) as error:
         raise ConfigError(
             f"cannot read the W&B project {path!r} ({error}); it needs `wandb login` and a "

@@ -78,7 +78,7 @@ def commands(records: Sequence[dict[str, Any]]) -> list[str]:
     """The command line of every job, once each (its overrides as Hydra saved them)."""
     script = {"train": "scripts/train.py", "eval": "scripts/eval.py"}
     lines = {
-        f"python {script.get(r.get('kind', 'train'), 'scripts/train.py')} "
+        f"python {script.get(r.get('job_type', 'train'), 'scripts/train.py')} "
         + " ".join(r.get("overrides") or [])
         for r in records
         if r.get("overrides") is not None

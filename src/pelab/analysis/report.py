@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.published:
             read_published(args.published)  # a bad file fails before any work
         records = load_records(args.sources, dict(args.filter))
-        evaluations = load_records(args.sources, dict(args.filter), kind="eval")
+        evaluations = load_records(args.sources, dict(args.filter), job_type="eval")
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def tables_and_figures(records: list[dict], out: Path, args: argparse.Namespace) -> list[Path]:
-    """The tables and figures of ``records`` (all of one kind) in ``out``, logged to W&B unless
+    """The tables and figures of ``records`` (all of one job type) in ``out``, logged to W&B unless
     ``--no-wandb``; prints the task table."""
     try:
         result = ablation(runs_frame(records), lengths_frame(records), args.metric, args.protocol)

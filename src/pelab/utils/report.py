@@ -33,7 +33,7 @@ def print_results(record: dict[str, Any], task: Task, console: Console | None = 
         table.add_row(*row)
     console = console or Console()
     console.print(table)
-    if record.get("kind", "train") == "train":  # a re-evaluation did not train
+    if record.get("job_type", "train") == "train":  # a re-evaluation did not train
         console.print(learned_line(record), highlight=False, markup=False, soft_wrap=True)
 
 
