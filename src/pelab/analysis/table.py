@@ -32,6 +32,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats as scipy_stats
 
+from pelab.analysis.baseline import with_origin
 from pelab.analysis.collect import NOT_SET, RUN_FIELDS, SPLITS
 from pelab.errors import ConfigError
 
@@ -389,9 +390,11 @@ def ablation(
     protocol: str = "mean",
 ) -> Ablation:
     """Both tables of ``runs`` (``collect.runs_frame``) for ``metric``, under ``protocol``
-    (``PROTOCOLS``)."""
+    (``PROTOCOLS``); runs of a shipped baseline among them add the row axis ``origin``
+    (``baseline.with_origin``)."""
     if protocol not in PROTOCOLS:
         raise ConfigError(f"unknown protocol {protocol!r}; valid choices: {', '.join(PROTOCOLS)}")
+    runs = with_origin(runs)
     rows = row_axes(runs)
     full = complete(runs, rows)
     full, rows = select(full, rows, protocol)
