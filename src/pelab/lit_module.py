@@ -161,7 +161,10 @@ class SequenceModel(L.LightningModule):
             self.log("train/loss", total / len(losses), prog_bar=True)
             if step % self.trainer.log_every_n_steps == 0:
                 for k, loss in losses.items():
-                    values = {"train/loss": float(loss), "train/length": batch[k][0].shape[1]}
+                    values = {
+                        "train/loss": float(loss.detach()),
+                        "train/length": batch[k][0].shape[1],
+                    }
                     self.history[k].append((step, values))
         return total
 
