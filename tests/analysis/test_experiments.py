@@ -80,7 +80,7 @@ def test_missing_jobs_of_a_glob_sweep_come_from_its_saved_config_tree(tmp_path):
     records = directory_records(tmp_path)
     assert {r["status"] for r in records} == {"missing"}
     assert sorted({r["choices"]["pe"] for r in records}) == FLAT
-    assert len(records) == len(FLAT) * 2 * 2  # copy and reverse, the command line's seeds
+    assert len(records) == len(FLAT) * 3 * 2  # copy, reverse and sort; the command line's seeds
     assert sorted({r["choices"]["seed"] for r in records}) == [0, 5]
 
 
