@@ -5,6 +5,7 @@ import torch
 
 from pelab.lit_module import SequenceModel, warmup_cosine
 from pelab.model_kinds import DecoderKind
+from pelab.models.stacked import stack_members
 from pelab.models.transformer import Transformer
 from pelab.pe import PE_REGISTRY
 from pelab.positions import contiguous
@@ -18,8 +19,14 @@ def test_warmup_then_cosine_to_the_floor():
     assert f(110) == pytest.approx(0.1) and f(500) == pytest.approx(0.1)
 
 
-def make_model(task):
-    net = Transformer(
+def test_warmup_then_constant_without_a_horizon():
+    """``total_steps=None`` (``decay_at``): the stable phase; each member decays on its own."""
+    f = warmup_cosine(warmup_steps=10, total_steps=None, min_ratio=0.1)
+    assert f(0) == pytest.approx(0.1) and f(9) == f(10) == f(10**6) == 1.0
+
+
+def make_net(task):
+    return Transformer(
         task.vocab_size,
         task.max_sequence_length(),
         True,
@@ -28,7 +35,64 @@ def make_model(task):
         n_heads=2,
         n_layers=1,
     )
-    return SequenceModel(net, DecoderKind, task, optimizer=partial(torch.optim.AdamW))
+
+
+def make_model(task, members=1, **options):
+    net = stack_members([make_net(task) for _ in range(members)])
+    seeds = list(range(members))
+    return SequenceModel(
+        net, DecoderKind, task, optimizer=partial(torch.optim.AdamW), seeds=seeds, **options
+    )
+
+
+def test_decay_at_starts_each_members_decay_once_it_nears_the_criterion(monkeypatch):
+    """``decay_at``: a member's rate holds until its worst in-distribution exact match reaches
+    ``decay_at``, then follows a cosine to ``min_lr_ratio`` over ``decay_steps``; another
+    member keeps its rate; a resumed run keeps where each decay began."""
+    task = TASK_REGISTRY["copy"](train_lengths=[1, 4], eval_lengths=[2, 4, 8])
+    options = {"decay_at": 0.9, "decay_steps": 100, "min_lr_ratio": 0.1}
+    model = make_model(task, members=2, **options)
+    step = [300]
+    monkeypatch.setattr(SequenceModel, "global_step", property(lambda self: step[0]))
+
+    def validate(*worst_at_4):
+        for k, worst in enumerate(worst_at_4):
+            model.member_scores[k]["val"] = {2: {"exact_match": 1.0}, 4: {"exact_match": worst}}
+            model.start_decay(k)
+
+    validate(0.85, 0.95)  # length 8 is out of distribution: never part of the criterion
+    assert model.decay_from == [None, 300] and model.member_rates() is None  # cos(0) = 1
+    step[0] = 350
+    assert model.member_rates().tolist() == pytest.approx([1.0, 0.1 + 0.9 * 0.5])
+    step[0] = 500
+    validate(0.93, 0.5)  # member 1 fell back: its decay goes on
+    assert model.decay_from == [500, 300]
+    assert model.member_rates().tolist() == pytest.approx([1.0, 0.1])
+    model.stopped[0] = True
+    assert model.member_rates().tolist() == pytest.approx([0.0, 0.1])
+
+    checkpoint = {}
+    model.on_save_checkpoint(checkpoint)
+    resumed = make_model(task, members=2, **options)
+    resumed.on_load_checkpoint(checkpoint)
+    assert resumed.decay_from == [500, 300]
+
+
+def test_without_decay_at_the_members_rates_never_decay(monkeypatch):
+    task = TASK_REGISTRY["copy"](train_lengths=[1, 4], eval_lengths=[4])
+    model = make_model(task, members=2)
+    monkeypatch.setattr(SequenceModel, "global_step", property(lambda self: 1000))
+    model.member_scores[0]["val"] = {4: {"exact_match": 1.0}}
+    model.start_decay(0)
+    assert model.decay_from == [None, None] and model.member_rates() is None
+
+
+def test_the_schedule_options_reach_the_model(tiny_cfg):
+    from pelab.assembly import build_model, build_task
+
+    cfg = tiny_cfg("model.schedule.decay_at=0.9", "model.schedule.decay_steps=250")
+    model = build_model(cfg, build_task(cfg))
+    assert (model.decay_at, model.decay_steps) == (0.9, 250)
 
 
 def test_loss_is_computed_on_answer_tokens_only():

@@ -49,14 +49,24 @@ class CompiledOrEager:
         return self.fn(*args)
 
 
-def warmup_cosine(warmup_steps: int, total_steps: int, min_ratio: float) -> Callable[[int], float]:
-    """LR multiplier: linear warmup to 1, then cosine decay to ``min_ratio`` at ``total_steps``."""
+def cosine(progress: float, min_ratio: float) -> float:
+    """``min_ratio + (1 - min_ratio) (1 + cos(pi p)) / 2`` at ``p = min(progress, 1)``: 1 at
+    ``p = 0``, ``min_ratio`` from ``p = 1`` on."""
+    return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+
+
+def warmup_cosine(
+    warmup_steps: int, total_steps: int | None, min_ratio: float
+) -> Callable[[int], float]:
+    """LR multiplier: linear warmup to 1, then cosine decay to ``min_ratio`` at ``total_steps``
+    (None: stay at 1, the stable phase of ``decay_at``)."""
 
     def factor(step: int) -> float:
         if step < warmup_steps:
             return (step + 1) / warmup_steps
-        progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
-        return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+        if total_steps is None:
+            return 1.0
+        return cosine((step - warmup_steps) / max(1, total_steps - warmup_steps), min_ratio)
 
     return factor
 
@@ -86,6 +96,8 @@ class SequenceModel(L.LightningModule):
         optimizer: Callable[..., torch.optim.Optimizer],
         warmup_steps: int = 100,
         min_lr_ratio: float = 0.1,
+        decay_at: float | None = None,
+        decay_steps: int = 400,
         positions: PositionSampler | None = None,
         compile: bool = False,
         val_lengths: list[int] | None = None,
@@ -106,6 +118,9 @@ class SequenceModel(L.LightningModule):
         self.positions = positions or ContiguousPositions()
         self.optimizer_factory = optimizer
         self.warmup_steps, self.min_lr_ratio = warmup_steps, min_lr_ratio
+        self.decay_at, self.decay_steps = decay_at, decay_steps
+        # per member: the step its decay began (``decay_at``), None before
+        self.decay_from: list[int | None] = [None] * len(self.seeds)
         self.metrics = nn.ModuleList(
             nn.ModuleDict(
                 {
@@ -294,6 +309,8 @@ class SequenceModel(L.LightningModule):
             self.validated = members  # the members this validation scored
         for k in members:
             values = self.epoch_scores(split, k)
+            if split == "val":
+                self.start_decay(k)
             if self.live:
                 shown = mean_key(split, "id", "exact_match")
                 for key, value in values.items():
@@ -302,6 +319,33 @@ class SequenceModel(L.LightningModule):
                 self.history[k].append((self.global_step, values))
         if not self.live and split == "val":
             self.log("val/members_active", float(len(self.active)), prog_bar=True)
+
+    def start_decay(self, k: int) -> None:
+        """Member ``k``'s decay begins at this step once the exact match at its worst
+        in-distribution length reaches ``decay_at`` (``member_rates`` then applies it)."""
+        if self.decay_at is None or self.decay_from[k] is not None:
+            return
+        scores = self.member_scores[k]["val"]
+        worst = min(v["exact_match"] for n, v in scores.items() if self.task.in_distribution(n))
+        if worst >= self.decay_at:
+            self.decay_from[k] = self.global_step
+            log.info(
+                "seed %d: in-distribution exact match %.3f >= decay_at %g at step %d: the "
+                "learning rate decays over the next %d steps",
+                self.seeds[k],
+                worst,
+                self.decay_at,
+                self.global_step,
+                self.decay_steps,
+            )
+
+    def decay(self, k: int) -> float:
+        """Member ``k``'s learning-rate factor under ``decay_at``: 1 until its decay began, then
+        a cosine to ``min_lr_ratio`` over ``decay_steps`` steps."""
+        start = self.decay_from[k]
+        if start is None:
+            return 1.0
+        return cosine((self.global_step - start) / self.decay_steps, self.min_lr_ratio)
 
     def on_validation_epoch_end(self) -> None:
         self._end_epoch("val")
@@ -314,7 +358,11 @@ class SequenceModel(L.LightningModule):
         validation's scores go with the weights: a run resumed at its final step (killed during
         its test) has no validation left to run, and records them from here."""
         checkpoint[ENGINE_KEY] = ENGINE
-        checkpoint[MEMBERS_KEY] = {"stopped": self.stopped, "history": self.history}
+        checkpoint[MEMBERS_KEY] = {
+            "stopped": self.stopped,
+            "history": self.history,
+            "decay_from": self.decay_from,
+        }
         checkpoint[SCORES_KEY] = [
             {"val": s["val"]} if "val" in s else {} for s in self.member_scores
         ]
@@ -331,20 +379,23 @@ class SequenceModel(L.LightningModule):
         if state is not None and len(state["stopped"]) == len(self.seeds):
             self.stopped = list(state["stopped"])
             self.history = [[(s, dict(v)) for s, v in h] for h in state["history"]]
+            self.decay_from = list(state.get("decay_from", self.decay_from))
 
     def configure_optimizers(self):  # noqa: ANN201 (Lightning's union of return types)
         """The optimizer over every member's weights (elementwise updates: each member's steps
         are its single run's), at the members' learning rate, or at the largest of
         ``learning_rates`` with the others scaled in ``optimizer_step``; the warmup + cosine
-        schedule."""
+        schedule to ``trainer.max_steps``, or with ``decay_at`` warmup and a constant rate (each
+        member's decay is its own, in ``member_rates``)."""
         options = {} if self.learning_rates is None else {"lr": max(self.learning_rates)}
         optimizer = self.optimizer_factory(self.net.parameters(), **options)
-        return self.scheduled(optimizer, self.trainer.max_steps)
+        return self.scheduled(optimizer, None if self.decay_at else self.trainer.max_steps)
 
     def member_rates(self) -> Tensor | None:
         """Each member's step as a fraction of the optimizer's, ``[K]``: 0 once stopped, its
-        learning rate over the largest; None when every member takes the optimizer's step."""
-        rates = torch.tensor([0.0 if s else 1.0 for s in self.stopped])
+        learning rate over the largest, times its ``decay``; None when every member takes the
+        optimizer's step."""
+        rates = torch.tensor([0.0 if s else self.decay(k) for k, s in enumerate(self.stopped)])
         if self.learning_rates is not None:
             rates = rates * torch.tensor(self.learning_rates) / max(self.learning_rates)
         return None if bool((rates == 1).all()) else rates
@@ -379,9 +430,11 @@ class SequenceModel(L.LightningModule):
             return
         clip_member_norms(self.net, gradient_clip_val)
 
-    def scheduled(self, optimizer: torch.optim.Optimizer, total_steps: int) -> dict[str, Any]:
-        """``optimizer`` with the warmup + cosine schedule over ``total_steps``, stepped every
-        step, as ``configure_optimizers`` returns it."""
+    def scheduled(
+        self, optimizer: torch.optim.Optimizer, total_steps: int | None
+    ) -> dict[str, Any]:
+        """``optimizer`` with the warmup + cosine schedule over ``total_steps`` (None: warmup,
+        then constant), stepped every step, as ``configure_optimizers`` returns it."""
         schedule = warmup_cosine(self.warmup_steps, total_steps, self.min_lr_ratio)
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
         return {

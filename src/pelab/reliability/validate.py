@@ -39,6 +39,8 @@ PLAIN: dict[str, tuple[type, typing.Callable[[Any], bool] | None, str]] = {
     "model.optimizer.lr": (float, lambda v: v > 0, "> 0, e.g. 3e-3"),
     "model.schedule.warmup_steps": (int, lambda v: v >= 0, ">= 0"),
     "model.schedule.min_lr_ratio": (float, lambda v: 0 <= v <= 1, "in [0, 1]"),
+    "model.schedule.decay_at": (float, lambda v: 0 < v <= 1, "in (0, 1], or null"),
+    "model.schedule.decay_steps": (int, lambda v: v >= 1, ">= 1"),
     "model.net.dropout": (float, lambda v: 0 <= v < 1, "in [0, 1)"),
     "model.net.d_ff": (int, lambda v: v >= 1, ">= 1 (null: 4 * d_model)"),
     "trainer.val_check_interval": (int, lambda v: v >= 1, ">= 1: validate every N steps"),
