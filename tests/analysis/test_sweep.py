@@ -79,6 +79,21 @@ def test_a_sweep_counts_its_learned_and_not_learned_runs(tmp_path, capsys):
     assert "learned: 1 of 2 completed runs; not learned: 1 (0_none)" in err
 
 
+def test_a_sweep_names_its_first_not_learned_runs_and_counts_the_rest(tmp_path, capsys):
+    from pelab.analysis.sweep import NAMED
+
+    seeds = list(range(NAMED + 2))
+    write_multirun(tmp_path, {}, ["pe=none", f"seed={','.join(map(str, seeds))}"])
+    for seed in seeds:
+        choices = {"pe": "none", "task": "copy", **CHOICES}
+        done = record("none", "copy", seed, {8: 0.5, 32: 0.0}, learned=False, steps_to_learn=None)
+        write_job(tmp_path / f"{seed}_none", done, choices, seed, ["pe=none", f"seed={seed}"])
+    sweep_end(tmp_path)
+    err = capsys.readouterr().err
+    named = ", ".join(f"{seed}_none" for seed in seeds[:NAMED])
+    assert f"not learned: {NAMED + 2} ({named}, and 2 more (make_table.py --list))" in err
+
+
 def test_each_finished_job_of_a_sweep_prints_its_progress_and_an_eta(tmp_path, capsys):
     import os
     import time

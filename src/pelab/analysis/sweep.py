@@ -1,7 +1,8 @@
 """The end of a sweep (``python scripts/train.py -m ...``, or ``scripts/eval.py -m``): a Hydra
 callback that counts the jobs and their runs by status (a job of ``seeds``/``learning_rates``
 holds one run per member), lists every run that did not complete with its error, counts the
-completed runs that learned their task and names those that did not (``pelab.competence``),
+completed runs that learned their task and names those that did not (``pelab.competence``; the
+first ``NAMED``, then how many more),
 prints the command that makes the table, and ends the process with exit status 1 if any job did
 not complete."""
 
@@ -14,6 +15,8 @@ from typing import Any
 
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
+
+NAMED = 5  # the not-learned runs a summary names; ``make_table.py --list`` shows every one
 
 
 class SweepSummary(Callback):
@@ -86,7 +89,11 @@ class SweepSummary(Callback):
         judged = runs[(runs["status"] == "completed") & runs["learned"].notna()]
         if not evaluation and len(judged):  # runs under a competence budget (learned_at)
             missed = judged[judged["learned"] == False]  # noqa: E712 (object column)
-            names = ", ".join(_within(Path(source), sweep_dir) for source in missed["source"])
+            shown = [_within(Path(source), sweep_dir) for source in missed["source"][:NAMED]]
+            more = len(missed) - len(shown)
+            names = ", ".join(shown) + (
+                f", and {more} more (make_table.py --list)" if more else ""
+            )
             lines.append(
                 f"learned: {len(judged) - len(missed)} of {len(judged)} completed runs; "
                 f"not learned: {len(missed)}" + (f" ({names})" if names else "")
