@@ -45,7 +45,7 @@ def test_a_checkpoint_is_re_evaluated_longer_with_linear_scaling(rope_ckpt):
         f"ckpt_path='{rope_ckpt}'",
         "pe.scaling=linear",
         "pe.scaling_factor=2",
-        "task.eval_lengths=[16,48]",
+        "task.eval_lengths=[8,48]",
         "logger=csv",
     ]
     record = evaluate(compose_eval(overrides, run_dir.parent))
@@ -55,7 +55,7 @@ def test_a_checkpoint_is_re_evaluated_longer_with_linear_scaling(rope_ckpt):
     res = json.loads(written[0].read_text())
     assert res["status"] == "completed" and res == json.loads(json.dumps(record, default=str))
     assert res["checkpoint"] == str(rope_ckpt.resolve())
-    assert list(res["metrics"]["test"]) == ["16", "48"]
+    assert list(res["metrics"]["test"]) == ["8", "48"]
     for m in res["metrics"]["test"].values():
         assert 0.0 <= m["exact_match"] <= m["token_acc"] <= 1.0
     assert (
@@ -69,7 +69,7 @@ def test_a_checkpoint_is_re_evaluated_longer_with_linear_scaling(rope_ckpt):
     pe = res["config"]["pe"]
     assert (pe["scaling"], pe["scaling_factor"]) == ("linear", 2.0)
     assert pe["original_max_len"] is None  # the encoding reads the training length from:
-    assert res["model_dims"]["train_max_len"] == 16 + 16 + 2  # BOS, 16, SEP, 16
+    assert res["model_dims"]["train_max_len"] == 8 + 8 + 2  # BOS, 8, SEP, 8
     assert res["schema_version"] == SCHEMA_VERSION and res["job_type"] == "eval"
     assert res["metrics"]["chance"].keys() == res["metrics"]["test"].keys()  # chance levels too
     assert res["config"]["model"]["net"]["d_model"] == 16  # the model of the training run
@@ -143,7 +143,7 @@ def test_scaling_an_encoding_without_that_option_is_refused(tmp_path):
 @pytest.mark.integration
 def test_a_learned_table_cannot_be_evaluated_beyond_its_size(tmp_path):
     ckpt = train_tiny(tmp_path, "pe=learned")
-    overrides = [f"ckpt_path='{ckpt}'", "task.eval_lengths=[16,40]"]
+    overrides = [f"ckpt_path='{ckpt}'", "task.eval_lengths=[8,40]"]
     with pytest.raises(ConfigError, match=r"pe=learned has 66 positions.*cannot extrapolate"):
         evaluate(compose_eval(overrides, tmp_path))
     failed = json.loads(next((tmp_path / "run" / "eval").glob("*/results.json")).read_text())
@@ -155,15 +155,15 @@ def test_a_urpe_table_keeps_its_training_size_at_longer_lengths(tmp_path):
     # the Toeplitz table has one entry per offset up to the training max_len - 1 (66 tokens:
     # BOS, 32, SEP, 32); longer offsets reuse the last entry, so the checkpoint loads and runs
     ckpt = train_tiny(tmp_path, "pe=urpe", "pe.bias=none")
-    record = evaluate(compose_eval([f"ckpt_path='{ckpt}'", "task.eval_lengths=[16,40]"], tmp_path))
-    assert record["status"] == "completed" and list(record["metrics"]["test"]) == ["16", "40"]
+    record = evaluate(compose_eval([f"ckpt_path='{ckpt}'", "task.eval_lengths=[8,40]"], tmp_path))
+    assert record["status"] == "completed" and list(record["metrics"]["test"]) == ["8", "40"]
     assert record["model_dims"]["max_len"] == 66
     # a run recorded before records kept model_dims: its table is pinned all the same
     results = ckpt.parent.parent / "results.json"
     train_record = json.loads(results.read_text())
     del train_record["model_dims"]
     results.write_text(json.dumps(train_record))
-    record = evaluate(compose_eval([f"ckpt_path='{ckpt}'", "task.eval_lengths=[16,40]"], tmp_path))
+    record = evaluate(compose_eval([f"ckpt_path='{ckpt}'", "task.eval_lengths=[8,40]"], tmp_path))
     assert record["status"] == "completed" and record["model_dims"]["max_len"] == 66
 
 
@@ -171,7 +171,7 @@ def test_a_urpe_table_keeps_its_training_size_at_longer_lengths(tmp_path):
 def test_a_learned_table_keeps_its_size_under_randomized_positions(tmp_path):
     # with randomized positions the table has positions.max_position rows, not 66
     ckpt = train_tiny(tmp_path, "pe=learned", "positions=randomized", "positions.max_position=96")
-    record = evaluate(compose_eval([f"ckpt_path='{ckpt}'", "task.eval_lengths=[16,40]"], tmp_path))
+    record = evaluate(compose_eval([f"ckpt_path='{ckpt}'", "task.eval_lengths=[8,40]"], tmp_path))
     assert record["status"] == "completed" and record["model_dims"]["max_len"] == 96
 
 
@@ -232,6 +232,6 @@ def test_an_evaluation_sweep_is_summarised_and_tabulated_by_its_settings(
     rows = [line.split("|")[2].strip() for line in table.splitlines() if line.startswith("| rope")]
     assert rows == ["linear", "ntk", "none", "none"] and "| pe.scaling" in table
     as_trained = [line for line in table.splitlines() if line.startswith("| rope")][-1]
-    assert "[8,16,24,32]" in as_trained  # the run as trained: its own lengths and factor
+    assert "[4,8,16,32]" in as_trained  # the run as trained: its own lengths and factor
     assert "not learned" in as_trained  # and whether it had learned
     assert "| chance" in table and not (sweep / "summary" / "table_tasks.md").exists()

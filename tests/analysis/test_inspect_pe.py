@@ -197,7 +197,7 @@ def test_a_trained_checkpoint_is_drawn_with_its_trained_encoding_and_attention_m
     run(trained)
     ckpt = Path(trained.paths.output_dir) / "checkpoints" / "best.ckpt"
     paths = draw(tmp_path / "trained", f"ckpt_path={ckpt}")
-    assert {p.stem for p in paths} == {"relative_logit_bias", "attention_len16", "attention_len32"}
+    assert {p.stem for p in paths} == {"relative_logit_bias", "attention_len8", "attention_len32"}
     assert all(p.read_bytes().startswith(PNG_MAGIC) for p in paths)
     untrained = inspect_pe.build_model(trained, inspect_pe.build_task(trained)).net.pe
     loaded = load_run(trained.paths.output_dir).model.net.pe
@@ -219,9 +219,9 @@ def test_attention_maps_are_drawn_per_layer_and_head_from_the_recorded_probabili
     )
     loaded = load_run(trained.paths.output_dir)
     inspect_pe.attention_figures(loaded, tmp_path)
-    assert len(drawn) == 2  # lengths 16 (in distribution) and 32 (beyond)
-    # the training length is marked: BOS, 16 prompt tokens, SEP and 16 answer tokens
-    assert marked == [loaded.task.max_train_sequence_length()] * 2 == [34, 34]
+    assert len(drawn) == 2  # lengths 8 (in distribution) and 32 (beyond)
+    # the training length is marked: BOS, 8 prompt tokens, SEP and 8 answer tokens
+    assert marked == [loaded.task.max_train_sequence_length()] * 2 == [18, 18]
     maps = drawn[1]
     assert list(maps) == ["blocks.0.attn", "blocks.1.attn"]
     n = 1 + 32 + 1 + 32 - 1  # BOS prompt SEP answer, the last answer token not fed
