@@ -3,7 +3,7 @@ from functools import partial
 import pytest
 import torch
 
-from pelab.lit_module import SequenceModel, warmup_cosine
+from pelab.lit_module import DECAY_KEY, SequenceModel, warmup_cosine
 from pelab.model_kinds import DecoderKind
 from pelab.models.stacked import stack_members
 from pelab.models.transformer import Transformer
@@ -70,6 +70,14 @@ def test_decay_at_starts_each_members_decay_once_it_nears_the_criterion(monkeypa
     assert model.member_rates().tolist() == pytest.approx([1.0, 0.1])
     model.stopped[0] = True
     assert model.member_rates().tolist() == pytest.approx([0.0, 0.1])
+
+    single = make_model(task, **options)
+    logged = {}
+    single.log = lambda key, value, **k: logged.__setitem__(key, value)
+    single.decay_from = [250]  # step 300: half-way through its decay, which the loggers get
+    step[0] = 300
+    single.training_step(((torch.tensor([[3, 4]]), torch.tensor([[3, 4]])),), 0)
+    assert logged[DECAY_KEY] == pytest.approx(0.1 + 0.9 * 0.5)
 
     checkpoint = {}
     model.on_save_checkpoint(checkpoint)

@@ -24,6 +24,9 @@ from pelab.tasks.base import Task
 
 log = logging.getLogger(__name__)
 
+# under ``decay_at``: each model's learning-rate factor (the optimizer's, ``lr-AdamW``, holds)
+DECAY_KEY = "train/lr_decay"
+
 
 class CompiledOrEager:
     """``torch.compile(fn)``, falling back to ``fn`` itself, with one warning, the first time
@@ -172,6 +175,8 @@ class SequenceModel(L.LightningModule):
         if self.live:
             self.log("train/loss", total, prog_bar=True)
             self.log("train/length", float(batch[0][0].shape[1]))
+            if self.decay_at is not None:
+                self.log(DECAY_KEY, self.decay(0))
         else:
             self.log("train/loss", total / len(losses), prog_bar=True)
             if step % self.trainer.log_every_n_steps == 0:
@@ -180,6 +185,8 @@ class SequenceModel(L.LightningModule):
                         "train/loss": float(loss.detach()),
                         "train/length": batch[k][0].shape[1],
                     }
+                    if self.decay_at is not None:
+                        values[DECAY_KEY] = self.decay(k)
                     self.history[k].append((step, values))
         return total
 

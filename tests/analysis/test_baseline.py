@@ -7,10 +7,12 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from omegaconf import OmegaConf
 
 from pelab.analysis import baseline
 from pelab.errors import ConfigError
 from tests.analysis.records import record, write_job
+from tests.conftest import compose_config
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "make_table.py"
 SEEDS = [0, 1, 2]
@@ -194,3 +196,12 @@ def test_every_shipped_baseline_is_described_loads_and_shares_one_protocol_per_t
         for path in files:
             assert not [s for s in strings(json.loads(path.read_text())) if s.startswith("/")]
         assert f"`{name}`" in readme, f"baselines/README.md does not describe {name}"
+
+
+@pytest.mark.parametrize("task", ["copy", "reverse", "sort"])
+def test_the_shipped_ablation_is_the_protocol_its_preset_composes_now(task, tmp_path):
+    """A changed default or a new config key makes every user run differ from the shipped
+    records: this fails first, so the baseline is refreshed (baselines/README.md) with it."""
+    cfg = compose_config(["experiment=ablation_cpu", f"task={task}"], tmp_path)
+    now = {"config": OmegaConf.to_container(cfg, resolve=True), "choices": {"task": task}}
+    assert baseline.check([now], "ablation_cpu")
