@@ -270,18 +270,10 @@ class SequenceModel(L.LightningModule):
         """Which greedy answer tokens of each of ``members`` are right, ``[members b, m]``
         (member-major), for batch ``batch_idx`` of an evaluation set at ``length`` (its positions
         are a pure function of ``(length, batch_idx)``: the same every epoch, for every member,
-        and for ``pelab.load_run``).
-
-        One teacher-forced pass settles the samples every member gets right: where the argmax
-        at each answer position is the answer token, greedy decoding, which feeds back its own
-        tokens, feeds the answer's prefix at every step and so writes the answer. Only the
-        other samples are decoded (for every member, so the members' rows stay in equal
-        blocks). Exact match and token accuracy are thus greedy decoding's, at one forward for
-        a model that has learned.
-        """
+        and for ``pelab.load_run``)."""
         generator = torch.Generator().manual_seed(length * 100_003 + batch_idx)
         positions = self.sequence_positions(prompt, answer.shape[1], generator)
-        n, b = len(members), prompt.shape[0]
+        n = len(members)
         folded_positions = (
             positions
             if positions.shape[0] == 1
@@ -289,21 +281,9 @@ class SequenceModel(L.LightningModule):
         )
         if n > 1:
             prompt, answer = prompt.repeat(n, 1), answer.repeat(n, 1)
-        with self.selected(members), torch.no_grad():
-            logits = self.kind.answer_logits(self.net, prompt, answer, folded_positions)
-            correct = logits.argmax(dim=-1) == answer  # [n b, m]
-            undecided = (~correct.all(dim=-1)).view(n, b).any(dim=0)  # [b]
-            if undecided.any():
-                rows = undecided.nonzero().squeeze(1)  # [r]
-                rows = (rows + b * torch.arange(n).unsqueeze(1)).flatten()  # [n r]
-                rows_positions = (
-                    folded_positions if positions.shape[0] == 1 else folded_positions[rows]
-                )
-                predicted = self.kind.predict(
-                    self.net, prompt[rows], answer.shape[1], rows_positions
-                )
-                correct[rows] = predicted == answer[rows]
-        return correct
+        with self.selected(members):
+            predicted = self.kind.predict(self.net, prompt, answer.shape[1], folded_positions)
+        return predicted == answer
 
     def validation_step(
         self, batch: dict[str, Tensor], batch_idx: int, dataloader_idx: int = 0

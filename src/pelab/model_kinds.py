@@ -2,8 +2,8 @@
 
 Decoder (causal, GPT-style; Kazemnejad et al. 2023's setting):
     ``BOS p_1 .. p_n SEP a_1 .. a_m``; next-token loss on the answer tokens only; evaluation
-    scores greedy decoding, one token at a time, from ``BOS p SEP`` (a teacher-forced pass only
-    settles the samples greedy decoding provably gets right, ``SequenceModel.correct``).
+    decodes greedily, one token at a time, from ``BOS p SEP`` (exact match is never computed
+    with teacher forcing).
 Encoder (bidirectional, Deletang et al. 2023's setting):
     ``BOS p_1 .. p_n SEP BLANK x m``; the answer is read off the BLANK slots in one pass.
     ``encoder_bare`` feeds Deletang et al.'s own layout, ``p_1 .. p_n BLANK x m``: the input
