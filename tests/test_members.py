@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import lightning as L
 import pandas as pd
@@ -17,9 +18,11 @@ from pelab.analysis.table import ablation
 from pelab.assembly import build_members, build_model, build_task, data_module
 from pelab.data.datamodule import TrainBatches
 from pelab.errors import ConfigError
+from pelab.evaluate import load_weights
 from pelab.members import check_learning_rates, check_seeds, member_configs
 from pelab.models.stacked import MemberEncodings, member_state
 from pelab.pe.base import PE_REGISTRY
+from pelab.reliability.callbacks import BestCheckpoints
 from pelab.train import run
 from tests.conftest import TINY, compose_config
 from tests.reliability.runs import checkpoint, fault
@@ -341,3 +344,23 @@ def test_a_plain_run_is_a_stack_of_one_with_its_single_run_layout(tmp_path):
     best = checkpoint(out / "checkpoints" / "best.ckpt")["state_dict"]
     assert best["net.blocks.0.attn.qkv.weight"].dim() == 2
     assert not any(p.name.startswith("seed_") for p in out.iterdir())
+
+
+def test_a_members_best_checkpoint_holds_that_member_alone(tmp_path):
+    """``torch.save`` writes a view's whole storage: member 3's ``best.ckpt``, written from a
+    stack of 4, is the size of a single run's, not the stack's, and loads as a single run's
+    (``load_weights``: ``eval.py``, ``load_run``) and into a stack (``load_best``)."""
+    cfg = stack_config(tmp_path, "seeds=[0,1,2,3]")
+    stack, alone = stack_of(cfg), single(member_configs(cfg)[0], 0)
+    for scores in stack.member_scores + alone.member_scores:
+        scores["val"] = {}  # a validation's, which the checkpoint carries
+    trainer = SimpleNamespace(callbacks=[], current_epoch=0, global_step=1)
+    member, own = tmp_path / "member.ckpt", tmp_path / "single.ckpt"
+    BestCheckpoints([member] * 4, [{}] * 4).save(trainer, stack, 3)
+    BestCheckpoints([own], [{}]).save(trainer, alone, 0)
+    assert member.stat().st_size <= 1.3 * own.stat().st_size
+    expected = {k: v.clone() for k, v in member_state(stack.net, 3).items()}
+    load_weights(alone, member)
+    assert all(torch.equal(v, expected[k]) for k, v in member_state(alone.net, 0).items())
+    BestCheckpoints([member, *[tmp_path / "none.ckpt"] * 3], [{}] * 4).load_best(stack)
+    assert all(torch.equal(v, expected[k]) for k, v in member_state(stack.net, 0).items())

@@ -46,11 +46,11 @@ log = logging.getLogger(__name__)
 class BestCheckpoints(Callback):
     """Each member's ``best.ckpt``: its weights at its best validation by
     ``pelab.metrics.selection_score`` (ties keep the earlier), written as a single run's
-    checkpoint (unstacked weights, ``pelab.models.stacked.member_state``) with its identity, its
-    last validation scores and the per-member state of every callback that has one
-    (``member_state(k)``, e.g. the criterion of ``LearnedStop``): what ``eval.py``,
-    ``load_run`` and the final test read. ``paths[k]``: member ``k``'s file; ``identities[k]``:
-    its ``checkpoints.identity``.
+    checkpoint (unstacked weights, ``pelab.models.stacked.member_state``, each in a storage of
+    its own: ``own_storage``) with its identity, its last validation scores and the per-member
+    state of every callback that has one (``member_state(k)``, e.g. the criterion of
+    ``LearnedStop``): what ``eval.py``, ``load_run`` and the final test read. ``paths[k]``:
+    member ``k``'s file; ``identities[k]``: its ``checkpoints.identity``.
 
     Portable: its state (each member's best score and file) survives a new directory; a run
     resumed from a checkpoint written elsewhere (``ckpt_path=<another run's last.ckpt>``, a
@@ -97,7 +97,9 @@ class BestCheckpoints(Callback):
             "epoch": trainer.current_epoch,
             "global_step": trainer.global_step,
             "pytorch-lightning_version": L.__version__,
-            "state_dict": {f"net.{key}": v for key, v in member_state(pl_module.net, k).items()},
+            "state_dict": {
+                f"net.{key}": own_storage(v) for key, v in member_state(pl_module.net, k).items()
+            },
             "callbacks": callbacks,
             SCORES_KEY: {"val": pl_module.member_scores[k]["val"]},
         }
@@ -110,6 +112,13 @@ class BestCheckpoints(Callback):
             if path.is_file():
                 saved = read_checkpoint(path)["state_dict"]
                 load_member(pl_module.net, k, {key[4:]: v for key, v in saved.items()})
+
+
+def own_storage(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor`` in a storage of its own: ``torch.save`` writes a view's whole storage, so
+    member ``k``'s slice of a stack's ``[K, ...]`` weights is copied (else its checkpoint would
+    hold all K members); a tensor that fills its storage (a K = 1 run's) is kept as it is."""
+    return tensor.clone() if tensor.untyped_storage().nbytes() > tensor.nbytes else tensor
 
 
 class ValidateLastStep(Callback):
