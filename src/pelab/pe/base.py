@@ -27,10 +27,13 @@ Shapes: ``b`` batch, ``h`` heads, ``i``/``j`` query/key index, ``d`` head dim, `
 
 from __future__ import annotations
 
+import contextlib
+
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
+import torch
 from torch import Tensor, nn
 
 from pelab.errors import ConfigError
@@ -46,6 +49,8 @@ SHIFT_CLASSES = (
 # the fused kernel has no room for these (an additive bias, ``logit_bias`` or ``input_bias``, it
 # takes as its mask)
 EAGER_HOOKS = ("modify_logits", "normalize", "modify_probs", "modify_output")
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -234,3 +239,16 @@ def memo_derived(
     per-layer bias). The memo keeps the sources alive, so no other tensor can take their ``id``
     while ``pos`` lives."""
     return pos.memo((tag, *map(id, sources)), lambda: (sources, compute()))[1]
+
+
+def in_fp32(compute: Callable[..., T], *inputs: Tensor) -> T:
+    """``compute(*inputs)`` in float32 whatever autocast is doing: ``compute`` gets
+    ``inputs[i].float()`` and runs with autocast off on the inputs' device, so its matmuls
+    (``nn.Linear``, ``bmm``) keep float32 too instead of rounding to bf16 under
+    ``trainer.precision=bf16-mixed``. Encodings run their position biases, their small networks
+    and their sums through it. Without autocast and with float32 inputs it is ``compute(*inputs)``
+    bit for bit. (A device autocast does not know, such as ``meta``, has nothing to turn off.)"""
+    device = inputs[0].device.type
+    autocast = torch.amp.is_autocast_available(device)
+    with torch.autocast(device, enabled=False) if autocast else contextlib.nullcontext():
+        return compute(*(x.float() for x in inputs))

@@ -7,7 +7,7 @@ from einops import rearrange
 from torch import Tensor, nn
 
 from pelab.errors import ConfigError
-from pelab.pe.base import PE_REGISTRY, ModelDims, PositionalEncoding, register_pe
+from pelab.pe.base import PE_REGISTRY, ModelDims, PositionalEncoding, in_fp32, register_pe
 from pelab.positions import Positions
 
 DAPE_BASES = ("kerple", "alibi", "fire", "t5_bias")  # the content-free biases it adapts
@@ -61,5 +61,7 @@ class DapePE(PositionalEncoding):
     ) -> Tensor:
         bias = self.base.logit_bias(pos, layer).expand_as(logits)  # [b, h, i, j]
         features = torch.cat((logits - bias, bias), dim=1)  # [b, 2h, i, j]: scores, then B
-        adapted = self.mlps[layer](rearrange(features, "b c i j -> b i j c"))
+        # [b, i, j, h], in float32 under autocast too: bf16 inputs would merge the biases of
+        # neighbouring distances (Kerple's from about 50 on)
+        adapted = in_fp32(self.mlps[layer], rearrange(features, "b c i j -> b i j c"))
         return logits + rearrange(adapted, "b i j h -> b h i j")

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 from einops import rearrange
 from torch import Tensor, nn
 
 from pelab.errors import ConfigError
-from pelab.pe.base import ModelDims, PositionalEncoding, register_pe
+from pelab.pe.base import ModelDims, PositionalEncoding, in_fp32, register_pe
 from pelab.positions import Positions
 
 
@@ -81,10 +83,14 @@ class FirePE(PositionalEncoding):
         return torch.log1p(self.c[layer].abs() * x)
 
     def logit_bias(self, pos: Positions, layer: int) -> Tensor:
-        return pos.memo((id(self), layer), lambda: self._bias(pos, layer))
+        # in float32 under autocast too: the MLP's bf16 inputs and outputs would merge the biases
+        # of neighbouring distances from about 20 on (tests/pe/test_fp32_under_autocast.py)
+        bias = partial(self._bias, layer=layer)
+        return pos.memo((id(self), layer), lambda: in_fp32(bias, pos.q, pos.k))
 
-    def _bias(self, pos: Positions, layer: int) -> Tensor:
-        q, k = pos.q.float()[..., :, None], pos.k.float()[..., None, :]  # [b|1, i, 1], [b|1, 1, j]
+    def _bias(self, q: Tensor, k: Tensor, layer: int) -> Tensor:
+        """The bias ``[b|1, h, i, j]`` of float32 positions ``q: [b|1, i]`` and ``k: [b|1, j]``."""
+        q, k = q[..., :, None], k[..., None, :]  # [b|1, i, 1], [b|1, 1, j]
         # max(L, i, j): [b|1, i, j]
         later = torch.maximum(torch.maximum(q, k), self.threshold[layer])
         # [b|1, i, j], in [0, 1] for positions >= 0

@@ -7,7 +7,7 @@ from torch import Tensor, nn
 from torchdiffeq import odeint
 
 from pelab.errors import ConfigError
-from pelab.pe.base import ModelDims, PositionalEncoding, register_pe
+from pelab.pe.base import ModelDims, PositionalEncoding, in_fp32, register_pe
 from pelab.positions import Positions
 
 FIXED_STEP_METHODS = ("euler", "midpoint", "rk4")
@@ -112,7 +112,9 @@ class FloaterPE(PositionalEncoding):
             )
         unique, index = torch.unique(pos.q, sorted=True, return_inverse=True)
         times = unique.to(self.initial.dtype) * self.delta  # [m]
-        return self.solve(times)[index]
+        # in float32 under autocast too: bf16 would merge the times of neighbouring positions
+        # (spacing 2^-6 > delta at t >= 2) and round every step of the solve
+        return in_fp32(self.solve, times)[index]
 
     def layer_input(self, x: Tensor, pos: Positions, layer: int) -> Tensor:
         table = pos.memo(("floater", id(self)), lambda: self.table(pos))

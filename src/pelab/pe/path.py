@@ -8,7 +8,7 @@ from einops import rearrange
 from torch import Tensor, nn
 
 from pelab.errors import ConfigError
-from pelab.pe.base import ModelDims, PositionalEncoding, register_pe
+from pelab.pe.base import ModelDims, PositionalEncoding, in_fp32, register_pe
 from pelab.positions import Positions
 
 
@@ -70,7 +70,7 @@ class HouseholderMaps(nn.Module):
     def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
         w = rearrange(self.conv(self.w(x)), "b n (h d) -> b h n d", h=self.n_heads)
         beta = 2 * torch.sigmoid(rearrange(self.beta(x), "b n h -> b h n"))
-        return F.normalize(w.float(), dim=-1), beta.float()
+        return F.normalize(w, dim=-1), beta
 
 
 @register_pe("path")
@@ -111,5 +111,8 @@ class PathPE(PositionalEncoding):
         self.scale = dims.head_dim**-0.5
 
     def input_bias(self, x: Tensor, q: Tensor, k: Tensor, pos: Positions, layer: int) -> Tensor:
-        w, beta = self.maps[layer](x)
-        return (self.scale * path_bias(q.float(), k.float(), w, beta)).to(q.dtype)
+        def bias(x: Tensor, q: Tensor, k: Tensor) -> Tensor:
+            return self.scale * path_bias(q, k, *self.maps[layer](x))
+
+        # the maps and the products in float32, under autocast too; the bias stays float32
+        return in_fp32(bias, x, q, k)

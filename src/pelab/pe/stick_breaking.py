@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from pelab.errors import ConfigError
-from pelab.pe.base import ModelDims, PositionalEncoding, register_pe
+from pelab.pe.base import ModelDims, PositionalEncoding, in_fp32, register_pe
 from pelab.positions import Positions
 
 REMAINDERS = ("bias", "drop")
@@ -19,14 +21,15 @@ def stick_breaking_weights(logits: Tensor, attend_current: bool = False) -> Tens
     ``i`` of the ``j`` keys). Keys strictly before the query take part, and with
     ``attend_current`` the query's own key too (the stick then starts there). In log space:
     ``log A_ij = logsigmoid(z_ij) - sum_{k>j} softplus(z_ik)``, the sum running over the visible
-    keys after ``j`` (a hidden key has ``softplus(-inf) = 0``)."""
+    keys after ``j`` (a hidden key has ``softplus(-inf) = 0``). In the logits' dtype:
+    ``StickBreakingPE.normalize`` hands it float32."""
     i, j = logits.shape[-2:]
     visible = torch.ones(i, j, dtype=torch.bool, device=logits.device)
     visible = visible.tril(diagonal=j - i - (0 if attend_current else 1))
-    z = logits.float().masked_fill(~visible, -torch.inf)
+    z = logits.masked_fill(~visible, -torch.inf)
     log_remaining = -F.softplus(z)  # log(1 - beta): 0 for a hidden key
     after = log_remaining.flip(-1).cumsum(-1).flip(-1) - log_remaining  # sum over k > j
-    return (F.logsigmoid(z) + after).exp().to(logits.dtype)
+    return (F.logsigmoid(z) + after).exp()
 
 
 @register_pe("stick_breaking")
@@ -69,7 +72,9 @@ class StickBreakingPE(PositionalEncoding):
             self.head_bias = nn.Parameter(torch.zeros(shape))
 
     def normalize(self, logits: Tensor, pos: Positions, layer: int) -> Tensor:
-        return stick_breaking_weights(logits, self.attend_current)
+        # float32, under autocast too: the sums in log space, and the weights themselves, whose
+        # remainder 1 - sum_j A_ij (modify_output) would carry their bf16 rounding (2^-9 each)
+        return in_fp32(partial(stick_breaking_weights, attend_current=self.attend_current), logits)
 
     def modify_output(self, out: Tensor, probs: Tensor, pos: Positions, layer: int) -> Tensor:
         if self.remainder == "drop":
