@@ -111,6 +111,31 @@ def test_fused_kernel_masks_each_layers_own_bias():
         torch.testing.assert_close(fused(x, pos), eager(x, Positions.contiguous(5)))
 
 
+class DetailOnAnOffset(PositionalEncoding):
+    """A bias of 300 plus a detail in [0, 4): the offset cancels in the softmax, the detail
+    matters, and bf16 (spacing 2 between 256 and 512) would round the detail away."""
+
+    def __init__(self) -> None:
+        super().__init__(DIMS)
+        self.detail = 4 * torch.rand(1, 2, 6, 6, generator=torch.Generator().manual_seed(0))
+
+    def logit_bias(self, pos, layer):
+        return 300 + self.detail
+
+
+def test_both_kernels_keep_the_bias_float32_under_bf16_autocast():
+    torch.manual_seed(0)
+    pe, x = DetailOnAnOffset(), torch.randn(2, 6, 8)
+    fused = Attention(8, 2, causal=True, pe=pe, layer=0, impl="fused")
+    eager = Attention(8, 2, causal=True, pe=pe, layer=0, impl="eager")
+    eager.load_state_dict(fused.state_dict())
+    exact = eager(x, Positions.contiguous(6))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        outs = [attn(x, Positions.contiguous(6)).float() for attn in (fused, eager)]
+    for out in outs:  # bf16 projections and q, k, v: 3e-3 off here; a bf16 bias: 0.27
+        torch.testing.assert_close(out, exact, atol=2e-2, rtol=0)
+
+
 def test_shared_encoding_is_not_registered_in_each_layer():
     pe = Recorder()
     pe.weight = torch.nn.Parameter(torch.zeros(3))

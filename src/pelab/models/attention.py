@@ -20,7 +20,7 @@ from torch import Tensor, nn
 
 from pelab.models import stacked
 from pelab.models.cache import LayerCache
-from pelab.pe.base import PositionalEncoding, memo_derived
+from pelab.pe.base import PositionalEncoding, in_fp32, memo_derived
 from pelab.positions import Positions
 
 ATTENTION_IMPLS = ("auto", "eager", "fused")
@@ -157,21 +157,32 @@ class Attention(nn.Module):
     def attend_fused(
         self, q: Tensor, k: Tensor, v: Tensor, pos: Positions, bias: Tensor | None
     ) -> Tensor:
+        """``softmax(q k^T / sqrt(d) + bias + causal mask) v`` by the fused kernel, ``[b, h, i,
+        d]``. The kernel takes its mask in the dtype of q, and autocast casts all its inputs, the
+        mask too, to bf16: with a bias it runs in float32 outside autocast (``in_fp32``), so the
+        bias keeps float32 as on the eager path, which adds it to the logits in float32."""
         i, j = q.shape[2], k.shape[2]
+        mask = bias
         if self.causal and (bias is not None or i != j):
             # once per forward for a bias all layers share, per layer for a per-layer bias
-            bias = memo_derived(
+            mask = memo_derived(
                 pos, "causal mask", (bias,), lambda: _mask_future(bias, i, j, q.device)
             )
-        return F.scaled_dot_product_attention(
-            q,
-            k,
-            v,
-            attn_mask=None if bias is None else bias.to(q.dtype),
-            dropout_p=self.dropout if self.training else 0.0,
-            is_causal=self.causal and bias is None,
-            scale=self.scale,
-        )
+
+        def kernel(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
+            return F.scaled_dot_product_attention(
+                q,
+                k,
+                v,
+                attn_mask=mask,
+                dropout_p=self.dropout if self.training else 0.0,
+                is_causal=self.causal and mask is None,
+                scale=self.scale,
+            )
+
+        if bias is None:  # at most a causal mask of 0 and -inf, exact in any dtype
+            return kernel(q, k, v, None if mask is None else mask.to(q.dtype))
+        return in_fp32(kernel, q, k, v, mask)
 
 
 def _mask_future(bias: Tensor | None, i: int, j: int, device: torch.device) -> Tensor:
