@@ -73,7 +73,7 @@ class StickBreakingPE(PositionalEncoding):
 
     def normalize(self, logits: Tensor, pos: Positions, layer: int) -> Tensor:
         # float32, under autocast too: the sums in log space, and the weights themselves, whose
-        # remainder 1 - sum_j A_ij (modify_output) would carry their bf16 rounding (2^-9 each)
+        # remainder 1 - sum_j A_ij (modify_output) would carry their bf16 rounding (2^-8 each)
         return in_fp32(partial(stick_breaking_weights, attend_current=self.attend_current), logits)
 
     def modify_output(self, out: Tensor, probs: Tensor, pos: Positions, layer: int) -> Tensor:
