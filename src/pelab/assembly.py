@@ -112,6 +112,7 @@ def data_module(cfg: DictConfig, task: Task, seeds: Sequence[int] | None = None)
         cache_dir=cfg.paths.cache_dir,
         val_lengths=validation_lengths(task, cfg.get("learned_at")),
         length_sampling=cfg.data.get("length_sampling", "uniform"),
+        num_workers=cfg.data.get("num_workers", 0),
     )
 
 

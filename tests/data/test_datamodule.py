@@ -1,14 +1,19 @@
 """Training batches: a pure function of (seed, step), lengths drawn as ``data.length_sampling``
 says."""
 
+import signal
 from collections import Counter
+from types import SimpleNamespace
 
 import pytest
 import torch
+from torch.utils.data import DataLoader, Dataset
 
-from pelab.data.datamodule import TaskData, TrainBatches
+from pelab.data.datamodule import TaskData, TrainBatches, ignore_job_signals
 from pelab.errors import ConfigError
+from pelab.reliability.validate import check_types
 from pelab.tasks import TASK_REGISTRY
+from tests.conftest import compose_config
 
 
 @pytest.fixture
@@ -51,3 +56,60 @@ def test_batches_are_a_pure_function_of_seed_and_step(copy_task):
 def test_an_unknown_length_sampling_is_a_clear_error(copy_task, make):
     with pytest.raises(ConfigError, match="length_sampling='lengths'; valid choices: uniform"):
         make(copy_task, 4, 20, 0, length_sampling="lengths")
+
+
+def loaders(data: TaskData) -> list[DataLoader]:
+    return [data.train_dataloader(), *data.val_dataloader(), *data.test_dataloader()]
+
+
+def test_every_loader_gets_data_num_workers(copy_task, tmp_path):
+    """Train, val and test; not persistent (``TaskData``: the RNG draws); pinned batches for a
+    run on a CUDA device only."""
+    data = TaskData(copy_task, 4, 20, [0, 1], cache_dir=tmp_path, num_workers=2)
+    for loader in loaders(data):
+        assert (loader.num_workers, loader.persistent_workers, loader.pin_memory) == (2, False, 0)
+        assert loader.worker_init_fn is ignore_job_signals
+    data.trainer = SimpleNamespace(strategy=SimpleNamespace(root_device=torch.device("cuda", 0)))
+    assert all(loader.pin_memory for loader in loaders(data))
+    plain = TaskData(copy_task, 4, 20, 0, cache_dir=tmp_path)
+    assert all(loader.num_workers == 0 for loader in loaders(plain))
+
+
+@pytest.mark.parametrize("workers", [-1, 1.5, True])
+def test_a_bad_num_workers_is_a_clear_error(copy_task, tmp_path, workers):
+    with pytest.raises(ValueError, match=rf"data.num_workers={workers!r}: it must be an int >= 0"):
+        TaskData(copy_task, 4, 20, 0, num_workers=workers)
+    with pytest.raises(ConfigError, match=r"data.num_workers=-1 is out of range: it must be >= 0"):
+        check_types(compose_config(["data.num_workers=-1"], tmp_path), [])
+
+
+class Signals(Dataset):
+    """Item: whether the process reading it ignores SIGTERM and SIGUSR1."""
+
+    def __len__(self) -> int:
+        return 2
+
+    def __getitem__(self, index: int) -> bool:
+        ignored = [signal.getsignal(s) is signal.SIG_IGN for s in (signal.SIGTERM, signal.SIGUSR1)]
+        return all(ignored)
+
+
+@pytest.mark.integration  # starts worker processes
+def test_workers_make_the_batches_and_rng_draws_of_no_workers(copy_task, tmp_path):
+    """Batches with 2 workers are those without (a resumed loader's too), torch's global RNG
+    (dropout's) is drawn alike, and a worker ignores the job's signals (pre-emption, requeue)."""
+
+    def batches(workers: int) -> tuple[list, torch.Tensor]:
+        torch.manual_seed(0)
+        data = TaskData(copy_task, 4, 6, [0, 1], cache_dir=tmp_path, num_workers=workers)
+        train = data.train_dataloader()
+        drawn = [*train, *data.val_dataloader()[0], *data.val_dataloader()[0]]
+        train.load_state_dict({"next_batch": 4})  # a resumed run's
+        return [*drawn, *train], torch.get_rng_state()
+
+    (none, rng), (two, rng_two) = batches(0), batches(2)
+    assert torch.equal(rng, rng_two)
+    torch.testing.assert_close(none[-2:], none[4:6], rtol=0, atol=0)  # resumed at batch 4
+    torch.testing.assert_close(two, none, rtol=0, atol=0)
+    options = TaskData(copy_task, 4, 6, 0, num_workers=2).loader_options()
+    assert list(DataLoader(Signals(), batch_size=None, **options)) == [True, True]

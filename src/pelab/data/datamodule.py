@@ -3,8 +3,10 @@ per length."""
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import lightning as L
 import torch
@@ -86,6 +88,16 @@ class MemberBatches(Dataset):
         return tuple(member[index] for member in self.members)
 
 
+def ignore_job_signals(worker_id: int) -> None:
+    """A loader worker ignores SIGTERM and SIGUSR1 (pre-emption, SLURM's requeue), which reach
+    the job's every process: the training process answers them (``pelab.reliability``), and a
+    worker must neither die of them (the loader would fail the step that saves the checkpoint)
+    nor run the handlers it inherits (save, requeue). It ends with its loader, or with the
+    training process."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+
+
 class TaskData(L.LightningDataModule):
     """The data of a run: a resumable stream of fresh training batches, one per member and step
     (``MemberBatches`` of ``seeds``), and one evaluation loader per length, shared by every
@@ -93,7 +105,18 @@ class TaskData(L.LightningDataModule):
 
     The training loader resumes where it stopped (``ResumableLoader``): the next batch is the
     number of batches this epoch has processed (a checkpoint at a step's end or after
-    validation has processed exactly the batches it trained on)."""
+    validation has processed exactly the batches it trained on).
+
+    ``num_workers``: every loader's worker processes (0: batches are made in the training
+    process). Batch ``i`` stays a pure function of ``(seed, i)``: the loaders are map-style and
+    each index, drawn in order in the training process, goes to one worker, which seeds its own
+    generators from it. The workers are not persistent: a loader draws a number from torch's
+    global RNG whenever it starts its workers, at every validation unless they persist (then
+    once), so on the CPU dropout's and abacus's draws would depend on ``num_workers``, and a
+    resumed run (whose loaders start afresh) would draw otherwise than the uninterrupted one;
+    persistent evaluation loaders would also keep ``num_workers`` idle processes per length.
+    With workers, a run on a CUDA device gets pinned batches (pinned by the loader's own thread,
+    off the training loop)."""
 
     def __init__(
         self,
@@ -105,10 +128,17 @@ class TaskData(L.LightningDataModule):
         cache_dir: str | Path | None = None,
         val_lengths: list[int] | None = None,
         length_sampling: str = "uniform",
+        num_workers: int = 0,
     ) -> None:
         super().__init__()
         if batch_size < 1 or eval_batch_size < 1:
             raise ValueError(f"batch sizes must be >= 1, got {batch_size}, {eval_batch_size}")
+        if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0:
+            raise ValueError(
+                f"data.num_workers={num_workers!r}: it must be an int >= 0 (0: batches are made "
+                "in the training process; N: by N worker processes)"
+            )
+        self.num_workers = num_workers
         check_length_sampling(length_sampling)
         self.length_sampling = length_sampling
         self.task, self.batch_size, self.num_batches = task, batch_size, num_batches
@@ -123,17 +153,30 @@ class TaskData(L.LightningDataModule):
             for seed in self.seeds
         )
 
+    def loader_options(self) -> dict[str, Any]:
+        """What every loader is given: its workers (``num_workers``), and pinned batches on a
+        CUDA device; none without workers."""
+        if not self.num_workers:
+            return {}
+        device = None if self.trainer is None else self.trainer.strategy.root_device
+        return {
+            "num_workers": self.num_workers,
+            "pin_memory": device is not None and device.type == "cuda",
+            "worker_init_fn": ignore_job_signals,
+        }
+
     def train_dataloader(self) -> ResumableLoader:
         def processed() -> int:
             return self.trainer.fit_loop.epoch_loop.batch_progress.current.processed
 
-        return ResumableLoader(self.train_batches(), processed)
+        return ResumableLoader(self.train_batches(), processed, **self.loader_options())
 
     def _eval_loaders(self, split: str, n: int, lengths: list[int]) -> list[DataLoader]:
         return [
             DataLoader(
                 load_eval_set(self.task, split, length, n, self.cache_dir),
                 batch_size=self.eval_batch_size,
+                **self.loader_options(),
             )
             for length in lengths
         ]

@@ -31,10 +31,11 @@ class StartAt(Sampler[int]):
 
 class ResumableLoader(DataLoader):
     """One batch per index of ``dataset`` (``batch_size=None``), in order, resumable:
-    ``state_dict()`` is ``{"next_batch": next_batch()}``, the index training will use next."""
+    ``state_dict()`` is ``{"next_batch": next_batch()}``, the index training will use next.
+    ``options``: ``DataLoader``'s others (``num_workers``, ``pin_memory``, ...)."""
 
-    def __init__(self, dataset: Dataset, next_batch: Callable[[], int]) -> None:
-        super().__init__(dataset, batch_size=None, sampler=StartAt(len(dataset)))
+    def __init__(self, dataset: Dataset, next_batch: Callable[[], int], **options: Any) -> None:
+        super().__init__(dataset, batch_size=None, sampler=StartAt(len(dataset)), **options)
         self.next_batch = next_batch
 
     def state_dict(self) -> dict[str, Any]:
