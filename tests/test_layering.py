@@ -19,7 +19,7 @@ ENCODING_USERS = {
     "pelab.evaluate": "describes the options every encoding takes (eval's pe.<option>)",
     "pelab.inspect.inspect_pe": "builds encodings to draw what they compute",
 }
-LEAVES = ("pelab.errors", "pelab.tokens")
+LEAVES = ("pelab.errors", "pelab.tokens", "pelab.devices")
 MODEL_SIDE = ("pelab.pe", "pelab.models", "pelab.model_kinds", "pelab.lit_module", "pelab.train")
 MODEL_SIDE += ("pelab.assembly",)
 MODEL_SIDE += ("pelab.runner", "pelab.evaluate")

@@ -63,13 +63,13 @@ def test_decay_at_starts_each_members_decay_once_it_nears_the_criterion(monkeypa
     validate(0.85, 0.95)  # length 8 is out of distribution: never part of the criterion
     assert model.decay_from == [None, 300] and model.member_rates() is None  # cos(0) = 1
     step[0] = 350
-    assert model.member_rates().tolist() == pytest.approx([1.0, 0.1 + 0.9 * 0.5])
+    assert model.member_rates() == pytest.approx([1.0, 0.1 + 0.9 * 0.5])
     step[0] = 500
     validate(0.93, 0.5)  # member 1 fell back: its decay goes on
     assert model.decay_from == [500, 300]
-    assert model.member_rates().tolist() == pytest.approx([1.0, 0.1])
+    assert model.member_rates() == pytest.approx([1.0, 0.1])
     model.stopped[0] = True
-    assert model.member_rates().tolist() == pytest.approx([0.0, 0.1])
+    assert model.member_rates() == pytest.approx([0.0, 0.1])
 
     single = make_model(task, **options)
     logged = {}

@@ -226,7 +226,7 @@ def test_each_member_clips_its_own_gradient_norm(tmp_path):
 def stacked_run(tmp_path_factory):
     """``seeds=[0,3]`` trained as one stack (4 steps, validations at 2 and 4)."""
     tmp = tmp_path_factory.mktemp("stack")
-    cfg = stack_config(tmp)
+    cfg = stack_config(tmp, "trainer.log_every_n_steps=2")
     return tmp, cfg, run(cfg)
 
 
@@ -242,13 +242,18 @@ def test_a_stack_writes_one_single_run_record_per_member(stacked_run, tmp_path):
         assert (out / f"seed_{seed}" / "results.json").is_file()
         assert (out / f"seed_{seed}" / "checkpoints" / "best.ckpt").is_file()
     assert checkpoint(out / "checkpoints" / "last.ckpt")["global_step"] == 4
-    # each member's loggers get its own training history (a loss at step 0, two validations)
+    # each member's loggers get its own training history (losses at steps 1 and 3, every
+    # log_every_n_steps=2, as its single run logs them; two validations)
     logged = pd.read_csv(next((out / "seed_3" / "csv").glob("*/metrics.csv")))
-    assert logged["train/loss"].notna().sum() == 1
+    assert logged.dropna(subset=["train/loss"])["step"].tolist() == [1, 3]
     assert logged.dropna(subset=["val/id/exact_match"])["step"].tolist() == [2, 4]
     # the member of seed 3 is the single run of seed 3
-    alone = run(compose_config([*STACK, "seed=3"], tmp_path))
+    alone = run(compose_config([*STACK, "seed=3", "trainer.log_every_n_steps=2"], tmp_path))
     assert records[1]["metrics"]["test"] == alone["metrics"]["test"]
+    single = pd.read_csv(
+        next((Path(alone["config"]["paths"]["output_dir"]) / "csv").glob("*/metrics.csv"))
+    )
+    assert single.dropna(subset=["train/loss"])["step"].tolist() == [1, 3]
     mine = checkpoint(out / "seed_3" / "checkpoints" / "best.ckpt")["state_dict"]
     theirs = checkpoint(Path(alone["config"]["paths"]["output_dir"]) / "checkpoints/best.ckpt")
     for name, value in mine.items():

@@ -29,7 +29,9 @@ def constant_answers(answers: Tensor) -> tuple[Tensor, Tensor]:
     rows, counts = answers.unique(dim=0, return_counts=True)  # rows sorted: ties -> smallest
     whole = rows[counts.argmax()]
     columns = answers.T  # [m, n]
-    counts = torch.zeros(columns.shape[0], int(answers.max()) + 1, dtype=torch.long)
+    counts = torch.zeros(
+        columns.shape[0], int(answers.max()) + 1, dtype=torch.long, device=answers.device
+    )
     counts.scatter_add_(1, columns, torch.ones_like(columns))  # [m, V]: count of each token
     return whole, counts.argmax(dim=-1)
 

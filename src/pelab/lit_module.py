@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torchmetrics import MeanMetric
 
+from pelab.devices import to_device
 from pelab.metrics import METRICS, SELECTION_KEY, Scores, logged_values, mean_key, selection_score
 from pelab.model_kinds import ModelKind
 from pelab.models.stacked import MemberEncodings, Stacked, members_of, select
@@ -127,7 +128,8 @@ class SequenceModel(L.LightningModule):
         self.metrics = nn.ModuleList(
             nn.ModuleDict(
                 {
-                    _state(metric, length): MeanMetric()
+                    # scores are never NaN: no check (a host sync) on every update
+                    _state(metric, length): MeanMetric(nan_strategy="disable")
                     for metric in METRICS
                     for length in task.eval_lengths
                 }
@@ -169,26 +171,33 @@ class SequenceModel(L.LightningModule):
         return [k for k, stopped in enumerate(self.stopped) if not stopped]
 
     def training_step(self, batch: Sequence[tuple[Tensor, Tensor]], batch_idx: int) -> Tensor:
+        """The members' summed loss, logged (read on the host) only at a ``logging_step``: the
+        other steps queue their work on the device and go on."""
         step = self.global_step
         losses = self.member_losses(batch, step)
         total = torch.stack(list(losses.values())).sum()
+        if not self.logging_step(step):
+            return total
         if self.live:
-            self.log("train/loss", total, prog_bar=True)
+            self.log("train/loss", total)
             self.log("train/length", float(batch[0][0].shape[1]))
             if self.decay_at is not None:
                 self.log(DECAY_KEY, self.decay(0))
-        else:
-            self.log("train/loss", total / len(losses), prog_bar=True)
-            if step % self.trainer.log_every_n_steps == 0:
-                for k, loss in losses.items():
-                    values = {
-                        "train/loss": float(loss.detach()),
-                        "train/length": batch[k][0].shape[1],
-                    }
-                    if self.decay_at is not None:
-                        values[DECAY_KEY] = self.decay(k)
-                    self.history[k].append((step, values))
+            return total
+        self.log("train/loss", total / len(losses))  # the members' mean, for the progress bar
+        for k, loss in losses.items():
+            values = {"train/loss": float(loss.detach()), "train/length": batch[k][0].shape[1]}
+            if self.decay_at is not None:
+                values[DECAY_KEY] = self.decay(k)
+            self.history[k].append((step, values))
         return total
+
+    def logging_step(self, step: int) -> bool:
+        """Whether training step ``step`` (from 0) logs: every ``trainer.log_every_n_steps``-th,
+        where Lightning's loggers write, so a member's history has its single run's steps
+        (none without a trainer)."""
+        n = 0 if self._trainer is None else self._trainer.log_every_n_steps
+        return n > 0 and (step + 1) % n == 0
 
     def member_losses(
         self, batch: Sequence[tuple[Tensor, Tensor]], step: int
@@ -398,14 +407,15 @@ class SequenceModel(L.LightningModule):
         optimizer = self.optimizer_factory(self.net.parameters(), **options)
         return self.scheduled(optimizer, None if self.decay_at else self.trainer.max_steps)
 
-    def member_rates(self) -> Tensor | None:
-        """Each member's step as a fraction of the optimizer's, ``[K]``: 0 once stopped, its
-        learning rate over the largest, times its ``decay``; None when every member takes the
-        optimizer's step."""
-        rates = torch.tensor([0.0 if s else self.decay(k) for k, s in enumerate(self.stopped)])
+    def member_rates(self) -> list[float] | None:
+        """Each member's step as a fraction of the optimizer's: 0 once stopped, its learning
+        rate over the largest, times its ``decay``; None when every member takes the
+        optimizer's step. Host numbers: deciding reads nothing from the device."""
+        rates = [0.0 if s else self.decay(k) for k, s in enumerate(self.stopped)]
         if self.learning_rates is not None:
-            rates = rates * torch.tensor(self.learning_rates) / max(self.learning_rates)
-        return None if bool((rates == 1).all()) else rates
+            top = max(self.learning_rates)
+            rates = [r * lr / top for r, lr in zip(rates, self.learning_rates, strict=True)]
+        return None if all(r == 1 for r in rates) else rates
 
     def optimizer_step(
         self, epoch: int, batch_idx: int, optimizer: Any, optimizer_closure: Any = None
@@ -420,10 +430,17 @@ class SequenceModel(L.LightningModule):
         owners = member_parameters(self.net)
         before = [p.detach().clone() for p, _ in owners]
         optimizer.step(closure=optimizer_closure)
+        weights = {}  # the rates on each parameter's device, in its dtype: [K]
         with torch.no_grad():
             for (p, owner), old in zip(owners, before, strict=True):
-                weight = rates.view(-1, *[1] * (p.dim() - 1)) if owner is None else rates[owner]
-                p.copy_(torch.lerp(old, p, weight.to(p.dtype)))
+                key = (p.device, p.dtype)
+                if key not in weights:
+                    weights[key] = to_device(
+                        torch.tensor(rates, dtype=p.dtype, device="cpu"), p.device
+                    )
+                rate = weights[key]
+                weight = rate.view(-1, *[1] * (p.dim() - 1)) if owner is None else rate[owner]
+                p.copy_(torch.lerp(old, p, weight))
 
     def configure_gradient_clipping(
         self,
@@ -456,12 +473,12 @@ def fold(tensors: Sequence[Tensor]) -> Tensor:
 
 
 def fold_positions(positions: Sequence[Tensor]) -> Tensor:
-    """The members' positions ``[b|1, ...]`` folded: one broadcast ``[1, ...]`` when every member
-    has the same (contiguous positions), each member's rows otherwise."""
+    """The members' positions ``[b|1, ...]`` folded: a shared ``[1, ...]`` when every member's
+    is one (the same for every sequence, so for every member: ``pelab.positions``), each
+    member's rows otherwise."""
     first = positions[0]
-    if all(p.shape == first.shape and torch.equal(p, first) for p in positions[1:]):
-        if first.shape[0] == 1 or len(positions) == 1:
-            return first
+    if all(p.shape[0] == 1 and p.shape == first.shape for p in positions):
+        return first
     rows = max(p.shape[0] for p in positions)
     return torch.cat([p.expand(rows, *p.shape[1:]) for p in positions])
 
@@ -486,7 +503,7 @@ def clip_member_norms(net: nn.Module, max_norm: float) -> None:
     owners = [(p, k) for p, k in member_parameters(net) if p.grad is not None]
     if not owners:
         return
-    squares = torch.zeros(members_of(net))
+    squares = torch.zeros(members_of(net), device=owners[0][0].device)  # [K]
     for p, k in owners:
         if k is None:  # [K, ...]: each member's norm over its rows
             squares += torch.linalg.vector_norm(p.grad.flatten(1), dim=1).square()

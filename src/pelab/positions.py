@@ -18,6 +18,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from pelab.devices import to_device
 from pelab.errors import ConfigError
 
 
@@ -97,7 +98,11 @@ class PositionSampler:
 
     ``sampler(batch, prompt_length, answer_length, generator, device)`` ->
     ``[b|1, n + m + 2(, k)]``; a subclass implements ``sample`` (drawing on the CPU from
-    ``generator``, so runs are reproducible). ``max_position`` is the largest position it can
+    ``generator``, so runs are reproducible; the caller's ``device`` gets a copy that does not
+    block the host). A sample with a leading 1 is the same for every sequence whatever the
+    generator (contiguous positions, a task's coordinates), so the members of a stack share it
+    (``pelab.lit_module.fold_positions`` relies on this instead of comparing values on the
+    device). ``max_position`` is the largest position it can
     give (0: none beyond the sequence), which sizes tables such as ``pe=learned``; ``check``
     refuses a run it cannot serve.
     """
@@ -121,7 +126,7 @@ class PositionSampler:
         generator: torch.Generator | None = None,
         device: torch.device | None = None,
     ) -> Tensor:
-        return self.sample(batch, prompt_length, answer_length, generator).to(device)
+        return to_device(self.sample(batch, prompt_length, answer_length, generator), device)
 
 
 class ContiguousPositions(PositionSampler):
@@ -130,7 +135,7 @@ class ContiguousPositions(PositionSampler):
     def sample(
         self, batch: int, prompt_length: int, answer_length: int, generator: torch.Generator | None
     ) -> Tensor:
-        return contiguous(prompt_length + answer_length + 2)
+        return contiguous(prompt_length + answer_length + 2, torch.device("cpu"))
 
 
 class RandomizedPositions(PositionSampler):
@@ -169,7 +174,7 @@ class RandomizedPositions(PositionSampler):
     ) -> Tensor:
         """Sorted positions, distinct within each row."""
         n = prompt_length + answer_length + 2
-        scores = torch.rand(batch, self.max_position, generator=generator)
+        scores = torch.rand(batch, self.max_position, generator=generator, device="cpu")
         return scores.topk(n, dim=-1).indices.sort(dim=-1).values
 
 

@@ -35,6 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from pelab.devices import to_device
 from pelab.pe.base import PositionalEncoding
 from pelab.positions import Positions
 
@@ -247,7 +248,8 @@ def members_of(net: nn.Module) -> int:
 def select(net: nn.Module, members: Sequence[int]) -> Iterator[None]:
     """Forwards of ``net`` inside run only ``members``, their batches folded in that order
     (``SequenceModel.selected`` skips this when every member runs in order)."""
-    index = torch.tensor(list(members), dtype=torch.long)
+    device = next(net.parameters()).device
+    index = to_device(torch.tensor(list(members), dtype=torch.long, device="cpu"), device)
     changed = [m for m in net.modules() if isinstance(m, Stacked | MemberEncodings)]
     for module in changed:
         module.members = index if isinstance(module, Stacked) else list(members)

@@ -28,7 +28,6 @@ Shapes: ``b`` batch, ``h`` heads, ``i``/``j`` query/key index, ``d`` head dim, `
 from __future__ import annotations
 
 import contextlib
-
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar

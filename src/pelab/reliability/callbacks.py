@@ -320,18 +320,52 @@ class RequeueAtStepEnd(Callback):
 
 
 class StopOnNonFiniteLoss(Callback):
-    """Raises ``TrainingDiverged`` at the first step whose training loss is NaN or infinite, so a
-    diverging run fails within a step with a clear message instead of training on NaN for hours."""
+    """Raises ``TrainingDiverged`` naming the first step whose training loss was NaN or infinite,
+    so a diverging run fails with a clear message instead of training on NaN for hours.
+
+    Reading the loss on the host at every step would make a GPU wait for each step to finish
+    (``pelab.reliability.syncs``). Each step instead marks, on the loss's device, the first step
+    whose loss was not finite, and the mark is read where the host waits anyway: at a logging
+    step (every ``trainer.log_every_n_steps``), before a validation or a checkpoint (so neither
+    sees diverged weights) and at the end of training."""
+
+    def __init__(self) -> None:
+        self.first: torch.Tensor | None = None  # the first non-finite step, -1 while none
+        self.loss: torch.Tensor | None = None  # its loss
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module, outputs, batch, batch_idx) -> None:
         loss = outputs["loss"] if isinstance(outputs, dict) else outputs
-        if loss is None or bool(torch.isfinite(loss.detach()).all()):
+        if loss is None:
+            return
+        loss = loss.detach()
+        if self.first is None:
+            self.first = torch.full((), -1, dtype=torch.long, device=loss.device)
+            self.loss = torch.zeros((), dtype=loss.dtype, device=loss.device)
+        newly = ~torch.isfinite(loss).all() & (self.first < 0)
+        self.first = torch.where(newly, trainer.global_step, self.first)
+        self.loss = torch.where(newly, loss.sum(), self.loss)
+        if pl_module.logging_step(trainer.global_step - 1):
+            self.check(trainer)
+
+    def on_validation_start(self, trainer: L.Trainer, pl_module) -> None:
+        self.check(trainer)
+
+    def on_save_checkpoint(self, trainer: L.Trainer, pl_module, checkpoint: dict) -> None:
+        self.check(trainer)
+
+    def on_train_end(self, trainer: L.Trainer, pl_module) -> None:
+        self.check(trainer)
+
+    def check(self, trainer: L.Trainer) -> None:
+        """``TrainingDiverged`` if a step's loss was not finite (reads the mark on the host)."""
+        if self.first is None or int(self.first) < 0:
             return
         lr = trainer.optimizers[0].param_groups[0]["lr"] if trainer.optimizers else float("nan")
         raise TrainingDiverged(
-            f"training diverged: train/loss is {float(loss)} at step {trainer.global_step} "
-            f"(learning rate {lr:.3g}); lower model.optimizer.lr, lengthen "
-            f"model.schedule.warmup_steps or keep trainer.gradient_clip_val"
+            f"training diverged: train/loss is {float(self.loss)} at step {int(self.first)} "
+            f"(learning rate {lr:.3g}, now at step {trainer.global_step}); lower "
+            f"model.optimizer.lr, lengthen model.schedule.warmup_steps or keep "
+            f"trainer.gradient_clip_val"
         )
 
 
