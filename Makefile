@@ -10,7 +10,7 @@ TORCH_INDEX ?=
 PYTEST_WORKERS ?= auto
 XDIST = -n $(PYTEST_WORKERS) --dist loadfile
 
-.PHONY: help install train test test-unit test-faults test-slow test-full test-slurm benchmark lint clean
+.PHONY: help install train test test-unit test-faults test-slow test-full test-slurm benchmark gpu-check lint clean
 
 help: ## show this help
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  %-10s %s\n", $$1, $$2}'
@@ -51,6 +51,9 @@ test-slurm: install ## the real-SLURM campaign (root): starts a single-node clus
 
 benchmark: install ## pelab's training step vs a minimal PyTorch loop
 	$(PY) scripts/benchmark.py
+
+gpu-check: install ## does pelab fill a GPU? one table (~8 min on one GPU; docs/performance.md "On a GPU")
+	$(PY) scripts/gpu_check.py
 
 lint: install ## ruff lint and format check
 	$(PY) -m ruff check src scripts tests benchmarks

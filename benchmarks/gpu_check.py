@@ -1,0 +1,349 @@
+"""Does pelab fill a GPU? One command, one table: ``python scripts/gpu_check.py`` (or
+``make gpu-check``), about 8 minutes on one GPU; ``--device cpu --quick`` runs every row at toy
+size on a CPU in seconds (``tests/test_gpu_check.py``, in ``make test``, so it cannot rot).
+
+Every row is a real pelab run (``pelab.train.run``; the ``jobs`` rows through the parallel
+launcher, as ``scripts/train.py -m`` runs them):
+
+- ``default``: ``pe=rope task=copy trainer=gpu``, to its ``learned_at`` stop: learned, and at which
+  step; the wall time of the run.
+- ``members K`` (K = 1, 5, 20, 64; ``--quick``: 1, 2): the ``ablation_gpu`` model (``pe=rope task=copy``) with
+  ``seeds=[0..K-1]`` for ``--steps`` steps: steps/s and member-steps/s of the training steps after
+  a warm-up (validation, test and start-up excluded), the device's peak memory.
+- ``preset P``: one job of each other GPU preset (``nope_decoder_gpu``, ``chomsky_gpu``;
+  ``--quick``: the second), the same measures.
+- ``jobs J`` (J = 1, 2, 4, 8; ``--quick``: 2): J jobs of ``experiment=ablation_cpu trainer=gpu pe=rope task=sort``
+  (3 members each) sharing the device through the parallel launcher, ``--steps`` steps each: the
+  sweep's wall time (start-up included) and its member-steps/s, as a ratio to J = 1's.
+- ``syncs``: host syncs per training step (``pelab.reliability.syncs``) of the ``ablation_gpu``
+  stack (K = 5): the most at a step that neither logs nor validates, and at a logging step.
+
+The ratios docs/performance.md ("On a GPU") holds the GPU to: K = 20 at most 2x the wall of
+K = 1 for the same steps (member-steps/s at least 10x), 8 jobs at least 4x the throughput of
+one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+import lightning as L
+import torch
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.hydra_config import HydraConfig
+from lightning.pytorch.callbacks import Callback
+from omegaconf import open_dict
+
+from pelab.reliability.syncs import CountHostSyncs, HostSyncs
+from pelab.train import run
+
+REPO = Path(__file__).resolve().parents[1]
+CONFIGS = REPO / "configs"
+PROBE = "+callbacks.gpu_check._target_=benchmarks.gpu_check.Probe"
+# the quick mode's toy size: every row runs, in seconds, on a CPU
+TOY = [
+    "model.net.d_model=16",
+    "model.net.n_heads=2",
+    "model.net.n_layers=1",
+    "model.net.d_ff=32",
+    "data.batch_size=4",
+    "data.eval_batch_size=8",
+    "task.n_val=4",
+    "task.n_test=4",
+]
+
+
+@dataclass
+class Row:
+    name: str
+    steps: int | None = None
+    wall_s: float | None = None  # the run's (a sweep's: every job's, start-up included)
+    steps_per_s: float | None = None  # training steps after the warm-up
+    member_steps_per_s: float | None = None
+    peak_gib: float | None = None  # the device's peak allocated memory (GPU only)
+    syncs: str | None = None  # host syncs per step
+    result: str = ""
+
+
+class Probe(Callback):
+    """Times the training steps from step ``warmup`` to the last (the device synchronised at
+    both ends, nowhere between), reads the device's peak memory and, with ``count_syncs``,
+    counts each step's host syncs. The last probe to finish is ``Probe.last``."""
+
+    last: ClassVar[Probe | None] = None
+
+    def __init__(self, warmup: int = 5, count_syncs: bool = False) -> None:
+        self.warmup, self.count_syncs = warmup, count_syncs
+        self.start = self.end = 0.0
+        self.timed = 0
+        self.peak_gib: float | None = None
+        self.counter: CountHostSyncs | None = None
+
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if pl_module.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(pl_module.device)
+        if self.count_syncs:
+            self.counter = CountHostSyncs(HostSyncs())
+            self.counter.syncs.__enter__()
+            self.counter.on_fit_start(trainer, pl_module)
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if self.counter is not None:
+            self.counter.on_train_batch_start(trainer, pl_module, batch, batch_idx)
+        if trainer.global_step == min(self.warmup, trainer.max_steps - 1):
+            _synchronize(pl_module.device)
+            self.start, self.first = time.perf_counter(), trainer.global_step
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if trainer.global_step == trainer.max_steps:  # the last step
+            _synchronize(pl_module.device)
+            self.end, self.timed = time.perf_counter(), trainer.global_step - self.first
+
+    def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0):
+        if self.counter is not None:
+            self.counter.on_validation_batch_start(trainer, pl_module, batch, batch_idx)
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self.counter is not None:
+            self.counter.on_train_end(trainer, pl_module)
+            self.counter.syncs.__exit__(None, None, None)
+        if pl_module.device.type == "cuda":
+            self.peak_gib = torch.cuda.max_memory_allocated(pl_module.device) / 2**30
+        Probe.last = self
+
+    @property
+    def steps_per_s(self) -> float | None:
+        return self.timed / (self.end - self.start) if self.timed else None
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def compose_run(overrides: list[str], root: Path) -> Any:
+    """``configs/train.yaml`` with ``overrides``, composed as ``scripts/train.py`` composes it,
+    writing inside ``root``, W&B off."""
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
+        cfg = compose("train", overrides=overrides, return_hydra_config=True)
+    HydraConfig().set_config(cfg)
+    with open_dict(cfg):
+        del cfg["hydra"]
+        cfg.paths.root_dir = str(root)
+        cfg.paths.output_dir = str(root / "run")
+    return cfg
+
+
+def measured_run(name: str, overrides: list[str], root: Path, members: int = 1) -> Row:
+    """One in-process run with a ``Probe``: its row."""
+    Probe.last = None
+    cfg = compose_run([*overrides, PROBE, "logger=none"], root / name.replace(" ", "_"))
+    start = time.perf_counter()
+    with contextlib.redirect_stdout(io.StringIO()):  # each run's own table: the check prints one
+        records = run(cfg)
+    wall = time.perf_counter() - start
+    probe = Probe.last
+    first = records[0] if isinstance(records, list) else records
+    rate = None if probe is None else probe.steps_per_s
+    return Row(
+        name,
+        wall_s=wall,
+        steps_per_s=rate,
+        member_steps_per_s=None if rate is None else rate * members,
+        peak_gib=None if probe is None else probe.peak_gib,
+        result=first["status"],
+    )
+
+
+def default_row(args: argparse.Namespace, root: Path) -> Row:
+    overrides = ["pe=rope", "task=copy", f"trainer={args.trainer}", *_device(args)]
+    if args.quick:
+        overrides += [*TOY, "trainer.max_steps=12", "trainer.val_check_interval=6"]
+    row = measured_run("default", overrides, root)
+    record = _records(root / "default")[0]
+    learned = record.get("steps_to_learn")
+    row.steps = learned or record["config"]["trainer"]["max_steps"]
+    row.result = f"learned at step {learned}" if learned else "not learned"
+    return row
+
+
+def _records(directory: Path) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted(directory.rglob("results.json"))]
+
+
+def members_row(args: argparse.Namespace, root: Path, k: int) -> Row:
+    seeds = ",".join(str(s) for s in range(k))
+    overrides = ["experiment=ablation_gpu", "pe=rope", "task=copy", f"seeds=[{seeds}]"]
+    overrides += _steps(args) + _size(args)
+    row = measured_run(f"members {k}", overrides, root, members=k)
+    row.steps = args.steps
+    return row
+
+
+def preset_row(args: argparse.Namespace, root: Path, preset: str) -> Row:
+    overrides = [f"experiment={preset}", *_steps(args), *_size(args)]
+    if preset == "chomsky_gpu":  # 460 evaluation lengths: two suffice to time the training
+        overrides.append("task.eval_lengths=[20,40]")
+    members = len(compose_run(overrides, root).get("seeds") or [0])
+    row = measured_run(f"preset {preset}", overrides, root, members=members)
+    row.steps = args.steps
+    return row
+
+
+def jobs_row(args: argparse.Namespace, root: Path, jobs: int) -> Row:
+    """``jobs`` jobs of ``ablation_cpu trainer=gpu`` sharing the device (the parallel launcher),
+    each with its own 3 members (distinct seeds), in a process of their own as a user runs
+    them."""
+    choices = ",".join(f"[{3 * j},{3 * j + 1},{3 * j + 2}]" for j in range(jobs))
+    sweep = root / f"jobs_{jobs}"
+    command = [
+        sys.executable,
+        str(REPO / "scripts" / "train.py"),
+        "-m",
+        "experiment=ablation_cpu",
+        f"trainer={args.trainer}",
+        "hydra.sweeper.params.pe=rope",
+        "hydra.sweeper.params.task=sort",
+        f"seeds={choices}",
+        "learned_at=null",
+        f"hydra.launcher.n_jobs={jobs}",
+        f"hydra.sweep.dir={sweep}",
+        "logger=none",
+        *_steps(args),
+        *_size(args),
+    ]
+    start = time.perf_counter()
+    proc = subprocess.run(command, cwd=REPO, capture_output=True, text=True, env=_env())
+    wall = time.perf_counter() - start
+    done = sum(r.get("status") == "completed" for r in _records(sweep))
+    result = f"{done} of {3 * jobs} members completed"
+    if proc.returncode != 0:
+        result += f"; exit {proc.returncode}: {proc.stderr.strip().splitlines()[-1:]}"
+    return Row(
+        f"jobs {jobs}",
+        steps=args.steps,
+        wall_s=wall,
+        member_steps_per_s=3 * jobs * args.steps / wall,
+        result=result,
+    )
+
+
+def syncs_row(args: argparse.Namespace, root: Path) -> Row:
+    """Host syncs per step of the ``ablation_gpu`` stack, counted over 12 steps (logging every
+    4th, one validation at the end)."""
+    probe = "+callbacks.gpu_check.count_syncs=true"
+    overrides = ["experiment=ablation_gpu", "pe=rope", "task=copy", *_size(args)]
+    overrides += ["trainer.max_steps=12", "trainer.val_check_interval=12"]
+    overrides += ["trainer.log_every_n_steps=4", "test=false", probe]
+    row = measured_run("syncs", overrides, root, members=5)
+    per_step = Probe.last.counter.per_step
+    quiet = [n for s, n in per_step.items() if (s + 1) % 4 and s != 11]
+    logging = [n for s, n in per_step.items() if not (s + 1) % 4 and s != 11]
+    row.steps, row.wall_s, row.steps_per_s, row.member_steps_per_s = 12, None, None, None
+    row.syncs = f"{max(quiet)} quiet, {max(logging)} logging"
+    return row
+
+
+def _steps(args: argparse.Namespace) -> list[str]:
+    return [f"trainer.max_steps={args.steps}", f"trainer.val_check_interval={args.steps}"]
+
+
+def _size(args: argparse.Namespace) -> list[str]:
+    """A timed run's size (toy with ``--quick``) and device; no test at the end."""
+    return [*(TOY if args.quick else []), *_device(args), "test=false"]
+
+
+def _device(args: argparse.Namespace) -> list[str]:
+    """On the CPU, the GPU presets' trainer runs there (bf16 autocast included)."""
+    return ["trainer.accelerator=cpu"] if args.device == "cpu" else []
+
+
+def _env() -> dict[str, str]:
+    """The environment of the jobs' process: this one's, with ``src`` importable (a machine
+    where pelab runs from its source tree, without an install) and W&B off."""
+    env = dict(os.environ, WANDB_MODE="disabled")
+    paths = [str(REPO / "src"), str(REPO), env.get("PYTHONPATH", "")]
+    env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
+    return env
+
+
+def table(rows: list[Row], device: str) -> str:
+    """The rows as one text table, with the ratios the GPU is held to."""
+    header = ["row", "steps", "wall s", "steps/s", "member-steps/s", "peak GiB", "syncs", "result"]
+    lines = [header]
+    for r in rows:
+        lines.append(
+            [
+                r.name,
+                _fmt(r.steps, "d"),
+                _fmt(r.wall_s, ".1f"),
+                _fmt(r.steps_per_s, ".1f"),
+                _fmt(r.member_steps_per_s, ".1f"),
+                _fmt(r.peak_gib, ".2f"),
+                r.syncs or "",
+                r.result,
+            ]
+        )
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    text = [f"pelab gpu_check on {device}, torch {torch.__version__}"]
+    text += ["  ".join(cell.ljust(w) for cell, w in zip(line, widths)) for line in lines]
+    by_name = {r.name: r for r in rows}
+    for mine, base, label in (
+        ("members 20", "members 1", "K = 20 member-steps/s over K = 1's"),
+        ("jobs 8", "jobs 1", "8 jobs' member-steps/s over 1 job's"),
+    ):
+        if mine in by_name and base in by_name and by_name[base].member_steps_per_s:
+            ratio = by_name[mine].member_steps_per_s / by_name[base].member_steps_per_s
+            text.append(f"{label}: {ratio:.2f}x")
+    return "\n".join(text)
+
+
+def _fmt(value: float | int | None, spec: str) -> str:
+    return "" if value is None else format(value, spec)
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
+    parser.add_argument("--quick", action="store_true", help="toy size: every row in seconds")
+    parser.add_argument("--steps", type=int, default=None, help="steps per timed run (300)")
+    parser.add_argument("--json", type=Path, default=None, help="also write the rows here")
+    args = parser.parse_args(argv)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: no CUDA device here (torch.cuda.is_available() is False)")
+    args.steps = args.steps or (8 if args.quick else 300)
+    args.trainer = "gpu" if args.device == "cuda" else "default"
+    return args
+
+
+def main(argv: list[str] | None = None) -> list[Row]:
+    args = parse(argv)
+    members = (1, 2) if args.quick else (1, 5, 20, 64)
+    jobs = (2,) if args.quick else (1, 2, 4, 8)
+    presets = ("chomsky_gpu",) if args.quick else ("nope_decoder_gpu", "chomsky_gpu")
+    rows: list[Row] = []
+    with tempfile.TemporaryDirectory(prefix="gpu_check_") as tmp:
+        root = Path(tmp)
+        rows.append(default_row(args, root))
+        rows += [members_row(args, root, k) for k in members]
+        rows += [preset_row(args, root, p) for p in presets]
+        rows.append(syncs_row(args, root))
+        rows += [jobs_row(args, root, j) for j in jobs]
+    device = torch.cuda.get_device_name() if args.device == "cuda" else "the CPU"
+    print(table(rows, device))
+    if args.json is not None:
+        args.json.write_text(json.dumps([asdict(r) for r in rows], indent=2))
+    return rows
