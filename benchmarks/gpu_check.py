@@ -7,14 +7,16 @@ launcher, as ``scripts/train.py -m`` runs them):
 
 - ``default``: ``pe=rope task=copy trainer=gpu``, to its ``learned_at`` stop: learned, and at which
   step; the wall time of the run.
-- ``members K`` (K = 1, 5, 20, 64; ``--quick``: 1, 2): the ``ablation_gpu`` model (``pe=rope task=copy``) with
-  ``seeds=[0..K-1]`` for ``--steps`` steps: steps/s and member-steps/s of the training steps after
-  a warm-up (validation, test and start-up excluded), the device's peak memory.
+- ``members K`` (K = 1, 5, 20, 64; ``--quick``: 1, 2): the ``ablation_gpu`` model
+  (``pe=rope task=copy``) with ``seeds=[0..K-1]`` for ``--steps`` steps: steps/s and
+  member-steps/s of the training steps after a warm-up (validation, test and start-up
+  excluded), the device's peak memory.
 - ``preset P``: one job of each other GPU preset (``nope_decoder_gpu``, ``chomsky_gpu``;
   ``--quick``: the second), the same measures.
-- ``jobs J`` (J = 1, 2, 4, 8; ``--quick``: 2): J jobs of ``experiment=ablation_cpu trainer=gpu pe=rope task=sort``
-  (3 members each) sharing the device through the parallel launcher, ``--steps`` steps each: the
-  sweep's wall time (start-up included) and its member-steps/s, as a ratio to J = 1's.
+- ``jobs J`` (J = 1, 2, 4, 8; ``--quick``: 2): J jobs of
+  ``experiment=ablation_cpu trainer=gpu pe=rope task=sort`` (3 members each) sharing the device
+  through the parallel launcher, ``--steps`` steps each: the sweep's wall time (start-up
+  included) and its member-steps/s, as a ratio to J = 1's.
 - ``syncs``: host syncs per training step (``pelab.reliability.syncs``) of the ``ablation_gpu``
   stack (K = 5): the most at a step that neither logs nor validates, and at a logging step.
 
@@ -299,7 +301,9 @@ def table(rows: list[Row], device: str) -> str:
         )
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
     text = [f"pelab gpu_check on {device}, torch {torch.__version__}"]
-    text += ["  ".join(cell.ljust(w) for cell, w in zip(line, widths)) for line in lines]
+    text += [
+        "  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)) for line in lines
+    ]
     by_name = {r.name: r for r in rows}
     for mine, base, label in (
         ("members 20", "members 1", "K = 20 member-steps/s over K = 1's"),
