@@ -477,7 +477,7 @@ def fold_positions(positions: Sequence[Tensor]) -> Tensor:
     is one (the same for every sequence, so for every member: ``pelab.positions``), each
     member's rows otherwise."""
     first = positions[0]
-    if all(p.shape[0] == 1 and p.shape == first.shape for p in positions):
+    if len(positions) == 1 or all(p.shape[0] == 1 and p.shape == first.shape for p in positions):
         return first
     rows = max(p.shape[0] for p in positions)
     return torch.cat([p.expand(rows, *p.shape[1:]) for p in positions])
