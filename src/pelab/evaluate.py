@@ -34,6 +34,7 @@ from pelab.errors import ConfigError
 from pelab.pe import PE_REGISTRY
 from pelab.record import RESULTS, read_record
 from pelab.reliability.checkpoints import check_integrity
+from pelab.reliability.memory import check_eval_memory
 from pelab.reliability.validate import check_types
 from pelab.runner import execute, make_trainer, scored_outcome, sweep_job, sweep_job_dir
 from pelab.threads import check_threads, configure_threads
@@ -190,6 +191,7 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
         model = build_model(merged, task, sizes)
         load_weights(model, ckpt)
         configure_threads(merged, model.net.num_params()["total"])
+        check_eval_memory(merged, task, model)
         notes: list[str] = []
         trainer = make_trainer(merged, model.net.num_params(), notes)
         trainer.test(model, datamodule=data_module(merged, task), verbose=False)

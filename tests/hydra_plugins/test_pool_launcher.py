@@ -1,20 +1,33 @@
-"""The parallel launcher's own pieces: its settings, what it says of a dead job, and how it
-records one (the sweeps themselves: ``reliability/test_sweeps.py``)."""
+"""The parallel launcher's own pieces: its settings, how many jobs share a GPU, what it says of
+a dead job, and how it records one (the sweeps themselves: ``reliability/test_sweeps.py``)."""
 
 import json
 import signal
+from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from omegaconf import OmegaConf
 
+from hydra_plugins.pelab_launcher import pool_launcher
 from hydra_plugins.pelab_launcher.pool_launcher import (
+    CUDA_CONTEXT_BYTES,
     PoolLauncher,
     _death,
     available_cores,
+    jobs_at_once,
     mark_failed,
+    measure,
 )
 from hydra_plugins.pelab_launcher.worker import job_threads
 from pelab.errors import ConfigError
 from pelab.record import write_json_atomic
+from tests.conftest import CONFIG_DIR, TINY
+
+GIB = 2**30
 
 
 def test_one_job_per_core_by_default_and_jobs_times_threads_fill_the_cores():
@@ -67,3 +80,91 @@ def test_a_dead_stack_marks_its_running_members_failed_and_leaves_the_finished_o
     assert record["error"].startswith("killed by SIGKILL; re-run the same command")
     assert record["error"].endswith(f"output: {log}")
     assert not mark_failed(tmp_path / "never_started", "killed by SIGKILL", log, [])
+
+
+def test_a_gpu_runs_as_many_jobs_at_once_as_fit_its_free_memory_at_most_one_per_core():
+    assert jobs_at_once(80 * GIB, 10 * GIB, 16, 66) == 8
+    assert jobs_at_once(80 * GIB, GIB, 16, 66) == 16  # one per core at most
+    assert jobs_at_once(80 * GIB, GIB, 16, 3) == 3
+    assert jobs_at_once(8 * GIB, 10 * GIB, 16, 66) == 1  # not even one fits: its check refuses it
+    with pytest.raises(ValueError, match=r"need=0: give >= 1"):
+        jobs_at_once(80 * GIB, 0, 16, 66)
+    with pytest.raises(ValueError, match=r"jobs=0: give >= 1"):
+        jobs_at_once(80 * GIB, GIB, 16, 0)
+
+
+def jobs(n: int, accelerator: str = "gpu") -> list:
+    config = OmegaConf.create({"trainer": {"accelerator": accelerator}})
+    return [SimpleNamespace(config=config, output_dir=Path(f"sweep/{i}")) for i in range(n)]
+
+
+@pytest.fixture
+def gpu(monkeypatch):
+    """A 16-core machine with CUDA, whose GPU has 80 GiB free of 80; ``gpu(needs)``: what the
+    probe measures each job to need (it records the jobs it was given)."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(pool_launcher, "available_cores", lambda: 16)
+    probed = []
+
+    def probe(needs: list) -> list:
+        def answer(measured):
+            probed.append(measured)
+            return 80 * GIB, 80 * GIB, needs[: len(measured)]
+
+        monkeypatch.setattr(pool_launcher, "probe_gpu", answer)
+        return probed
+
+    return probe
+
+
+def test_a_gpu_sweep_runs_as_many_jobs_as_fit_and_holds_each_to_its_share(gpu, caplog):
+    """``experiment=ablation_cpu trainer=gpu``: 66 jobs on a 16-core machine. The largest need
+    of a job that fits alone (7 GiB, plus a CUDA context) fits 10 times in the free memory; each
+    job's allocator may hold a tenth of it, less its context, which its own memory check reads."""
+    probed = gpu([7 * GIB, 3 * GIB, None, 100 * GIB] + [3 * GIB] * 62)
+    launcher = PoolLauncher()
+    with caplog.at_level("INFO", logger=pool_launcher.__name__):
+        launcher.share_gpu(jobs(66))
+    assert len(probed[0]) == 66
+    assert (launcher.n_jobs, launcher.threads) == (10, 1)
+    assert launcher.gpu_fraction == pytest.approx((8 * GIB - CUDA_CONTEXT_BYTES) / (80 * GIB))
+    assert (
+        "10 job(s) at once on the GPU: each needs about 8.0 GiB of 80.0 GiB free (64 of 66 jobs "
+        "measured to fit alone" in caplog.text
+    )
+    gpu([None] * 66)  # none fits alone, or evaluations (not measured): one at a time
+    launcher.share_gpu(jobs(66))
+    assert (launcher.n_jobs, launcher.threads) == (1, 16)
+    assert launcher.gpu_fraction == pytest.approx((80 * GIB - CUDA_CONTEXT_BYTES) / (80 * GIB))
+
+
+def test_a_gpu_sweeps_given_jobs_at_once_share_its_memory_unmeasured(gpu):
+    probed = gpu([])
+    launcher = PoolLauncher(n_jobs=4)
+    launcher.share_gpu(jobs(66))
+    assert probed == [[]] and (launcher.n_jobs, launcher.threads) == (4, 4)
+    assert launcher.gpu_fraction == pytest.approx((20 * GIB - CUDA_CONTEXT_BYTES) / (80 * GIB))
+    with pytest.raises(ConfigError, match=r"hydra.launcher.n_jobs=100: .* leave each 0.80 GiB"):
+        PoolLauncher(n_jobs=100).share_gpu(jobs(66))
+
+
+@pytest.mark.parametrize("accelerator", ["cpu", "auto"])
+def test_jobs_without_a_gpu_run_one_per_core_unmeasured(accelerator, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(pool_launcher, "probe_gpu", lambda measured: pytest.fail("probed"))
+    launcher = PoolLauncher()
+    launcher.share_gpu(jobs(66, accelerator))
+    assert (launcher.n_jobs, launcher.gpu_fraction) == (available_cores(), None)
+
+
+def test_the_probe_measures_a_training_job_as_composed_for_it_and_leaves_evaluations(tmp_path):
+    """What the probe runs on the GPU, here on the CPU: the job's config with Hydra's node
+    (``${hydra:...}`` resolved as in the job, its directory not made yet)."""
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        config = compose("train", TINY, return_hydra_config=True)
+    assert measure(config, tmp_path / "0", "cpu") > 0
+    assert not (tmp_path / "0").exists()
+    evaluation = OmegaConf.create({"ckpt_path": "x", "trainer": {"accelerator": "gpu"}})
+    assert measure(evaluation, tmp_path / "1", "cpu") is None  # its model is its checkpoint's

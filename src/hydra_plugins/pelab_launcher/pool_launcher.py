@@ -1,6 +1,10 @@
 """A local sweep that behaves like a SLURM array: every job runs in its own process, at most
 ``n_jobs`` at a time (one per core by default, each with at most ``cores // n_jobs`` torch
-threads: a job's ``threads=auto`` chooses within that share, ``pelab.threads``). A
+threads: a job's ``threads=auto`` chooses within that share, ``pelab.threads``). Jobs that
+train on a GPU share its memory: ``n_jobs=-1`` runs as many at once as fit its free memory
+(``jobs_at_once``, from each job's need measured on the GPU, ``pelab.reliability.memory.job_need``)
+and each job's allocator is held to its share (``torch.cuda.set_per_process_memory_fraction``),
+which its own memory check reads. A
 job that is killed (SIGKILL, out of memory) or exits abnormally is recorded as failed in its
 ``results.json`` (its signal or exit status, the tail of its output) and the others run on; the
 sweep summary (``pelab.analysis.sweep.SweepSummary``) then names it and exits with status 1.
@@ -18,6 +22,7 @@ import logging
 import multiprocessing
 import signal
 import time
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from multiprocessing.connection import wait
 from pathlib import Path
@@ -25,6 +30,7 @@ from typing import Any
 
 import cloudpickle
 from hydra.core.config_store import ConfigStore
+from hydra.core.hydra_config import HydraConfig
 from hydra.core.singleton import Singleton
 from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrides, setup_globals
 from hydra.plugins.launcher import Launcher
@@ -40,6 +46,10 @@ LAUNCHER_DIR = ".launcher"  # inside the sweep directory: each job's pickled cal
 LOG_TAIL_LINES = 20
 PRELOAD = ["torch", "lightning", "hydra_plugins.pelab_launcher.worker", "pelab.train"]
 STOP_GRACE_S = 60.0  # after passing SIGTERM on, how long the running jobs get to checkpoint
+# each GPU job's CUDA context and kernels, outside torch's allocator and its share: an allowance,
+# unmeasured on a GPU here
+CUDA_CONTEXT_BYTES = 2**30
+GIB = 2**30
 
 
 @dataclass
@@ -58,6 +68,7 @@ ConfigStore.instance().store(
 class _Job:
     num: int
     overrides: list[str]
+    config: DictConfig  # as the job will see it, Hydra's node included
     output_dir: Path  # the job's Hydra directory, where its results.json is
     log_path: Path
     call_path: Path
@@ -68,19 +79,19 @@ class _Job:
 
 class PoolLauncher(Launcher):
     def __init__(self, n_jobs: int = -1, threads_per_job: int | None = None) -> None:
-        cores = available_cores()
         if n_jobs == 0 or n_jobs < -1:
             raise ConfigError(
                 f"hydra.launcher.n_jobs={n_jobs}: give a number of jobs at once >= 1, "
-                "or -1 for one per core"
+                "or -1 for one per core (on a GPU: as many as fit its memory)"
             )
-        self.n_jobs = cores if n_jobs == -1 else n_jobs
         if threads_per_job is not None and threads_per_job < 1:
             raise ConfigError(
                 f"hydra.launcher.threads_per_job={threads_per_job}: give >= 1, or null for "
                 "cores // n_jobs"
             )
-        self.threads = threads_per_job or max(1, cores // self.n_jobs)
+        self.requested, self.threads_per_job = n_jobs, threads_per_job
+        self.set_jobs(available_cores() if n_jobs == -1 else n_jobs)
+        self.gpu_fraction: float | None = None  # each job's share of the GPU's memory
         self.config: DictConfig | None = None
         self.hydra_context: HydraContext | None = None
         self.task_function: TaskFunction | None = None
@@ -101,6 +112,11 @@ class PoolLauncher(Launcher):
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
         (sweep_dir / LAUNCHER_DIR).mkdir(parents=True, exist_ok=True)
+        jobs = [
+            self._prepare(initial_job_idx + i, list(overrides), sweep_dir)
+            for i, overrides in enumerate(job_overrides)
+        ]
+        self.share_gpu(jobs)
         log.info(
             "Launching %d jobs, %d at a time, %d torch thread(s) each at most (threads=auto "
             "chooses within it); sweep output dir: %s",
@@ -109,10 +125,6 @@ class PoolLauncher(Launcher):
             self.threads,
             sweep_dir,
         )
-        jobs = [
-            self._prepare(initial_job_idx + i, list(overrides), sweep_dir)
-            for i, overrides in enumerate(job_overrides)
-        ]
         context = multiprocessing.get_context("forkserver")
         context.set_forkserver_preload(PRELOAD)
         waiting, running, returns = list(jobs), [], {}
@@ -132,6 +144,50 @@ class PoolLauncher(Launcher):
             signal.signal(signal.SIGTERM, previous_sigterm)
         return [returns[job.num] for job in jobs]
 
+    def set_jobs(self, n_jobs: int) -> None:
+        """``n_jobs`` at once, each with ``threads_per_job`` torch threads (None: its share)."""
+        self.n_jobs = n_jobs
+        self.threads = self.threads_per_job or max(1, available_cores() // n_jobs)
+
+    def share_gpu(self, jobs: list["_Job"]) -> None:
+        """When a job trains on a GPU: with ``n_jobs=-1``, as many jobs at once as fit its free
+        memory (``jobs_at_once``: the largest need measured of a training job that fits alone,
+        plus ``CUDA_CONTEXT_BYTES``; none: one at a time), at most one per core; each job's
+        allocator held to its share of the free memory (``gpu_fraction``), which its own memory
+        check reads."""
+        from pelab.reliability.memory import run_device
+
+        self.gpu_fraction = None
+        self.set_jobs(available_cores() if self.requested == -1 else self.requested)
+        on_gpu = [(job.config, job.output_dir) for job in jobs if run_device(job.config) == "cuda"]
+        if not on_gpu:
+            return
+        measured = on_gpu if self.requested == -1 else []
+        free, total, needs = probe_gpu(measured)
+        if measured:
+            fitting = [need for need in needs if need is not None and need <= free]
+            need = max(fitting, default=free) + CUDA_CONTEXT_BYTES  # none fits: one at a time
+            self.set_jobs(jobs_at_once(free, need, available_cores(), len(jobs)))
+            log.info(
+                "%d job(s) at once on the GPU: each needs about %.1f GiB of %.1f GiB free (%d "
+                "of %d jobs measured to fit alone; the others' memory checks say why)",
+                self.n_jobs,
+                need / GIB,
+                free / GIB,
+                len(fitting),
+                len(measured),
+            )
+        share = free / self.n_jobs - CUDA_CONTEXT_BYTES
+        if share <= 0:
+            raise ConfigError(
+                f"hydra.launcher.n_jobs={self.n_jobs}: that many jobs at once leave each "
+                f"{free / self.n_jobs / GIB:.2f} GiB of the GPU's {free / GIB:.1f} GiB free, "
+                f"less than a CUDA context takes ({CUDA_CONTEXT_BYTES / GIB:.0f} GiB allowed); "
+                "give fewer, or -1 for as many as fit"
+            )
+        self.gpu_fraction = share / total
+        log.info("each job on the GPU may hold %.1f GiB (its share)", share / GIB)
+
     def _prepare(self, num: int, overrides: list[str], sweep_dir: Path) -> _Job:
         assert self.hydra_context is not None and self.config is not None
         sweep_config = job_config(self.hydra_context, self.config, overrides, num)
@@ -141,6 +197,7 @@ class PoolLauncher(Launcher):
         job = _Job(
             num,
             overrides,
+            sweep_config,
             sweep_dir / str(subdir),
             files / f"{num}.log",
             files / f"{num}.call.pkl",
@@ -155,7 +212,8 @@ class PoolLauncher(Launcher):
         from hydra_plugins.pelab_launcher.worker import main
 
         job.process = context.Process(
-            target=main, args=(job.call_path, job.result_path, job.log_path, self.threads)
+            target=main,
+            args=(job.call_path, job.result_path, job.log_path, self.threads, self.gpu_fraction),
         )
         job.process.start()
         job.started = time.monotonic()
@@ -199,6 +257,57 @@ def job_config(
         sweep_config.hydra.job.id = f"{sweep_config.hydra.job.name}_{num}"
         sweep_config.hydra.job.num = num
     return sweep_config
+
+
+def jobs_at_once(free: int, need: int, cores: int, jobs: int) -> int:
+    """How many of ``jobs`` jobs to run at once on a GPU with ``free`` bytes free when each needs
+    ``need`` bytes: as many as fit, at most one per core, at least one (a job that cannot fit
+    alone is refused by its own memory check)."""
+    for name, value, least in (("free", free, 0), ("need", need, 1), ("cores", cores, 1)):
+        if value < least:
+            raise ValueError(f"{name}={value}: give >= {least}")
+    if jobs < 1:
+        raise ValueError(f"jobs={jobs}: give >= 1")
+    return max(1, min(cores, jobs, free // need))
+
+
+def probe_gpu(jobs: list[tuple[DictConfig, Path]]) -> tuple[int, int, list[int | None]]:
+    """The GPU's free and total bytes, and what each of ``jobs`` (its config and directory)
+    needs on it (``measure``), read in a child process: this one holds no CUDA context while
+    the sweep runs."""
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(PRELOAD)
+    with ProcessPoolExecutor(1, mp_context=context) as child:
+        return child.submit(_probe_gpu, jobs).result()
+
+
+def _probe_gpu(jobs: list[tuple[DictConfig, Path]]) -> tuple[int, int, list[int | None]]:
+    import torch
+
+    free, total = torch.cuda.mem_get_info()
+    return free, total, [measure(config, output_dir, "cuda") for config, output_dir in jobs]
+
+
+def measure(config: DictConfig, output_dir: Path, device: str) -> int | None:
+    """The bytes a training job of the composed config ``config`` (``job_config``; its directory
+    ``output_dir``) needs on ``device`` (``memory.job_need``); None when it does not fit there
+    alone, its config is refused (the job then says why) or it does not train (an evaluation
+    job's own memory check measures it)."""
+    import torch
+
+    from pelab.reliability.memory import job_need
+
+    if "model" not in config:  # scripts/eval.py's: the model is the checkpoint's
+        return None
+    HydraConfig.instance().set_config(config)  # ${hydra:...} resolves as in the job
+    cfg = config.copy()
+    with open_dict(cfg):
+        cfg.paths.output_dir = str(output_dir)
+        del cfg["hydra"]
+    try:
+        return job_need(cfg, device)
+    except (ConfigError, torch.cuda.OutOfMemoryError):
+        return None
 
 
 def _raise_keyboard_interrupt(signum: int, frame: Any) -> None:

@@ -6,13 +6,18 @@ the job returned.
 Threads: the job gets the launcher's ``threads`` (``threads_per_job``, or cores // jobs) as its
 share of the cores (``pelab.threads.share_cores``) and starts with that many torch threads; its
 entry point's ``threads=auto`` then chooses within the share (1 for a small model), so jobs x
-threads never exceeds it. A job config's ``threads=<n>`` is honoured as given, from the start."""
+threads never exceeds it. A job config's ``threads=<n>`` is honoured as given, from the start.
+
+GPU memory: a job of a sweep that trains on a GPU gets its share as a per-process memory fraction
+(``torch.cuda.set_per_process_memory_fraction``): its allocator cannot hold more, and its own
+memory check reads the share, not the memory the other jobs will also take."""
 
 import os
 import sys
 from pathlib import Path
 
 import cloudpickle
+import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.singleton import Singleton
 from hydra.core.utils import run_job, setup_globals
@@ -22,7 +27,9 @@ from pelab.errors import ConfigError
 from pelab.threads import check_threads, set_threads, share_cores
 
 
-def main(call_path: Path, result_path: Path, log_path: Path, threads: int) -> None:
+def main(
+    call_path: Path, result_path: Path, log_path: Path, threads: int, gpu_fraction: float | None
+) -> None:
     os.setsid()  # a Ctrl-C at the terminal reaches the job once, through the launcher
     with open(log_path, "ab") as out:  # this process's stdout and stderr, appended
         os.dup2(out.fileno(), sys.stdout.fileno())
@@ -34,6 +41,8 @@ def main(call_path: Path, result_path: Path, log_path: Path, threads: int) -> No
     Singleton.set_state(singleton_state)
     sweep_config = job_config(hydra_context, config, overrides, num)
     share_cores(threads)
+    if gpu_fraction is not None:
+        torch.cuda.set_per_process_memory_fraction(gpu_fraction)
     set_threads(job_threads(sweep_config.get("threads"), threads), None)
     HydraConfig.instance().set_config(sweep_config)
     returned = run_job(

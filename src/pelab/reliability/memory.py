@@ -8,7 +8,19 @@ holds at once (``MARGIN`` covers the allocator's slack). When even a generous bo
 (``BOUND_COPIES`` tensors of ``[b, heads, n, n]``) does not fit in free memory, it is measured
 with 1 and 2 sequences instead and extrapolated linearly to the batch. When the logits alone
 cannot fit, the run is refused unmeasured; on the CPU, a pass that might exhaust the RAM is
-measured at three shorter lengths instead and extrapolated (``longer_need``).
+measured at three shorter lengths instead and extrapolated (``longer_need``). The pass runs
+under the trainer's mixed precision (``autocast``), as evaluation does.
+
+On the CPU the count is what the tensors hold: with glibc's mmap threshold fixed, the process's
+peak resident memory agrees with it within 1% (``test_memory.py``). glibc's default threshold
+rises to the largest block freed (up to 32 MiB), and blocks below it come from its heap, whose
+holes stay resident: passes of tensors under 32 MiB each held up to 1.4-2.6x the count, varying
+from run to run (6-130 MiB counted), passes of larger tensors up to 1.03-1.10x (350-410 MiB),
+which ``MARGIN`` covers (RoPE and Shaw encoders, 2-core Intel Xeon, glibc 2.36, 2026-11-27). A
+CPU need of gigabytes held in tensors under 32 MiB each would be underestimated up to about 2x.
+
+``job_need`` measures what one job of a parallel sweep holds at its peak, training included,
+which ``hydra/launcher=parallel`` divides a GPU's free memory by.
 """
 
 from __future__ import annotations
@@ -17,6 +29,7 @@ import logging
 import math
 import os
 import weakref
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 
 import torch
@@ -24,19 +37,30 @@ from omegaconf import DictConfig
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
+from pelab.assembly import build_members, build_task
 from pelab.errors import ConfigError
+from pelab.members import member_configs
 
 log = logging.getLogger(__name__)
 
 GIB = 2**30
 BOUND_COPIES = 32  # [b, h, n, n] tensors alive at once; CoPE, the most measured, holds about 11
 MARGIN = 1.25  # on a measured need: the allocator's slack, an extrapolation up to 12% short
+DOUBLE = ("64-true", "64")  # trainer.precision values of float64: twice the float32 measured
 
 
 def available_bytes(device: str) -> int | None:
-    """Memory free for this run: the GPU's free memory, or the machine's available RAM."""
+    """Memory free for this run. On the GPU, what this process's caching allocator can still hand
+    out: the device's free memory and the blocks it reserved but does not use, within its
+    per-process memory fraction (a parallel sweep's job: its share; ``gpu_fraction``). On the
+    CPU, the machine's available RAM."""
     if device == "cuda":
-        return torch.cuda.mem_get_info()[0] if torch.cuda.is_available() else None
+        if not torch.cuda.is_available():
+            return None
+        free, total = torch.cuda.mem_get_info()
+        allocated = torch.cuda.memory_allocated()
+        cached = torch.cuda.memory_reserved() - allocated
+        return int(min(free + cached, gpu_fraction() * total - allocated))
     meminfo = Path("/proc/meminfo")
     if meminfo.is_file():
         for line in meminfo.read_text().splitlines():
@@ -46,6 +70,36 @@ def available_bytes(device: str) -> int | None:
         return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (ValueError, OSError, AttributeError):
         return None
+
+
+def gpu_fraction() -> float:
+    """The share of the GPU's memory this process's allocator may hold
+    (``torch.cuda.set_per_process_memory_fraction``; 1 unless set; torch < 2.6 cannot say: 1)."""
+    getter = getattr(torch.cuda, "get_per_process_memory_fraction", None)
+    return 1.0 if getter is None else float(getter())
+
+
+def run_device(cfg: DictConfig) -> str:
+    """Where the run's trainer computes: ``cuda`` for ``trainer.accelerator`` gpu, cuda or auto
+    when CUDA is available, else ``cpu``."""
+    accelerator = str(cfg.trainer.get("accelerator", "cpu"))
+    gpu = accelerator in ("gpu", "cuda", "auto") and torch.cuda.is_available()
+    return "cuda" if gpu else "cpu"
+
+
+def precision_of(cfg: DictConfig) -> str:
+    """``trainer.precision`` as Lightning names it (32-true, bf16-mixed, ...)."""
+    return str(cfg.trainer.get("precision", "32-true"))
+
+
+def autocast(precision: str, device: str) -> AbstractContextManager:
+    """A ``trainer.precision`` of mixed precision (bf16-mixed, 16-mixed) as Lightning runs the
+    steps: autocast on ``device``; none for the others, which run the weights' float32 (a
+    ``*-true`` half precision holds less; ``64-true``: twice as much, ``DOUBLE``)."""
+    if precision in ("bf16-mixed", "bf16", "16-mixed", "16"):
+        dtype = torch.bfloat16 if precision.startswith("bf16") else torch.float16
+        return torch.autocast(device, dtype=dtype)
+    return nullcontext()
 
 
 class LiveTensorBytes(TorchDispatchMode):
@@ -85,11 +139,14 @@ class LiveTensorBytes(TorchDispatchMode):
             self.live -= nbytes
 
 
-def forward_peak(model, task, batch: int, device: str, length: int | None = None) -> int:
+def forward_peak(
+    model, task, batch: int, device: str, length: int | None = None, precision: str = "32-true"
+) -> int:
     """Peak bytes of the tensors alive during one no-grad forward pass of ``model``'s first member
     over ``batch`` sequences at ``length`` (default: the longest evaluation length; the full
-    sequence ``BOS prompt SEP answer``). Evaluation folds the members' batches into one, so a
-    stack of K members needs what one member needs for K times the batch."""
+    sequence ``BOS prompt SEP answer``) at ``trainer.precision`` ``precision``. Evaluation folds
+    the members' batches into one, so a stack of K members needs what one member needs for K
+    times the batch."""
     generator = torch.Generator().manual_seed(0)  # the run's own RNG stays untouched
     prompt, answer = task.sample(batch, length or max(task.eval_lengths), generator)
     prompt, answer = prompt.to(device), answer.to(device)
@@ -99,11 +156,58 @@ def forward_peak(model, task, batch: int, device: str, length: int | None = None
     training = model.training
     model.eval()  # as in evaluation: no dropout, so the run's RNG is not drawn from
     try:
-        with torch.no_grad(), model.selected([0]), LiveTensorBytes(known) as counter:
+        with (
+            torch.no_grad(),
+            model.selected([0]),
+            autocast(precision, device),
+            LiveTensorBytes(known) as counter,
+        ):
             model.kind.answer_logits(model.net, prompt, answer, positions)
     finally:
         model.train(training)
-    return counter.peak
+    return counter.peak * (2 if precision in DOUBLE else 1)
+
+
+def train_step_peak(cfg: DictConfig, task, model, device: str) -> tuple[int, int]:
+    """Peak bytes of the tensors alive during one training step of ``model`` (built to be
+    measured: the step changes its weights and draws from the RNG): forward and backward of each
+    member's ``data.batch_size`` sequences at the longest training length, at the trainer's
+    precision, then the optimizer's step; and the bytes of the optimizer's state after it."""
+    members, precision = len(model.seeds), precision_of(cfg)
+    generator = torch.Generator().manual_seed(0)
+    prompt, answer = task.sample(members * cfg.data.batch_size, task.train_lengths[1], generator)
+    prompt, answer = prompt.to(device), answer.to(device)
+    positions = model.sequence_positions(prompt, answer.shape[1], generator)
+    weights = list(model.parameters())
+    known = [*weights, *model.buffers(), prompt, answer]
+    known += [positions] if positions is not None else []
+    optimizer = model.optimizer_factory(weights)
+    with LiveTensorBytes(known) as counter:
+        with autocast(precision, device):
+            loss = model.loss(prompt, answer, positions, members).sum()
+        loss.backward()
+        optimizer.step()
+    state = sum(
+        t.untyped_storage().nbytes()
+        for values in optimizer.state.values()
+        for t in values.values()
+        if isinstance(t, torch.Tensor)
+    )
+    factor = 2 if precision in DOUBLE else 1
+    return counter.peak * factor, state * factor
+
+
+def job_need(cfg: DictConfig, device: str) -> int:
+    """The bytes a run of ``cfg`` holds at its peak on ``device``, measured with a model built
+    for it: its weights twice (with their gradients, or the copy a stack's members' own rates
+    step from), and the larger of a training step (``train_step_peak``, times ``MARGIN``) and
+    evaluation at the longest length (``measured_need``) beside the optimizer's state."""
+    task = build_task(cfg)
+    model = build_members(member_configs(cfg), task).to(device)
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    train, state = train_step_peak(cfg, task, model, device)
+    evaluate = measured_need(cfg, task, model, device, available_bytes(device))[0]
+    return 2 * weights + max(int(MARGIN * train), state + evaluate)
 
 
 def bound_bytes(cfg: DictConfig, n: int, batch: int) -> int:
@@ -122,11 +226,11 @@ def eval_need(cfg: DictConfig, task, model, device: str) -> int:
     """The bytes evaluating the longest length needs: measured at the configured batch when
     that is safe, else extrapolated from 1 and 2 sequences."""
     n, batch = task.max_sequence_length(), cfg.data.eval_batch_size * len(model.seeds)
-    free = available_bytes(device)
+    free, precision = available_bytes(device), precision_of(cfg)
     if free is None or bound_bytes(cfg, n, batch) <= free:
-        return int(MARGIN * forward_peak(model, task, batch, device))
+        return int(MARGIN * forward_peak(model, task, batch, device, precision=precision))
     forward_peak(model, task, 1, device)  # fill the encodings' caches (cos/sin tables, ...)
-    one, two = forward_peak(model, task, 1, device), forward_peak(model, task, 2, device)
+    one, two = (forward_peak(model, task, b, device, precision=precision) for b in (1, 2))
     return int(MARGIN * (one + max(two - one, 1) * (batch - 1)))
 
 
@@ -141,7 +245,7 @@ def longer_need(cfg: DictConfig, task, model, free: int) -> int:
         top *= 2
     lengths = (top // 4, top // 2, top)
     forward_peak(model, task, 1, "cpu", lengths[0])  # fill the encodings' caches
-    peaks = [forward_peak(model, task, 1, "cpu", n) for n in lengths]
+    peaks = [forward_peak(model, task, 1, "cpu", n, precision_of(cfg)) for n in lengths]
     at_longest = sum(  # Lagrange's form of the quadratic through (lengths, peaks)
         peak * math.prod((longest - other) / (n - other) for other in lengths if other != n)
         for n, peak in zip(lengths, peaks, strict=True)
@@ -155,35 +259,44 @@ def tokens(task, length: int) -> int:
     return prompt.shape[1] + answer.shape[1] + 2
 
 
+def measured_need(cfg: DictConfig, task, model, device: str, free: int | None) -> tuple[int, str]:
+    """The bytes evaluating the longest length needs on ``device`` (``model`` is there), and how
+    they were found; on the CPU, from shorter lengths when measuring could exhaust the RAM."""
+    n = task.max_sequence_length()
+    if device == "cpu" and free is not None and bound_bytes(cfg, n, 2) > free:
+        return longer_need(cfg, task, model, free), "extrapolated from shorter lengths"
+    return eval_need(cfg, task, model, device), "measured"
+
+
 def check_eval_memory(cfg: DictConfig, task, model) -> int | None:
     """The measured peak bytes of evaluating the longest length with ``data.eval_batch_size``
     sequences (None: the free memory is unknown); a ``ConfigError`` before training when it
-    exceeds the device's free memory, naming the length and the largest batch that fits."""
-    accelerator = str(cfg.trainer.get("accelerator", "cpu"))
-    device = "cuda" if accelerator in ("gpu", "cuda") and torch.cuda.is_available() else "cpu"
+    exceeds the memory free to this process beside its weights (a parallel sweep's job on a GPU:
+    its share), naming the length and the largest batch that fits."""
+    device = run_device(cfg)
+    model.to(device)
     free = available_bytes(device)
     if free is None:
         return None
     n, batch = task.max_sequence_length(), cfg.data.eval_batch_size
     where = f"evaluating length {max(task.eval_lengths)} ({n} tokens)"
     advice = "or drop the longest lengths from task.eval_lengths"
+    place = f"on the {device}"
+    if device == "cuda" and gpu_fraction() < 1:
+        place = f"in this job's share of the GPU ({gpu_fraction():.0%}: hydra.launcher.n_jobs)"
+        advice = f"lower hydra.launcher.n_jobs, {advice}"
     if floor_bytes(cfg, task, n, batch) > free:
         raise ConfigError(
             f"{where} with data.eval_batch_size={batch} needs at least "
             f"{floor_bytes(cfg, task, n, batch) / GIB:.1f} GiB for the logits alone, but only "
-            f"{free / GIB:.1f} GiB is free on the {device}; lower data.eval_batch_size, {advice}"
+            f"{free / GIB:.1f} GiB is free {place}; lower data.eval_batch_size, {advice}"
         )
-    how = "measured"
-    model.to(device)
     try:
-        if device == "cpu" and bound_bytes(cfg, n, 2) > free:  # measuring could exhaust the RAM
-            need, how = longer_need(cfg, task, model, free), "extrapolated from shorter lengths"
-        else:
-            need = eval_need(cfg, task, model, device)
+        need, how = measured_need(cfg, task, model, device, free)
     except torch.cuda.OutOfMemoryError:
         raise ConfigError(
-            f"{where} does not fit: measuring it exhausted the {free / GIB:.1f} GiB free on the "
-            f"GPU; lower data.eval_batch_size, {advice}"
+            f"{where} does not fit: measuring it exhausted the {free / GIB:.1f} GiB free "
+            f"{place}; lower data.eval_batch_size, {advice}"
         ) from None
     except (ConfigError, KeyError, ValueError) as error:  # no shorter lengths to sample
         log.warning(
@@ -203,6 +316,6 @@ def check_eval_memory(cfg: DictConfig, task, model) -> int | None:
         )
         raise ConfigError(
             f"{where} with data.eval_batch_size={batch} needs about {need / GIB:.1f} GiB "
-            f"({how}), but only {free / GIB:.1f} GiB is free on the {device}; {remedy}"
+            f"({how}), but only {free / GIB:.1f} GiB is free {place}; {remedy}"
         )
     return need
