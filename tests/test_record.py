@@ -119,7 +119,13 @@ def test_a_new_record_reads_back_as_written(tmp_path):
 def test_a_jobs_key_depends_on_what_it_trains_not_on_order_or_run_only_settings():
     key = results.job_key(["pe=rope", "seed=1", "model.net.d_model=32"])
     assert key == results.job_key(["model.net.d_model=32", "seed=1", "pe=rope"])
-    run_only = ["skip_completed=true", "logger=csv", "+callbacks.fault.at_step=3", "threads=1"]
+    run_only = [
+        "skip_completed=true",
+        "logger=csv",
+        "+callbacks.fault.at_step=3",
+        "threads=1",
+        "data.num_workers=2",
+    ]
     assert key == results.job_key(["pe=rope", "seed=1", "model.net.d_model=32", *run_only])
     assert key == results.job_key(
         ["pe=rope", "seed=1", "model.net.d_model=32", "trainer.enable_progress_bar=false"]

@@ -65,12 +65,18 @@ BOOKKEEPING = ("skip_completed", "resume", "ckpt_path", "threads")
 # same directory (``job_key``), in the same row of a table (``analysis.collect``)
 RUN_ONLY = (*BOOKKEEPING, "paths", "logger", "callbacks", "tags")
 RUN_ONLY_TRAINER = ("enable_progress_bar", "log_every_n_steps", "enable_model_summary")
+# of ``data``: the loader's worker processes make the same batches (tests/data)
+RUN_ONLY_DATA = ("num_workers",)
 
 
 def run_only(key: str) -> bool:
     """Whether the config key (or override key, ``+`` / ``~`` allowed) is a ``RUN_ONLY`` one."""
     first, _, rest = key.lstrip("+~").partition(".")
-    return first in RUN_ONLY or (first == "trainer" and rest in RUN_ONLY_TRAINER)
+    return (
+        first in RUN_ONLY
+        or (first == "trainer" and rest in RUN_ONLY_TRAINER)
+        or (first == "data" and rest in RUN_ONLY_DATA)
+    )
 
 
 def job_key(overrides: list[str]) -> str:
