@@ -37,6 +37,8 @@ AUTO_KEYS = ("gpus_per_node", "cpus_per_task", "mem_gb")
 
 
 class _PelabSubmitit(BaseSubmititLauncher):
+    _RESULT_WAIT_S: int | None = None  # None: submitit's wait for a finished job's result
+
     def __call__(self, *args: Any, **kwargs: Any) -> JobReturn:
         from pelab.reliability import requeue
 
@@ -97,6 +99,9 @@ class _PelabSubmitit(BaseSubmititLauncher):
                 f"sbatch refused the jobs of this sweep: {said} (hydra.launcher.<option> "
                 "sets what they ask; docs/reliability.md, 'SLURM')"
             ) from error
+        if self._RESULT_WAIT_S is not None:
+            for job in jobs:  # submitit's own attribute: how long a finished job's pickle may lag
+                job._results_timeout_s = self._RESULT_WAIT_S
         return wait_all(jobs, job_overrides, job_dirs, self.resume_command(sweep_dir))
 
     def _job_dir(self, overrides: list[str], num: int) -> Path:
@@ -229,6 +234,10 @@ def mark_interrupted(
 
 class LocalLauncher(_PelabSubmitit):
     _EXECUTOR = "local"
+    # a local job writes its result on this machine's disk before it exits: a job that ended
+    # without one (killed) is reported after a second, not after submitit's 15 s for a cluster's
+    # shared filesystem to catch up
+    _RESULT_WAIT_S = 1
 
 
 class SlurmLauncher(_PelabSubmitit):
