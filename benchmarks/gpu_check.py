@@ -264,8 +264,10 @@ def _steps(args: argparse.Namespace) -> list[str]:
 
 
 def _size(args: argparse.Namespace) -> list[str]:
-    """A timed run's size (toy with ``--quick``) and device; no test at the end."""
-    return [*(TOY if args.quick else []), *_device(args), "test=false"]
+    """A timed run's size (toy with ``--quick``) and device; no test at the end, and a small
+    validation (after the timed steps; K = 64 members would greedily decode 64 x the batch)."""
+    small = TOY if args.quick else ["task.n_val=64", "data.eval_batch_size=64"]
+    return [*small, *_device(args), "test=false"]
 
 
 def _device(args: argparse.Namespace) -> list[str]:
@@ -323,12 +325,12 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     parser.add_argument("--quick", action="store_true", help="toy size: every row in seconds")
-    parser.add_argument("--steps", type=int, default=None, help="steps per timed run (300)")
+    parser.add_argument("--steps", type=int, default=None, help="steps per timed run (200)")
     parser.add_argument("--json", type=Path, default=None, help="also write the rows here")
     args = parser.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: no CUDA device here (torch.cuda.is_available() is False)")
-    args.steps = args.steps or (8 if args.quick else 300)
+    args.steps = args.steps or (8 if args.quick else 200)
     args.trainer = "gpu" if args.device == "cuda" else "default"
     return args
 
