@@ -1,10 +1,13 @@
 """The run's callbacks: a short run validates and checkpoints its last step."""
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import pandas as pd
 import pytest
+import torch
 
+from pelab.reliability.callbacks import ResumeState
 from pelab.train import run
 from tests.reliability.runs import checkpoint
 
@@ -26,3 +29,35 @@ def test_the_last_step_is_validated_and_saved_whatever_the_interval(
     assert checkpoint(f"{out}/checkpoints/best.ckpt")["global_step"] in validated
     logged = pd.read_csv(next(Path(out, "csv").glob("*/metrics.csv")))
     assert logged["val/id/exact_match"].notna().sum() == len(validated)
+
+
+def test_resume_state_reads_and_sets_only_the_runs_gpu(monkeypatch):
+    """A job on GPU 2 of its node saves that GPU's generator alone (no context opened on the
+    others); the checkpoint resumes on GPU 0 of a one-GPU machine, and one written before (every
+    GPU's states, a list) gives that GPU its own."""
+    read, written = [], []
+    monkeypatch.setattr(torch.cuda, "get_rng_state", lambda d: read.append(d) or torch.ones(3))
+    monkeypatch.setattr(torch.cuda, "get_rng_state_all", lambda: pytest.fail("every GPU read"))
+    monkeypatch.setattr(torch.cuda, "set_rng_state", lambda s, d: written.append((s, d)))
+    saved = ResumeState({"run": 1})
+    saved.on_fit_start(None, SimpleNamespace(device=torch.device("cuda", 2)))
+    state = saved.state_dict()
+    assert read == [torch.device("cuda", 2)] and torch.equal(state["rng"]["cuda"], torch.ones(3))
+
+    resumed = ResumeState({"run": 1})
+    resumed.load_state_dict(state)
+    one_gpu = SimpleNamespace(device=torch.device("cuda", 0))
+    resumed.on_train_batch_start(None, one_gpu, None, 0)
+    assert len(written) == 1 and written[0][1] == torch.device("cuda", 0)
+    assert torch.equal(written[0][0], torch.ones(3))
+
+    old = dict(state, rng=dict(state["rng"], cuda=[torch.zeros(3), torch.full((3,), 2.0)]))
+    resumed.load_state_dict(old)
+    resumed.on_train_batch_start(None, SimpleNamespace(device=torch.device("cuda", 1)), None, 0)
+    assert torch.equal(written[1][0], torch.full((3,), 2.0))
+    cpu = ResumeState({"run": 1})  # a CPU run saves no GPU state and sets none
+    cpu.on_fit_start(None, SimpleNamespace(device=torch.device("cpu")))
+    assert "cuda" not in cpu.state_dict()["rng"]
+    cpu.load_state_dict(old)
+    cpu.on_train_batch_start(None, SimpleNamespace(device=torch.device("cpu")), None, 0)
+    assert len(written) == 2

@@ -142,36 +142,45 @@ class TrainingDiverged(RuntimeError):
 
 
 class ResumeState(Callback):
-    """Saves ``identity`` and the RNG states (torch CPU and CUDA, Python's ``random``) in each
-    checkpoint; after a resume, puts them back just before the first training step, where the
-    uninterrupted run had them when it saved (anything drawn in between, e.g. by creating data
-    loader iterators, is thus undone)."""
+    """Saves ``identity`` and the RNG states (torch's CPU generator, the run's own GPU's, Python's
+    ``random``) in each checkpoint; after a resume, puts them back just before the first training
+    step, where the uninterrupted run had them when it saved (anything drawn in between, e.g. by
+    creating data loader iterators, is thus undone). Only the run's GPU is read and set, so a
+    job never opens a context on the other GPUs of its node, and a checkpoint resumes on a
+    machine with another GPU count (its generator goes to the GPU the resumed run uses)."""
 
     def __init__(self, identity: dict[str, Any]) -> None:
         self.identity = identity
         self._pending: dict[str, Any] | None = None
+        self.device: torch.device | None = None  # the run's, from the start of the fit
 
     @property
     def state_key(self) -> str:
         return IDENTITY_KEY
 
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.device = pl_module.device
+
     def state_dict(self) -> dict[str, Any]:
         rng = {"torch": torch.get_rng_state(), "python": random.getstate()}
-        if torch.cuda.is_available():
-            rng["cuda"] = torch.cuda.get_rng_state_all()
+        if self.device is not None and self.device.type == "cuda":
+            rng["cuda"] = torch.cuda.get_rng_state(self.device)
         return {"identity": self.identity, "rng": rng}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._pending = state_dict.get("rng")
 
-    def on_train_batch_start(self, trainer: L.Trainer, *args: Any) -> None:
+    def on_train_batch_start(self, trainer: L.Trainer, pl_module, *args: Any) -> None:
         if self._pending is None:
             return
         rng, self._pending = self._pending, None
         torch.set_rng_state(rng["torch"])
         random.setstate(rng["python"])
-        if "cuda" in rng and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(rng["cuda"])
+        state, device = rng.get("cuda"), pl_module.device
+        if isinstance(state, list):  # written by pelab before 2026-11-27: every GPU's
+            state = state[device.index or 0] if len(state) > (device.index or 0) else None
+        if state is not None and device.type == "cuda":
+            torch.cuda.set_rng_state(state, device)
 
 
 def validation_due(trainer: L.Trainer, batch_idx: int) -> bool:
