@@ -78,6 +78,7 @@ def test_decay_at_starts_each_members_decay_once_it_nears_the_criterion(monkeypa
     single.decay_from = [250]  # step 300: half-way through its decay, which the loggers get
     step[0] = 300
     single.training_step(((torch.tensor([[3, 4]]), torch.tensor([[3, 4]])),), 0)
+    single.on_train_batch_end(None, None, 0)
     assert logged[DECAY_KEY] == pytest.approx(0.1 + 0.9 * 0.5)
 
     checkpoint = {}
@@ -200,3 +201,18 @@ def test_a_compile_that_fails_falls_back_to_eager_with_one_warning(
         "model.compile=true: torch.compile failed (RuntimeError: CppCompileError: C++ compile "
         "error); training goes on without compiling (set model.compile=false to skip the attempt)"
     ]
+
+
+def test_members_share_positions_only_from_a_sampler_that_shares_them():
+    """A randomized sample of one sequence is ``[1, n]`` like contiguous positions, but each
+    member's own: folded without comparing values on the device, by the sampler's ``shared``."""
+    from pelab.lit_module import fold_positions
+    from pelab.positions import ContiguousPositions, RandomizedPositions
+
+    randomized = RandomizedPositions(64)
+    own = [randomized(1, 3, 3, torch.Generator().manual_seed(seed)) for seed in (0, 1)]
+    assert own[0].shape == (1, 8) and not torch.equal(own[0], own[1])
+    assert not randomized.shared and ContiguousPositions.shared
+    assert torch.equal(fold_positions(own, randomized.shared), torch.cat(own))
+    contiguous = [ContiguousPositions()(4, 3, 3) for _ in range(2)]
+    assert fold_positions(contiguous, True) is contiguous[0]  # one broadcast [1, n]

@@ -72,6 +72,19 @@ def test_the_learning_rate_of_every_step_is_logged(tiny_cfg):
 
 
 @pytest.mark.integration
+def test_the_loss_is_logged_at_every_logging_step_and_at_a_stop_off_it(tiny_cfg):
+    """Steps 0-4, logging every 2nd: steps 1 and 3, and step 4, where ``ValidateLastStep``
+    stops the trainer off the validation interval, each with its own step's loss (not the one
+    logged before, repeated)."""
+    cfg = tiny_cfg("trainer.max_steps=5", "trainer.log_every_n_steps=2")
+    run(cfg)
+    [csv] = Path(cfg.paths.output_dir, "csv").glob("*/metrics.csv")
+    losses = pd.read_csv(csv).dropna(subset=["train/loss"])
+    assert losses["step"].tolist() == [1, 3, 4]
+    assert losses["train/loss"].nunique() == 3
+
+
+@pytest.mark.integration
 def test_encoder_runs_end_to_end(tiny_cfg):
     cfg = tiny_cfg("model=encoder", "pe=sinusoidal")
     run(cfg)

@@ -141,6 +141,9 @@ class SequenceModel(L.LightningModule):
         # each to its own loggers, from ``history``
         self.live = len(self.seeds) == 1
         self.stopped = [False] * len(self.seeds)
+        # the last training step's loss of each member (on the device) and its batch's length
+        self.step_losses: dict[int, Tensor] = {}
+        self.step_lengths: dict[int, int] = {}
         self.validated: list[int] = []  # the members the last validation scored
         # per member of a stack: (step, {logger key: value}) of each logged step and validation
         self.history: list[list[tuple[int, dict[str, float]]]] = [[] for _ in self.seeds]
@@ -171,33 +174,42 @@ class SequenceModel(L.LightningModule):
         return [k for k, stopped in enumerate(self.stopped) if not stopped]
 
     def training_step(self, batch: Sequence[tuple[Tensor, Tensor]], batch_idx: int) -> Tensor:
-        """The members' summed loss, logged (read on the host) only at a ``logging_step``: the
-        other steps queue their work on the device and go on."""
-        step = self.global_step
-        losses = self.member_losses(batch, step)
-        total = torch.stack(list(losses.values())).sum()
+        """The members' summed loss; each member's loss is kept, on the device, for
+        ``on_train_batch_end`` to log at a logging step."""
+        losses = self.member_losses(batch, self.global_step)
+        self.step_losses = {k: loss.detach() for k, loss in losses.items()}
+        self.step_lengths = {k: batch[k][0].shape[1] for k in losses}
+        return torch.stack(list(losses.values())).sum()
+
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        """At a ``logging_step`` only, the step's losses (read on the host): live to the loggers,
+        or to each member's history; the other steps queue their work on the device and go
+        on."""
+        step = self.global_step - 1  # the optimizer has stepped
         if not self.logging_step(step):
-            return total
+            return
+        losses, lengths = self.step_losses, self.step_lengths
         if self.live:
-            self.log("train/loss", total)
-            self.log("train/length", float(batch[0][0].shape[1]))
+            self.log("train/loss", losses[0])
+            self.log("train/length", float(lengths[0]))
             if self.decay_at is not None:
                 self.log(DECAY_KEY, self.decay(0))
-            return total
-        self.log("train/loss", total / len(losses))  # the members' mean, for the progress bar
+            return
+        self.log("train/loss", torch.stack(list(losses.values())).mean())  # the progress bar's
         for k, loss in losses.items():
-            values = {"train/loss": float(loss.detach()), "train/length": batch[k][0].shape[1]}
+            values = {"train/loss": float(loss), "train/length": lengths[k]}
             if self.decay_at is not None:
                 values[DECAY_KEY] = self.decay(k)
             self.history[k].append((step, values))
-        return total
 
     def logging_step(self, step: int) -> bool:
-        """Whether training step ``step`` (from 0) logs: every ``trainer.log_every_n_steps``-th,
-        where Lightning's loggers write, so a member's history has its single run's steps
-        (none without a trainer)."""
-        n = 0 if self._trainer is None else self._trainer.log_every_n_steps
-        return n > 0 and (step + 1) % n == 0
+        """Whether training step ``step`` (from 0) logs, as Lightning's loggers decide after its
+        callbacks: every ``trainer.log_every_n_steps``-th, and a step where the trainer stops
+        (``ValidateLastStep``'s last step off the interval, SIGTERM); so a member's history has
+        its single run's steps. None without a trainer."""
+        trainer = self._trainer
+        n = 0 if trainer is None else trainer.log_every_n_steps
+        return n > 0 and ((step + 1) % n == 0 or trainer.should_stop)
 
     def member_losses(
         self, batch: Sequence[tuple[Tensor, Tensor]], step: int
@@ -212,7 +224,8 @@ class SequenceModel(L.LightningModule):
                 [
                     self.training_positions(batch[k][0], answer.shape[1], step, self.seeds[k])
                     for k in members
-                ]
+                ],
+                self.positions.shared,
             )
             with self.selected(members):
                 each = self.loss(prompt, answer, positions, len(members))
@@ -472,12 +485,12 @@ def fold(tensors: Sequence[Tensor]) -> Tensor:
     return tensors[0] if len(tensors) == 1 else torch.cat(list(tensors))
 
 
-def fold_positions(positions: Sequence[Tensor]) -> Tensor:
-    """The members' positions ``[b|1, ...]`` folded: a shared ``[1, ...]`` when every member's
-    is one (the same for every sequence, so for every member: ``pelab.positions``), each
-    member's rows otherwise."""
+def fold_positions(positions: Sequence[Tensor], shared: bool = False) -> Tensor:
+    """The members' positions ``[b|1, ...]`` folded: with ``shared`` positions (the sampler's
+    ``shared``: the same for every sequence and member) and a leading 1, member 0's, broadcast;
+    each member's rows otherwise."""
     first = positions[0]
-    if len(positions) == 1 or all(p.shape[0] == 1 and p.shape == first.shape for p in positions):
+    if len(positions) == 1 or (shared and all(p.shape == first.shape for p in positions)):
         return first
     rows = max(p.shape[0] for p in positions)
     return torch.cat([p.expand(rows, *p.shape[1:]) for p in positions])

@@ -99,15 +99,16 @@ class PositionSampler:
     ``sampler(batch, prompt_length, answer_length, generator, device)`` ->
     ``[b|1, n + m + 2(, k)]``; a subclass implements ``sample`` (drawing on the CPU from
     ``generator``, so runs are reproducible; the caller's ``device`` gets a copy that does not
-    block the host). A sample with a leading 1 is the same for every sequence whatever the
-    generator (contiguous positions, a task's coordinates), so the members of a stack share it
+    block the host). ``shared``: its samples do not depend on the generator (contiguous
+    positions, a task's coordinates), so the members of a stack share them
     (``pelab.lit_module.fold_positions`` relies on this instead of comparing values on the
-    device). ``max_position`` is the largest position it can
-    give (0: none beyond the sequence), which sizes tables such as ``pe=learned``; ``check``
-    refuses a run it cannot serve.
+    device); a randomized sample of one sequence, ``[1, n]`` too, is each member's own.
+    ``max_position`` is the largest position it can give (0: none beyond the sequence), which
+    sizes tables such as ``pe=learned``; ``check`` refuses a run it cannot serve.
     """
 
     max_position = 0
+    shared = False
 
     def check(self, longest: int, position_dims: int = 1) -> None:
         """A ``ConfigError`` when the run's longest sequence or its task's coordinates do not
@@ -131,6 +132,8 @@ class PositionSampler:
 
 class ContiguousPositions(PositionSampler):
     """Positions ``0 .. n+m+1`` of ``BOS prompt SEP answer``, ``[1, n + m + 2]``: the default."""
+
+    shared = True
 
     def sample(
         self, batch: int, prompt_length: int, answer_length: int, generator: torch.Generator | None
@@ -181,6 +184,8 @@ class RandomizedPositions(PositionSampler):
 class TaskCoordinates(PositionSampler):
     """The task's own k-D coordinates of ``BOS prompt SEP answer`` (e.g. a grid's (row, col)),
     ``[1, n + m + 2, k]``: the sampler of every task with ``position_dims > 1``."""
+
+    shared = True
 
     def __init__(self, task: Any) -> None:
         self.task = task
