@@ -64,7 +64,7 @@ def loaders(data: TaskData) -> list[DataLoader]:
 
 def test_every_loader_gets_data_num_workers(copy_task, tmp_path):
     """Train, val and test; not persistent (``TaskData``: the RNG draws); pinned batches for a
-    run on a CUDA device only."""
+    run on a CUDA device only, with workers or without."""
     data = TaskData(copy_task, 4, 20, [0, 1], cache_dir=tmp_path, num_workers=2)
     for loader in loaders(data):
         assert (loader.num_workers, loader.persistent_workers, loader.pin_memory) == (2, False, 0)
@@ -72,7 +72,9 @@ def test_every_loader_gets_data_num_workers(copy_task, tmp_path):
     data.trainer = SimpleNamespace(strategy=SimpleNamespace(root_device=torch.device("cuda", 0)))
     assert all(loader.pin_memory for loader in loaders(data))
     plain = TaskData(copy_task, 4, 20, 0, cache_dir=tmp_path)
-    assert all(loader.num_workers == 0 for loader in loaders(plain))
+    assert all(loader.num_workers == 0 and not loader.pin_memory for loader in loaders(plain))
+    plain.trainer = data.trainer  # no workers: pinned in the main process, on a CUDA device
+    assert all(loader.num_workers == 0 and loader.pin_memory for loader in loaders(plain))
 
 
 def test_a_bad_num_workers_is_a_clear_error(copy_task, tmp_path):

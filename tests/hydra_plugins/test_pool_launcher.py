@@ -168,3 +168,7 @@ def test_the_probe_measures_a_training_job_as_composed_for_it_and_leaves_evaluat
     assert not (tmp_path / "0").exists()
     evaluation = OmegaConf.create({"ckpt_path": "x", "trainer": {"accelerator": "gpu"}})
     assert measure(evaluation, tmp_path / "1", "cpu") is None  # its model is its checkpoint's
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        bad = compose("train", [*TINY, "model.optimizer.lr=-1"], return_hydra_config=True)
+    assert measure(bad, tmp_path / "2", "cpu") is None  # the job says why; the others run

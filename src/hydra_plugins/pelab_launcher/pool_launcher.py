@@ -49,7 +49,6 @@ STOP_GRACE_S = 60.0  # after passing SIGTERM on, how long the running jobs get t
 # each GPU job's CUDA context and kernels, outside torch's allocator and its share: an allowance,
 # unmeasured on a GPU here
 CUDA_CONTEXT_BYTES = 2**30
-GIB = 2**30
 
 
 @dataclass
@@ -155,7 +154,7 @@ class PoolLauncher(Launcher):
         plus ``CUDA_CONTEXT_BYTES``; none: one at a time), at most one per core; each job's
         allocator held to its share of the free memory (``gpu_fraction``), which its own memory
         check reads."""
-        from pelab.reliability.memory import run_device
+        from pelab.reliability.memory import GIB, run_device
 
         self.gpu_fraction = None
         self.set_jobs(available_cores() if self.requested == -1 else self.requested)
@@ -210,10 +209,13 @@ class PoolLauncher(Launcher):
 
     def _start(self, job: _Job, context: Any) -> _Job:
         from hydra_plugins.pelab_launcher.worker import main
+        from pelab.reliability.memory import run_device
 
+        # a job on the CPU opens no CUDA context: its allocator needs no share
+        fraction = self.gpu_fraction if run_device(job.config) == "cuda" else None
         job.process = context.Process(
             target=main,
-            args=(job.call_path, job.result_path, job.log_path, self.threads, self.gpu_fraction),
+            args=(job.call_path, job.result_path, job.log_path, self.threads, fraction),
         )
         job.process.start()
         job.started = time.monotonic()
@@ -293,7 +295,6 @@ def measure(config: DictConfig, output_dir: Path, device: str) -> int | None:
     ``output_dir``) needs on ``device`` (``memory.job_need``); None when it does not fit there
     alone, its config is refused (the job then says why) or it does not train (an evaluation
     job's own memory check measures it)."""
-    import torch
 
     from pelab.reliability.memory import job_need
 
@@ -306,7 +307,7 @@ def measure(config: DictConfig, output_dir: Path, device: str) -> int | None:
         del cfg["hydra"]
     try:
         return job_need(cfg, device)
-    except (ConfigError, torch.cuda.OutOfMemoryError):
+    except Exception:  # refused, out of memory, a bad value: the job itself says why
         return None
 
 

@@ -154,16 +154,13 @@ class TaskData(L.LightningDataModule):
         )
 
     def loader_options(self) -> dict[str, Any]:
-        """What every loader is given: its workers (``num_workers``), and pinned batches on a
-        CUDA device; none without workers."""
-        if not self.num_workers:
-            return {}
+        """What every loader is given: batches pinned on a CUDA device (so the trainer's
+        non-blocking copy does not wait for the GPU), and its workers (``num_workers``)."""
         device = None if self.trainer is None else self.trainer.strategy.root_device
-        return {
-            "num_workers": self.num_workers,
-            "pin_memory": device is not None and device.type == "cuda",
-            "worker_init_fn": ignore_job_signals,
-        }
+        options: dict[str, Any] = {"pin_memory": device is not None and device.type == "cuda"}
+        if self.num_workers:
+            options |= {"num_workers": self.num_workers, "worker_init_fn": ignore_job_signals}
+        return options
 
     def train_dataloader(self) -> ResumableLoader:
         def processed() -> int:

@@ -40,6 +40,7 @@ from torch.utils._pytree import tree_leaves
 from pelab.assembly import build_members, build_task
 from pelab.errors import ConfigError
 from pelab.members import member_configs
+from pelab.reliability.slurm import GPU_ACCELERATORS
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +84,7 @@ def run_device(cfg: DictConfig) -> str:
     """Where the run's trainer computes: ``cuda`` for ``trainer.accelerator`` gpu, cuda or auto
     when CUDA is available, else ``cpu``."""
     accelerator = str(cfg.trainer.get("accelerator", "cpu"))
-    gpu = accelerator in ("gpu", "cuda", "auto") and torch.cuda.is_available()
+    gpu = accelerator in (*GPU_ACCELERATORS, "auto") and torch.cuda.is_available()
     return "cuda" if gpu else "cpu"
 
 
