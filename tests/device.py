@@ -8,7 +8,8 @@ tensor of one or more dimensions fails (a 0-dim CPU tensor is a scalar, which CU
 indexing with CPU indices and copies across devices are allowed, as on CUDA); a factory or a
 ``.to`` that names ``DEVICE`` makes an ``OnDevice`` tensor; one that names no device makes a CPU
 tensor, as on a GPU. It also counts what would stop the host on a GPU: reading a device
-tensor's value (``pelab.reliability.syncs.HOST_READS``) and blocking host-to-device copies.
+tensor's value (``pelab.reliability.syncs.reads_on_host``) and blocking host-to-device copies
+(CPU indices included, which CUDA copies over).
 (``meta`` tensors alone would not do: a meta kernel takes a CPU index without complaint and has
 no values to branch on.)
 """
@@ -25,7 +26,7 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from pelab.reliability.syncs import HOST_READS
+from pelab.reliability.syncs import leaves, reads_on_host
 
 DEVICE = torch.device("meta")
 CPU = torch.device("cpu")
@@ -78,7 +79,7 @@ class SecondDevice(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = dict(kwargs or {})
-        tensors = [t for t in _leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+        tensors = [t for t in leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
         on_device = [t for t in tensors if isinstance(t, OnDevice)]
         plain = [t for t in tensors if not isinstance(t, OnDevice)]
         if any(t.device == DEVICE for t in plain):
@@ -88,15 +89,16 @@ class SecondDevice(TorchDispatchMode):
             target = torch.device(target)
             kwargs["device"] = CPU
         if on_device and func not in CROSS_DEVICE:
-            if func in HOST_READS:
+            if reads_on_host(func, args):
                 self.host_reads.append(str(func))
-            if func not in CPU_INDICES_ALLOWED:
-                mixed = [tuple(t.shape) for t in plain if t.dim() > 0]
-                if mixed:
-                    raise DeviceMismatch(
-                        f"Expected all tensors to be on the same device: {func} got tensors on "
-                        f"{DEVICE} and CPU tensors of shapes {mixed}"
-                    )
+            mixed = [tuple(t.shape) for t in plain if t.dim() > 0]
+            if mixed and func in CPU_INDICES_ALLOWED:
+                self.blocking_copies.append(f"{func}: CPU indices {mixed}")
+            elif mixed:
+                raise DeviceMismatch(
+                    f"Expected all tensors to be on the same device: {func} got tensors on "
+                    f"{DEVICE} and CPU tensors of shapes {mixed}"
+                )
         if func is aten._to_copy.default or func is aten.copy_.default:
             self._note_copy(func, args, kwargs, target, bool(on_device))
         out = func(*_map(_unwrap, args), **_map(_unwrap, kwargs))
@@ -123,18 +125,6 @@ class SecondDevice(TorchDispatchMode):
 UNCOUNTED = SecondDevice()
 
 
-def _leaves(x) -> Iterator:
-    """The leaves of nested tuples, lists and dicts (an operation's arguments)."""
-    if isinstance(x, tuple | list):
-        for item in x:
-            yield from _leaves(item)
-    elif isinstance(x, dict):
-        for item in x.values():
-            yield from _leaves(item)
-    else:
-        yield x
-
-
 def _map(fn, x):
     """``fn`` on each leaf of nested tuples, lists and dicts, keeping their structure."""
     if isinstance(x, tuple | list):
@@ -151,7 +141,7 @@ def _unwrap(x):
 def _rewrap(out, args, wrap: bool):
     """``out`` with its tensors on ``DEVICE`` when ``wrap``; an output that is an input's own
     data (an in-place operation) is that input."""
-    inputs = {id(a.inner): a for a in _leaves(args) if isinstance(a, OnDevice)}
+    inputs = {id(a.inner): a for a in leaves(args) if isinstance(a, OnDevice)}
 
     def one(x):
         if not isinstance(x, torch.Tensor):

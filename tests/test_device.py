@@ -103,7 +103,8 @@ def test_every_step_of_a_stack_runs_on_a_second_device(tmp_path, pe, model):
 
 def test_the_second_device_catches_a_cpu_tensor():
     """The check the tests above rely on: what CUDA refuses, it refuses; what CUDA takes (a
-    0-dim CPU scalar, CPU indices, a copy across devices) it takes."""
+    0-dim CPU scalar, CPU indices, a copy across devices) it takes, and it notes what would
+    stop the host."""
     from tests.device import DeviceMismatch
 
     with second_device() as device:
@@ -117,7 +118,10 @@ def test_the_second_device_catches_a_cpu_tensor():
         assert torch.equal((y + x.new_zeros(3, 2)).inner, torch.full((3, 2), 6.0))
         assert float(y[0, 0]) == 6.0
         assert torch.equal(y.to("cpu"), torch.full((3, 2), 6.0))
-    assert len(device.host_reads) == 2  # float(), .to("cpu")
+        assert y[y > 0].shape == (6,)  # a mask's count is read on the host
+    reads = ["aten._local_scalar_dense.default", "aten._to_copy.default to the CPU"]
+    assert device.host_reads == [*reads, "aten.index.Tensor"]  # float(), .to("cpu"), the mask
+    assert device.blocking_copies == ["aten.index.Tensor: CPU indices [(2,)]"]  # CUDA copies them
 
 
 @pytest.fixture(scope="module")

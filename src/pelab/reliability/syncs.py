@@ -32,8 +32,13 @@ HOST_READS = frozenset(
         aten.unique_consecutive.default,
         aten.unique_dim.default,
         aten.repeat_interleave.Tensor,
+        aten.bincount.default,  # its length is the largest value
+        aten.histc.default,  # its range, when not given, is the data's
+        aten._linalg_check_errors.default,  # linalg.solve/inv/cholesky raising on singular input
     }
 )
+# indexing with a boolean mask: its shape is the mask's count (a nonzero inside the kernel)
+MASK_INDEXING = frozenset({aten.index.Tensor, aten.index_put.default, aten.index_put_.default})
 
 
 class HostSyncs(TorchDispatchMode):
@@ -57,14 +62,14 @@ class HostSyncs(TorchDispatchMode):
 
     def mark(self, *tensors: object) -> None:
         """Tensors that live on the device (nested in tuples, lists and dicts)."""
-        for t in _leaves(tensors):
+        for t in leaves(tensors):
             if isinstance(t, torch.Tensor):
                 self.resident[t] = True
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        derived = any(isinstance(t, torch.Tensor) and t in self.resident for t in _leaves(args))
-        if derived and (func in HOST_READS or _to_host(func, args, kwargs)):
+        derived = any(isinstance(t, torch.Tensor) and t in self.resident for t in leaves(args))
+        if derived and (reads_on_host(func, args) or _to_host(func, args, kwargs)):
             self.ops[str(func)] += 1
         out = func(*args, **kwargs)
         if derived:
@@ -80,13 +85,24 @@ def _to_host(func, args, kwargs) -> bool:
     return func is aten.copy_.default and args[0].device.type == "cpu" != args[1].device.type
 
 
-def _leaves(x: object) -> Iterator[object]:
+def reads_on_host(func, args) -> bool:
+    """Whether the operation ``func(*args)`` needs a value of its inputs on the host."""
+    if func in HOST_READS:
+        return True
+    return func in MASK_INDEXING and any(
+        isinstance(i, torch.Tensor) and i.dtype in (torch.bool, torch.uint8) for i in args[1]
+    )
+
+
+def leaves(x: object) -> Iterator[object]:
+    """The leaves of nested tuples, lists and dicts (an operation's arguments, a batch); faster
+    than torch's pytree on the hot path of a dispatch mode."""
     if isinstance(x, tuple | list):
         for item in x:
-            yield from _leaves(item)
+            yield from leaves(item)
     elif isinstance(x, dict):
         for item in x.values():
-            yield from _leaves(item)
+            yield from leaves(item)
     else:
         yield x
 
