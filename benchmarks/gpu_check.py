@@ -16,7 +16,8 @@ launcher, as ``scripts/train.py -m`` runs them):
 - ``jobs J`` (J = 1, 2, 4, 8; ``--quick``: 2): J jobs of
   ``experiment=ablation_cpu trainer=gpu pe=rope task=sort`` (3 members each) sharing the device
   through the parallel launcher, ``--steps`` steps each: the sweep's wall time (start-up
-  included) and its member-steps/s, as a ratio to J = 1's.
+  included) and its member-steps/s, as a ratio to J = 1's; and ``jobs 8 auto``, the 8 jobs with
+  ``hydra.launcher.n_jobs=-1`` (as many at once as the launcher measures to fit).
 - ``syncs``: host syncs per training step (``pelab.reliability.syncs``) of the ``ablation_gpu``
   stack (K = 5): the most at a step that neither logs nor validates, and at a logging step.
 
@@ -205,12 +206,14 @@ def preset_row(args: argparse.Namespace, root: Path, preset: str) -> Row:
     return row
 
 
-def jobs_row(args: argparse.Namespace, root: Path, jobs: int) -> Row:
+def jobs_row(args: argparse.Namespace, root: Path, jobs: int, auto: bool = False) -> Row:
     """``jobs`` jobs of ``ablation_cpu trainer=gpu`` sharing the device (the parallel launcher),
     each with its own 3 members (distinct seeds), in a process of their own as a user runs
-    them."""
+    them; all at once, or with ``auto`` as many as the launcher finds fit
+    (``hydra.launcher.n_jobs=-1``: each job measured on the GPU first)."""
     choices = ",".join(f"[{3 * j},{3 * j + 1},{3 * j + 2}]" for j in range(jobs))
-    sweep = root / f"jobs_{jobs}"
+    name = f"jobs {jobs}" + (" auto" if auto else "")
+    sweep = root / name.replace(" ", "_")
     command = [
         sys.executable,
         str(REPO / "scripts" / "train.py"),
@@ -221,7 +224,7 @@ def jobs_row(args: argparse.Namespace, root: Path, jobs: int) -> Row:
         "hydra.sweeper.params.task=sort",
         f"seeds={choices}",
         "learned_at=null",
-        f"hydra.launcher.n_jobs={jobs}",
+        f"hydra.launcher.n_jobs={-1 if auto else jobs}",
         f"hydra.sweep.dir={sweep}",
         "logger=none",
         *_steps(args),
@@ -234,8 +237,12 @@ def jobs_row(args: argparse.Namespace, root: Path, jobs: int) -> Row:
     result = f"{done} of {3 * jobs} members completed"
     if proc.returncode != 0:
         result += f"; exit {proc.returncode}: {proc.stderr.strip().splitlines()[-1:]}"
+    if auto:
+        said = (proc.stdout + proc.stderr).splitlines()
+        at_once = [line for line in said if "at once on the GPU" in line]
+        result += f"; {at_once[-1].split('] ')[-1]}" if at_once else ""
     return Row(
-        f"jobs {jobs}",
+        name,
         steps=args.steps,
         wall_s=wall,
         member_steps_per_s=3 * jobs * args.steps / wall,
@@ -347,7 +354,11 @@ def main(argv: list[str] | None = None) -> list[Row]:
         rows += [members_row(args, root, k) for k in members]
         rows += [preset_row(args, root, p) for p in presets]
         rows.append(syncs_row(args, root))
+        if args.device == "cuda":  # the jobs' processes get the memory this one cached
+            torch.cuda.empty_cache()
         rows += [jobs_row(args, root, j) for j in jobs]
+        if not args.quick:
+            rows.append(jobs_row(args, root, 8, auto=True))
     device = torch.cuda.get_device_name() if args.device == "cuda" else "the CPU"
     print(table(rows, device))
     if args.json is not None:
