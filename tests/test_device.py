@@ -31,7 +31,7 @@ ENGINE = [
     "model.schedule.decay_at=0.5",
 ]
 SHORT = ["task.train_lengths=[1,4]", "task.eval_lengths=[4,6]"]  # few steps to decode
-# one encoding per way of acting (rotation, bias, table, a network per member) for the other kinds
+# one encoding per way of acting (rotation, bias, table, a network per member): the encoder-decoder
 REPRESENTATIVES = ["rope", "t5_bias", "learned", "fire"]
 # the encodings whose training forward reads positions on the host, and why
 SYNCING = {
@@ -62,8 +62,8 @@ def engine_case(tmp_path, pe: str, model: str = "decoder"):
     return stack, batch
 
 
-CASES = [(pe, "decoder") for pe in sorted(PE_REGISTRY)]
-CASES += [(pe, kind) for kind in ("encoder", "encoder_decoder") for pe in REPRESENTATIVES]
+CASES = [(pe, kind) for kind in ("decoder", "encoder") for pe in sorted(PE_REGISTRY)]
+CASES += [(pe, "encoder_decoder") for pe in REPRESENTATIVES]
 
 
 @pytest.mark.parametrize(("pe", "model"), CASES)
