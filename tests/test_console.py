@@ -48,3 +48,20 @@ def test_a_piped_run_ends_with_its_table_and_learned_line(repo_root, tmp_path, s
     assert lines[-2].startswith("└")  # the table just above it
     log = (out / "train.log").read_text()
     assert "GPU available" in log  # the chatter is kept, in the run's log file
+
+
+def test_the_progress_bar_shows_the_loss_last_logged_read_when_it_refreshes():
+    """The loss is no ``prog_bar`` metric (Lightning would read it on the host after every
+    step): the bar reads the last one logged when it refreshes."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from pelab.utils.progress import StepProgressBar
+
+    trainer = SimpleNamespace(loggers=[], progress_bar_metrics={"val/id/exact_match": 0.5})
+    trainer.callback_metrics = {"train/loss": torch.tensor(1.23456)}
+    shown = StepProgressBar().get_metrics(trainer, None)
+    assert shown == {"val/id/exact_match": 0.5, "train/loss": "1.23"}
+    trainer.callback_metrics = {}  # before the first logging step
+    assert "train/loss" not in StepProgressBar().get_metrics(trainer, None)
