@@ -3,6 +3,7 @@ speed is measured by the benchmark, never asserted by tests). The benchmark is `
 one file per section; ``scripts/benchmark.py`` is its entry point."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +16,9 @@ from pelab.tasks import TASK_REGISTRY
 
 
 def quick_benchmark(tmp_path, repo_root, *options: str) -> dict:
-    """``scripts/benchmark.py --quick <options>``'s JSON report (the script must succeed)."""
+    """``scripts/benchmark.py --quick <options>``'s JSON report (the script must succeed), with
+    one torch thread: beside the suite's other worker, a second thread would make it wait on a
+    busy core at every step (docs/performance.md, "Threads")."""
     out = tmp_path / "benchmark.json"
     proc = subprocess.run(
         [sys.executable, "scripts/benchmark.py", "--quick", "--json", str(out), *options],
@@ -24,6 +27,7 @@ def quick_benchmark(tmp_path, repo_root, *options: str) -> dict:
         text=True,
         stdin=subprocess.DEVNULL,
         timeout=600,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(out.read_text())
