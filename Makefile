@@ -52,7 +52,7 @@ test-slurm: install ## the real-SLURM campaign (root): starts a single-node clus
 benchmark: install ## pelab's training step vs a minimal PyTorch loop
 	$(PY) scripts/benchmark.py
 
-gpu-check: install ## does pelab fill a GPU? one table (~8 min on one GPU; docs/performance.md "On a GPU")
+gpu-check: install ## does pelab fill a GPU? one table (sized for 8 min on one GPU, not yet timed there; docs/performance.md "On a GPU")
 	$(PY) scripts/gpu_check.py
 
 lint: install ## ruff lint and format check
