@@ -1,6 +1,6 @@
 """Does pelab fill a GPU? One command, one table: ``python scripts/gpu_check.py`` (or
 ``make gpu-check``), sized for 8 minutes on one GPU (not yet timed on one); ``--device cpu
---quick`` runs every row at toy size on a CPU in seconds (``tests/test_gpu_check.py``, in
+--quick`` runs each kind of row at toy size on a CPU in seconds (``tests/test_gpu_check.py``, in
 ``make test``, so it cannot rot).
 
 Every row is a real pelab run (``pelab.train.run``; the ``jobs`` rows through the parallel
@@ -56,7 +56,7 @@ from pelab.train import run
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = REPO / "configs"
 PROBE = "+callbacks.gpu_check._target_=benchmarks.gpu_check.Probe"
-# the quick mode's toy size: every row runs, in seconds, on a CPU
+# the quick mode's toy size: each kind of row runs, in seconds, on a CPU
 TOY = [
     "model.net.d_model=16",
     "model.net.n_heads=2",
@@ -332,7 +332,7 @@ def _fmt(value: float | int | None, spec: str) -> str:
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
-    parser.add_argument("--quick", action="store_true", help="toy size: every row in seconds")
+    parser.add_argument("--quick", action="store_true", help="toy size, each kind of row")
     parser.add_argument("--steps", type=int, default=None, help="steps per timed run (200)")
     parser.add_argument("--json", type=Path, default=None, help="also write the rows here")
     args = parser.parse_args(argv)

@@ -1,5 +1,6 @@
-"""``scripts/gpu_check.py --device cpu --quick`` runs every row of the GPU check on a CPU, so the
-script a GPU session runs cannot rot (its speeds are not checked: a benchmark measures speed)."""
+"""``scripts/gpu_check.py --device cpu --quick`` runs each kind of row of the GPU check on a
+CPU, so the script a GPU session runs cannot rot (its speeds are not checked: a benchmark
+measures speed)."""
 
 import json
 
