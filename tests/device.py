@@ -100,7 +100,7 @@ class SecondDevice(TorchDispatchMode):
                     f"{DEVICE} and CPU tensors of shapes {mixed}"
                 )
         if func is aten._to_copy.default or func is aten.copy_.default:
-            self._note_copy(func, args, kwargs, target, bool(on_device))
+            self._note_copy(func, args, kwargs, target)
         out = func(*_map(_unwrap, args), **_map(_unwrap, kwargs))
         wrap = target == DEVICE if target is not None else bool(on_device)
         if func is aten.copy_.default:  # in place: the destination keeps its device
@@ -109,7 +109,7 @@ class SecondDevice(TorchDispatchMode):
             wrap = isinstance(args[0], OnDevice)
         return _rewrap(out, args, wrap)
 
-    def _note_copy(self, func, args, kwargs, target, on_device: bool) -> None:
+    def _note_copy(self, func, args, kwargs, target) -> None:
         source = args[1] if func is aten.copy_.default else args[0]
         destination = args[0] if func is aten.copy_.default else None
         to_device = isinstance(destination, OnDevice) or target == DEVICE
