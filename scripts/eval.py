@@ -5,12 +5,14 @@ pe.scaling=yarn pe.scaling_factor=4 task.eval_lengths=[16,64,128]``; sweep with 
 import hydra
 from omegaconf import DictConfig
 
-from pelab import cli
-from pelab.evaluate import job
+from pelab import cli, config_files  # noqa: F401 (config_files: eval.yaml's eval_pe_options)
 
 
 @hydra.main(version_base="1.3", config_path="../configs", config_name="eval")
 def main(cfg: DictConfig) -> None:
+    from pelab.evaluate import job  # here, not above: --help, --cfg and a bad override answer
+    # before torch and Lightning load (issue 35, item 9)
+
     job(cfg)
 
 

@@ -4,12 +4,14 @@
 import hydra
 from omegaconf import DictConfig
 
-from pelab import cli
-from pelab.inspect.inspect_pe import run
+from pelab import cli, inspect  # noqa: F401 (inspect: the resolver inspect.yaml uses)
 
 
 @hydra.main(version_base="1.3", config_path="../configs", config_name="inspect")
 def main(cfg: DictConfig) -> None:
+    from pelab.inspect.inspect_pe import run  # here, not above: --help, --cfg and a bad
+    # override answer before torch loads (issue 35, item 9)
+
     run(cfg)
 
 

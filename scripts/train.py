@@ -14,11 +14,13 @@ import hydra  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 
 from pelab import cli  # noqa: E402
-from pelab.train import job  # noqa: E402
 
 
 @hydra.main(version_base="1.3", config_path="../configs", config_name="train")
 def main(cfg: DictConfig) -> None:
+    from pelab.train import job  # here, not above: --help, --cfg and a bad override answer
+    # before torch and Lightning load (issue 35, item 9)
+
     job(cfg)
 
 

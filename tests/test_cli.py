@@ -228,17 +228,27 @@ GROUPS = "task: addition, associative_recall"  # --help's list of the config gro
     ],
 )
 def test_help_names_pelabs_groups_and_keys_with_the_current_values(repo_root, command, names):
-    proc = cli(repo_root, *command, timeout=120)
+    proc = cli(repo_root, "-X", "importtime", *command, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     for name in names:
         assert name in proc.stdout, name
     assert f"python {command[0]} -sc install=bash" in proc.stdout  # tab completion
+    assert not imported(HEAVY, proc.stderr)  # --help answers before torch loads (issue 35)
+
+
+HEAVY = ("torch", "lightning")  # seconds to import: --help and a mistake answer without them
+
+
+def imported(modules: tuple[str, ...], importtime: str) -> list[str]:
+    """Which of ``modules`` a process imported, from its ``python -X importtime`` report."""
+    return [m for m in modules if re.search(rf"\|\s+{m}$", importtime, re.M)]
 
 
 @pytest.mark.integration
 def test_a_bad_choice_fails_fast_with_the_valid_options(repo_root):
-    proc = cli(repo_root, "scripts/train.py", "pe=rotary", timeout=120)
+    proc = cli(repo_root, "-X", "importtime", "scripts/train.py", "pe=rotary", timeout=120)
     assert proc.returncode == 1
+    assert not imported(HEAVY, proc.stderr)
     assert "Error: pe=rotary is not an option of pe; valid choices: abacus, alibi, " in proc.stderr
     assert "rope" in proc.stderr and "Traceback" not in proc.stderr
 

@@ -1,5 +1,6 @@
 """Every option of every config group composes and instantiates; registries match the files."""
 
+import inspect
 from pathlib import Path
 
 import pytest
@@ -9,6 +10,7 @@ from hydra.utils import get_class, instantiate
 from omegaconf import open_dict
 
 from pelab.assembly import build_model
+from pelab.config_files import encoding_options
 from pelab.errors import ConfigError
 from pelab.model_kinds import MODEL_KINDS
 from pelab.pe import PE_REGISTRY
@@ -48,6 +50,18 @@ def test_config_files_and_encoding_registry_agree():
     for name in options("pe"):
         cfg = compose_config([f"pe={name}"])
         assert get_class(cfg.pe._target_) is PE_REGISTRY[name]
+
+
+def test_an_encodings_config_file_sets_every_option_so_a_re_evaluation_can_change_it():
+    """``eval.py`` parses ``pe.<option>`` for the options the config files set
+    (``pelab.config_files.encoding_options``): none of a constructor's may be missing."""
+    named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    for name, cls in PE_REGISTRY.items():
+        parameters = list(inspect.signature(cls).parameters.values())[1:]  # after ``dims``
+        expected = {p.name for p in parameters if p.kind in named}
+        in_file = set(compose_config([f"pe={name}"]).pe) - {"_target_", "_partial_"}
+        assert expected <= in_file, f"configs/pe/{name}.yaml lacks {expected - in_file}"
+        assert expected <= set(encoding_options()), name
 
 
 def test_an_encoding_config_is_named_with_its_dimensions_exactly_when_it_reads_2d_positions():

@@ -22,8 +22,6 @@ import logging
 import os
 from typing import Any
 
-import torch
-
 from pelab.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -114,6 +112,8 @@ def set_threads(requested: Any, n_params: int | None) -> int:
     """Set torch's intra-op threads to ``choose_threads(requested, n_params)`` (and its
     inter-op threads, where torch still allows it: not after parallel work has started), log
     one line saying what and why, and return the number."""
+    import torch  # here: the launchers import this module while Hydra starts (issue 35, item 9)
+
     threads, reason = choose_threads(requested, n_params)
     torch.set_num_threads(threads)
     if torch.get_num_interop_threads() != threads:

@@ -17,7 +17,6 @@ import sys
 from pathlib import Path
 
 import cloudpickle
-import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.singleton import Singleton
 from hydra.core.utils import run_job, setup_globals
@@ -42,6 +41,8 @@ def main(
     sweep_config = job_config(hydra_context, config, overrides, num)
     share_cores(threads)
     if gpu_fraction is not None:
+        import torch  # here: Hydra imports this module at every start (issue 35, item 9)
+
         torch.cuda.set_per_process_memory_fraction(gpu_fraction)
     set_threads(job_threads(sweep_config.get("threads"), threads), None)
     HydraConfig.instance().set_config(sweep_config)

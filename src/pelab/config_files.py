@@ -1,0 +1,34 @@
+"""What is read from pelab's Hydra config files (``configs/``) without building anything, so
+that a script's ``--help`` and a bad override answer before torch loads (issue 35, item 9).
+
+``eval_pe_options``, the node ``configs/eval.yaml`` composes first: every option an encoding's
+config file sets (``configs/pe/<name>.yaml``), null, so ``pe.<option>=<value>`` parses in a
+re-evaluation of any encoding (null: keep the training value); which options the checkpoint's
+encoding takes is checked when its model is rebuilt (``pelab.evaluate``). A config file sets
+every option of its encoding's constructor (``tests/test_configs.py``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import OmegaConf
+
+CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
+
+
+def encoding_options(pe_dir: Path = CONFIG_DIR / "pe") -> list[str]:
+    """Every option any encoding's config file sets (Hydra's ``_target_``-style keys aside)."""
+    return sorted(
+        {
+            str(key)
+            for path in pe_dir.glob("*.yaml")
+            for key in OmegaConf.load(path)
+            if not str(key).startswith("_") and key != "defaults"
+        }
+    )
+
+
+ConfigStore.instance().store(
+    name="eval_pe_options", node={"pe": dict.fromkeys(encoding_options())}
+)
