@@ -1,1 +1,2 @@
-"""pelab's Hydra launcher plugin: ``hydra/launcher=parallel`` (``pool_launcher.PoolLauncher``)."""
+"""pelab's Hydra plugins: ``hydra/launcher=parallel`` (``pool_launcher.PoolLauncher``) and
+``hydra/sweeper=checked`` (``checked_sweeper.CheckedSweeper``, the default of ``train.yaml``)."""

@@ -190,14 +190,13 @@ class PoolLauncher(Launcher):
     def _prepare(self, num: int, overrides: list[str], sweep_dir: Path) -> _Job:
         assert self.hydra_context is not None and self.config is not None
         sweep_config = job_config(self.hydra_context, self.config, overrides, num)
-        subdir = OmegaConf.select(sweep_config, "hydra.sweep.subdir")  # as the job will see it
         log.info("\t#%d : %s", num, " ".join(filter_overrides(overrides)))
         files = sweep_dir / LAUNCHER_DIR
         job = _Job(
             num,
             overrides,
             sweep_config,
-            sweep_dir / str(subdir),
+            job_dir(sweep_config),
             files / f"{num}.log",
             files / f"{num}.call.pkl",
             files / f"{num}.return.pkl",
@@ -261,6 +260,23 @@ def job_config(
     return sweep_config
 
 
+def job_dir(config: DictConfig) -> Path:
+    """The directory of the job whose composed config is ``config`` (``job_config``)."""
+    sweep = OmegaConf.select(config, "hydra.sweep")
+    return Path(str(sweep.dir)) / str(sweep.subdir)
+
+
+def run_config(config: DictConfig, output_dir: Path) -> DictConfig:
+    """The run's settings (Hydra's node removed) of a job's composed config, with the output
+    directory it will have: what the job's run checks, measures and builds. Call it with
+    ``HydraConfig`` set to ``config`` so that ``${hydra:...}`` resolves as in the job."""
+    cfg = config.copy()
+    with open_dict(cfg):
+        cfg.paths.output_dir = str(output_dir)
+        del cfg["hydra"]
+    return cfg
+
+
 def jobs_at_once(free: int, need: int, cores: int, jobs: int) -> int:
     """How many of ``jobs`` jobs to run at once on a GPU with ``free`` bytes free when each needs
     ``need`` bytes: as many as fit, at most one per core, at least one (a job that cannot fit
@@ -301,12 +317,8 @@ def measure(config: DictConfig, output_dir: Path, device: str) -> int | None:
     if "model" not in config:  # scripts/eval.py's: the model is the checkpoint's
         return None
     HydraConfig.instance().set_config(config)  # ${hydra:...} resolves as in the job
-    cfg = config.copy()
-    with open_dict(cfg):
-        cfg.paths.output_dir = str(output_dir)
-        del cfg["hydra"]
     try:
-        return job_need(cfg, device)
+        return job_need(run_config(config, output_dir), device)
     except Exception:  # refused, out of memory, a bad value: the job itself says why
         return None
 

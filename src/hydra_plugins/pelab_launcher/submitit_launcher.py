@@ -105,13 +105,10 @@ class _PelabSubmitit(BaseSubmititLauncher):
         return wait_all(jobs, job_overrides, job_dirs, self.resume_command(sweep_dir))
 
     def _job_dir(self, overrides: list[str], num: int) -> Path:
-        from hydra_plugins.pelab_launcher.pool_launcher import job_config
+        from hydra_plugins.pelab_launcher.pool_launcher import job_config, job_dir
 
         assert self.config is not None and self.hydra_context is not None
-        config = job_config(self.hydra_context, self.config, overrides, num)
-        return Path(str(self.config.hydra.sweep.dir)) / str(
-            OmegaConf.select(config, "hydra.sweep.subdir")
-        )
+        return job_dir(job_config(self.hydra_context, self.config, overrides, num))
 
     def resources(
         self, job_overrides: Sequence[Sequence[str]], nums: list[int], job_dirs: list[Path]

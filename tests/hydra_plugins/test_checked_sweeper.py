@@ -1,0 +1,85 @@
+"""The default sweeper (``hydra/sweeper=checked``): every job composed and checked before the
+first runs; a sweep with a bad job is refused, one line per bad job, and leaves nothing."""
+
+from __future__ import annotations
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.plugins import Plugins
+from hydra.types import HydraContext
+
+from pelab.analysis.collect import sweep_jobs
+from pelab.errors import ConfigError
+from tests.conftest import CONFIG_DIR, TINY
+
+
+class RecordingLauncher:
+    """A launcher that runs nothing and keeps the batches it was given."""
+
+    def __init__(self) -> None:
+        self.batches: list[list[list[str]]] = []
+
+    def launch(self, job_overrides, initial_job_idx):
+        self.batches.append([list(o) for o in job_overrides])
+        return []
+
+
+def sweeper(tmp_path, *overrides: str):
+    """The sweeper of ``scripts/train.py -m <overrides>``, as Hydra sets it up (the sweep
+    directory inside ``tmp_path``), with a ``RecordingLauncher``. Hydra passes every
+    command-line override to ``sweep`` again: each job is composed from them."""
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        config = compose(
+            "train",
+            [*overrides, f"hydra.sweep.dir={tmp_path / 'sweep'}"],
+            return_hydra_config=True,
+        )
+        loader = GlobalHydra.instance().hydra.config_loader
+    HydraConfig.instance().set_config(config)
+    checked = Plugins.instance().instantiate_sweeper(
+        config=config, hydra_context=HydraContext(loader, None), task_function=pytest.fail
+    )
+    assert type(checked).__name__ == "CheckedSweeper"  # train.yaml's default
+    checked.launcher = RecordingLauncher()
+    return checked
+
+
+def test_a_sweep_with_bad_jobs_is_refused_one_line_per_bad_job_before_anything(tmp_path):
+    checked = sweeper(tmp_path)
+    with pytest.raises(ConfigError) as refused:
+        checked.sweep([*TINY, "model.net.n_heads=2,5", "pe=rope,rop", "logger=csv"])
+    lines = str(refused.value).splitlines()
+    assert lines[0] == "3 of 4 jobs of this sweep are refused, so none ran:"
+    assert lines[1].startswith("  #1 model.net.n_heads=2 pe=rop: pe=rop is not an option of pe")
+    assert lines[2].startswith(
+        "  #2 model.net.n_heads=5 pe=rope: model.net.d_model=16 is not divisible by "
+        "model.net.n_heads=5"
+    )
+    assert lines[3].startswith("  #3 model.net.n_heads=5 pe=rop: pe=rop is not an option")
+    assert len(lines) == 4
+    assert checked.launcher.batches == []  # no job launched
+    assert not (tmp_path / "sweep").exists()  # no directory left behind
+
+
+def test_a_sweep_of_good_jobs_is_launched_as_hydras_basic_sweeper_launches_it(tmp_path):
+    checked = sweeper(tmp_path)
+    checked.sweep([*TINY, "pe=none,alibi", "logger=csv"])
+    assert checked.launcher.batches == [
+        [[*TINY, f"pe={pe}", "logger=csv"] for pe in ("none", "alibi")]
+    ]
+    assert (tmp_path / "sweep" / "multirun.yaml").exists()
+
+
+def test_a_presets_grid_is_checked_as_the_sweeps_record_expands_it(tmp_path):
+    """``experiment=ablation_cpu``: the jobs checked are those ``pelab.analysis.collect``
+    expands from the sweep's ``multirun.yaml`` (the missing-run detection), and a grid key on
+    the command line narrows them."""
+    checked = sweeper(tmp_path, "experiment=ablation_cpu")
+    command_line = list(checked.config.hydra.overrides.task)  # what Hydra passes to sweep
+    jobs = checked.jobs(command_line)
+    assert len(jobs) == 66 and jobs == sweep_jobs(checked.config)
+    narrowed = checked.jobs([*command_line, "pe=rope,alibi"])
+    assert sorted(narrowed) == [j for j in jobs if j[0] in ("pe=alibi", "pe=rope")]
