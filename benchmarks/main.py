@@ -25,7 +25,9 @@
    torch threads up to this machine's cores, in interleaved rounds, and each count's speed-up
    over one thread; on the machine as it is, then busy (beside another torch process): what
    ``pelab.threads`` chooses by (docs/performance.md, "Threads").
-7. With ``--ablation``: the wall time of ``experiment=ablation_cpu`` (every job, on this
+7. Start-up (``--only startup``): seconds to answer for ``--help``, ``--cfg job``, a misspelt
+   choice and a bad value, beside a one-step run (``benchmarks.startup``).
+8. With ``--ablation``: the wall time of ``experiment=ablation_cpu`` (every job, on this
    machine) and the share of its (encoding, task) cells learned in distribution.
 
     python scripts/benchmark.py            # full: 4 layers, d_model 128, 64 tokens, batch 64
@@ -34,9 +36,9 @@
     python scripts/benchmark.py --only threads   # one section
 
 One file per section in this folder (``throughput``, ``encodings``, ``data``, ``greedy``,
-``members``, ``threads``, ``ablation``), each with ``section(args, setup) -> dict``: its part of
-the JSON report, printed as a table; ``common`` holds the shared setup. This module parses the
-command line and runs the sections in order.
+``members``, ``threads``, ``startup``, ``ablation``), each with ``section(args, setup) -> dict``:
+its part of the JSON report, printed as a table; ``common`` holds the shared setup. This module
+parses the command line and runs the sections in order.
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks import ablation, data, encodings, greedy, members, threads, throughput
+from benchmarks import ablation, data, encodings, greedy, members, startup, threads, throughput
 from benchmarks.common import make_setup
 from pelab.pe import PE_REGISTRY
 
@@ -59,6 +61,7 @@ SECTIONS = {
     "greedy": greedy,
     "members": members,
     "threads": threads,
+    "startup": startup,
 }
 
 

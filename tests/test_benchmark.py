@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import main
+from benchmarks import main, startup
 from pelab.pe import PE_REGISTRY
 from pelab.tasks import TASK_REGISTRY
 
@@ -63,6 +63,8 @@ def test_quick_benchmark_reports_every_measure(tmp_path, repo_root):
         for r in by_k.values():
             assert r["stacked_vs_sequential"] > 0 and r["bound_vs_sequential"] > 0
             assert r["stacked_encodings"] == 0  # parameter-free encodings run once, folded
+    assert set(report["startup"]) == set(startup.QUICK)  # --quick: two commands, one run each
+    assert all(0 < r["best_s"] <= r["median_s"] for r in report["startup"].values())
 
 
 @pytest.mark.integration
