@@ -76,6 +76,11 @@ def test_a_checkpoint_is_re_evaluated_longer_with_linear_scaling(rope_ckpt):
     assert res["choices"]["pe"] == "rope" and res["params"]["total"] > 0
     assert (written[0].parent / "csv").is_dir()  # the logger writes beside the results
     assert (run_dir / "results.json").read_bytes() == train_results  # training record untouched
+    # the trained run's settings, never the evaluation's defaults; the evaluation's own apart
+    trained = json.loads(train_results)["config"]
+    assert res["config"]["trainer"] == trained["trainer"] and trained["trainer"]["max_steps"] == 4
+    assert res["evaluation"]["trainer"]["max_steps"] == 3000  # configs/trainer/default.yaml
+    assert res["evaluation"]["paths"]["output_dir"] == str(written[0].parent)
 
 
 @pytest.mark.integration
@@ -94,9 +99,10 @@ def test_evaluation_chooses_torchs_threads_by_the_model_it_rebuilt(rope_ckpt, ca
     with caplog.at_level("INFO", logger="pelab.threads"):
         record = evaluate(compose_eval([f"ckpt_path='{rope_ckpt}'"], run_dir.parent))
     assert torch.get_num_threads() == 1  # a small model (pelab.threads)
-    assert "torch threads: 1 (model of " in caplog.text and record["config"]["threads"] == "auto"
+    assert "torch threads: 1 (model of " in caplog.text
+    assert record["evaluation"]["threads"] == "auto"
     record = evaluate(compose_eval([f"ckpt_path='{rope_ckpt}'", "threads=2"], run_dir.parent))
-    assert torch.get_num_threads() == 2 and record["config"]["threads"] == 2
+    assert torch.get_num_threads() == 2 and record["evaluation"]["threads"] == 2
     with pytest.raises(ConfigError, match="threads='all': valid choices: auto"):
         evaluate(compose_eval([f"ckpt_path='{rope_ckpt}'", "threads=all"], run_dir.parent))
 
@@ -146,8 +152,22 @@ def test_a_learned_table_cannot_be_evaluated_beyond_its_size(tmp_path):
     overrides = [f"ckpt_path='{ckpt}'", "task.eval_lengths=[8,40]"]
     with pytest.raises(ConfigError, match=r"pe=learned has 66 positions.*cannot extrapolate"):
         evaluate(compose_eval(overrides, tmp_path))
+    # found by the test itself, not by the checks before it: the failed record is kept
     failed = json.loads(next((tmp_path / "run" / "eval").glob("*/results.json")).read_text())
     assert failed["status"] == "failed" and "ConfigError" in failed["error"]
+
+
+@pytest.mark.integration
+def test_an_evaluation_without_an_in_distribution_length_is_refused_and_leaves_no_record(
+    rope_ckpt,
+):
+    run_dir = rope_ckpt.parent.parent
+    before = set((run_dir / "eval").glob("*")) if (run_dir / "eval").exists() else set()
+    overrides = [f"ckpt_path='{rope_ckpt}'", "pe.scaling=yarn", "task.eval_lengths=[16,64]"]
+    with pytest.raises(ConfigError, match=r"\[16, 64\] has no in-distribution length"):
+        evaluate(compose_eval(overrides, run_dir.parent))
+    after = set((run_dir / "eval").glob("*")) if (run_dir / "eval").exists() else set()
+    assert after == before
 
 
 @pytest.mark.integration

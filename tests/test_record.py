@@ -143,8 +143,16 @@ def test_an_interruption_names_the_exact_command_that_resumes_it(tmp_path, caplo
     path = tmp_path / "results.json"
     with pytest.raises(KeyboardInterrupt), results.recorded(path, {}, resume=command):
         raise KeyboardInterrupt
-    assert json.loads(path.read_text())["error"].endswith(f"to resume: {command}")
+    saved = json.loads(path.read_text())
+    assert saved["error"].endswith(f"to resume: {command}")
+    assert saved["status"] == results.INTERRUPTED  # not failed: it resumes
     assert command in caplog.text  # said on the console too, not only in the record
+
+
+def test_every_status_a_record_ends_with_is_one_of_the_statuses():
+    assert results.ended_status(KeyboardInterrupt()) == results.INTERRUPTED
+    assert results.ended_status(KeyError("boom")) == results.FAILED
+    assert results.STATUSES == ("running", "completed", "failed", "interrupted")
 
 
 def test_a_resumed_run_records_its_total_wall_time_and_the_parts(tmp_path):

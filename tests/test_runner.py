@@ -6,6 +6,7 @@ import pytest
 from lightning.pytorch.callbacks import ProgressBar
 
 from pelab import runner
+from pelab.errors import ConfigError
 from pelab.runner import configured_callbacks
 from pelab.train import run
 from tests.conftest import TINY, compose_config
@@ -31,3 +32,47 @@ def test_the_progress_bar_is_configured_by_default_on_a_terminal(tmp_path, monke
     assert any(isinstance(c, ProgressBar) for c in configured_callbacks(cfg))
     monkeypatch.setattr(runner, "interactive", lambda: False)  # a pipe: no \r lines
     assert not any(isinstance(c, ProgressBar) for c in configured_callbacks(cfg))
+
+
+def hydra_dir(root: Path, *files: str) -> Path:
+    """A Hydra output directory as a run's start leaves it (``.hydra/``, its log), plus
+    ``files``."""
+    (root / ".hydra").mkdir(parents=True)
+    for name in ("eval.log", *files):
+        (root / name).write_text("")
+    return root
+
+
+def fail_with(error: Exception):
+    def work():
+        raise error
+
+    return work
+
+
+def test_a_single_run_refused_for_its_config_leaves_no_directory(tmp_path, monkeypatch):
+    fresh, resumed, broken = (tmp_path / name for name in ("fresh", "resumed", "broken"))
+    monkeypatch.setattr(runner, "in_sweep", lambda: False)
+    for directory, error, files in [
+        (fresh, ConfigError("bad value"), ()),  # refused: nothing ran
+        (resumed, ConfigError("bad value"), ("results.json",)),  # an earlier attempt's record
+        (broken, RuntimeError("a bug"), ()),  # not a refusal: its log has the traceback
+    ]:
+        hydra_dir(directory, *files)
+        monkeypatch.setattr(runner, "hydra_output_dir", lambda d=directory: d)
+        with pytest.raises(type(error)):
+            runner.sweep_job(fail_with(error), directory / "results.json")
+    assert not fresh.exists()
+    assert (resumed / "results.json").exists() and (broken / "eval.log").exists()
+
+
+def test_a_refusal_propagates_from_the_checks_and_any_other_error_is_kept_for_the_record(
+    monkeypatch,
+):
+    monkeypatch.setattr(runner, "in_sweep", lambda: False)
+    with pytest.raises(ConfigError):
+        runner.checked(fail_with(ConfigError("bad value")))
+    bug = RuntimeError("a bug")
+    assert runner.checked(fail_with(bug)) is bug and runner.checked(lambda: 3) == 3
+    monkeypatch.setattr(runner, "in_sweep", lambda: True)  # a sweep's job records its refusal
+    assert isinstance(runner.checked(fail_with(ConfigError("bad value"))), ConfigError)

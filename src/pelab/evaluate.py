@@ -8,7 +8,10 @@ size). Any option of the checkpoint's encoding (``pe.<option>``, checked against
 like every setting), ``task.eval_lengths`` and ``seed`` may be changed; evaluation knows no
 encoding. It runs through the same executor as training (``pelab.runner``): the record goes to
 ``<run dir>/eval/<timestamp>_<pe overrides>/results.json`` with training's schema,
-``job_type: eval``, the ``checkpoint`` and the ``eval_overrides``. In a sweep (``-m``, e.g. over
+``job_type: eval``, the ``checkpoint``, the ``eval_overrides`` and, apart from the trained run's
+settings in ``config``, the evaluation's own (``EVALUATION_KEYS``) in ``evaluation``. A
+re-evaluation refused before it tests (a bad length, weights that do not fit) writes no record.
+In a sweep (``-m``, e.g. over
 ``pe.scaling=none,linear,yarn``) each job's Hydra directory links to its record
 (``results.json``), so the sweep summary and ``make_table.py <eval sweep dir>`` find them;
 ``make_table.py`` tabulates re-evaluations apart from training runs (``eval/`` tables).
@@ -25,42 +28,25 @@ from typing import Any
 
 import lightning as L
 import torch
-from hydra.core.config_store import ConfigStore
 from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
+from pelab import config_files  # noqa: F401 (stores configs/eval.yaml's eval_pe_options)
 from pelab.assembly import build_model, build_task, data_module
 from pelab.errors import ConfigError
-from pelab.pe import PE_REGISTRY
+from pelab.lit_module import SequenceModel
 from pelab.record import RESULTS, read_record
 from pelab.reliability.checkpoints import check_integrity
 from pelab.reliability.memory import check_eval_memory
 from pelab.reliability.validate import check_types
-from pelab.runner import execute, make_trainer, scored_outcome, sweep_job, sweep_job_dir
+from pelab.runner import checked, execute, make_trainer, scored_outcome, sweep_job, sweep_job_dir
 from pelab.threads import check_threads, configure_threads
 
 log = logging.getLogger(__name__)
 
 OTHER_OVERRIDABLE = ("task.eval_lengths", "seed")  # beside every option of the encoding
-
-
-def encoding_options() -> list[str]:
-    """Every option any registered encoding takes (its constructor's parameters but ``dims``)."""
-    return sorted(
-        {
-            name
-            for cls in PE_REGISTRY.values()
-            for name in list(inspect.signature(cls).parameters)[1:]
-        }
-    )
-
-
-# ``configs/eval.yaml`` composes this node: ``pe.<option>=<value>`` parses for every option of
-# every encoding (null: keep the training value); which ones the checkpoint's encoding takes is
-# checked against it when the model is rebuilt.
-ConfigStore.instance().store(
-    name="eval_pe_options", node={"pe": dict.fromkeys(encoding_options())}
-)
+# how an evaluation runs, not what it evaluates: its record keeps them apart (``evaluation``)
+EVALUATION_KEYS = ("trainer", "logger", "callbacks", "paths", "threads", "ckpt_path", "test")
 
 
 def training_record(ckpt_path: str | Path | None) -> tuple[Path, dict[str, Any]]:
@@ -169,6 +155,30 @@ def load_weights(model: torch.nn.Module, ckpt: Path) -> None:
         ) from None
 
 
+def evaluated_model(merged: DictConfig, sizes: dict[str, int], ckpt: Path) -> SequenceModel:
+    """The checkpoint's model, rebuilt with the evaluation's settings and checked to fit its
+    weights, threads and memory: a ``ConfigError`` here refuses the evaluation."""
+    L.seed_everything(merged.seed, workers=True)
+    task = build_task(merged)
+    model = build_model(merged, task, sizes)
+    load_weights(model, ckpt)
+    configure_threads(merged, model.net.num_params()["total"])
+    check_eval_memory(merged, task, model)
+    return model
+
+
+def split_config(
+    merged: DictConfig, train_cfg: DictConfig
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The record's ``config`` (what was evaluated: the training run's settings, with the
+    evaluation's changes) and ``evaluation`` (how it ran: its own ``EVALUATION_KEYS``), so a
+    table never shows the evaluation's defaults (``trainer.max_steps``) as the run's."""
+    config = OmegaConf.to_container(merged, resolve=True)
+    trained = OmegaConf.to_container(train_cfg, resolve=True)
+    evaluation = {key: config.pop(key, None) for key in EVALUATION_KEYS}
+    return config | {k: trained[k] for k in EVALUATION_KEYS if k in trained}, evaluation
+
+
 def evaluate(cfg: DictConfig) -> dict[str, Any]:
     """Test ``cfg.ckpt_path`` on ``task.eval_lengths``; returns the record written to
     ``<run dir>/eval/<timestamp>_<pe overrides>/results.json``."""
@@ -178,33 +188,31 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     stamp = datetime.now().strftime("%Y-%m-%d_%H-%M-%S-%f")
     output_dir = run_dir / "eval" / f"{stamp}_{changed}"
     merged = eval_config(cfg, train_cfg, output_dir)
-    sizes = trained_sizes(train_record, train_cfg)
     ckpt = Path(cfg.ckpt_path)
+    model = checked(lambda: evaluated_model(merged, trained_sizes(train_record, train_cfg), ckpt))
     if (job_dir := sweep_job_dir()) is not None:  # it links to the record (written on entry)
         link = job_dir / RESULTS
         link.unlink(missing_ok=True)
         link.symlink_to(output_dir / RESULTS)
 
     def work():
-        L.seed_everything(merged.seed, workers=True)
-        task = build_task(merged)
-        model = build_model(merged, task, sizes)
-        load_weights(model, ckpt)
-        configure_threads(merged, model.net.num_params()["total"])
-        check_eval_memory(merged, task, model)
+        if isinstance(model, Exception):
+            raise model
         notes: list[str] = []
         trainer = make_trainer(merged, model.net.num_params(), notes)
-        trainer.test(model, datamodule=data_module(merged, task), verbose=False)
+        trainer.test(model, datamodule=data_module(merged, model.task), verbose=False)
         return scored_outcome(merged, model, warnings=notes)
 
+    config, evaluation = split_config(merged, train_cfg)
     return execute(
         "eval",
         output_dir,
         {**train_record.get("choices", {}), "seed": merged.seed},
-        OmegaConf.to_container(merged, resolve=True),
+        config,
         work,
         checkpoint=str(ckpt.resolve()),
         eval_overrides=eval_overrides(cfg),
+        evaluation=evaluation,
     )
 
 

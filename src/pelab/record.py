@@ -1,23 +1,29 @@
 """The run record, ``results.json``: one schema for training runs and re-evaluations, defined
 here and nowhere else, written atomically, read by every later tool.
 
-Keys (``SCHEMA_VERSION`` 3; a record without ``schema_version`` is version 1; ``read_record``
-reads versions 1 and 2, which called ``job_type`` ``kind``, with ``job_type``):
+Keys (``SCHEMA_VERSION`` 4; a record without ``schema_version`` is version 1; ``read_record``
+reads versions 1 and 2, which called ``job_type`` ``kind``, with ``job_type``; version 4 added
+``interrupted``, ``resumed_from_step`` and an evaluation's ``evaluation`` settings):
 
 - ``schema_version``; ``job_type``: ``train`` or ``eval`` (a re-evaluation of a checkpoint; W&B's
   job type too);
-- ``status``: ``running`` (written on entry: a job killed outright keeps it), ``completed`` or
-  ``failed``, with ``error`` (one line) when failed; ``started``: when (ISO 8601, local time);
+- ``status`` (``STATUSES``): ``running`` (written on entry: a job killed outright keeps it),
+  ``completed``, ``failed`` or ``interrupted`` (SIGTERM, Ctrl-C: it resumes), with ``error``
+  (one line) when not completed; ``started``: when (ISO 8601, local time). A run refused for
+  its config before any work leaves no record (``pelab.runner.refused``);
 - ``choices``: the config-group choices (model, pe, task, ...) and the seed; ``config``: the
-  resolved config; ``checkpoint``: the checkpoint a re-evaluation tested and
-  ``eval_overrides``: what it changed (``["pe.scaling=yarn"]``) (``eval`` only);
+  resolved config (a re-evaluation's: the training run's, with what the evaluation changed);
+  ``eval`` only: ``checkpoint``, the checkpoint it tested, ``eval_overrides``, what it changed
+  (``["pe.scaling=yarn"]``), and ``evaluation``, its own trainer, logger, callbacks, paths and
+  threads (how it ran, not what was trained);
 - ``metrics``: ``pelab.metrics.summary`` (test per length, its in- and out-of-distribution
   means, the last validation, the chance levels);
 - ``train_lengths``; ``params`` (``total``, ``pe``); ``model_dims``: the ``ModelDims`` the
-  model was built with (re-evaluation rebuilds the model with them); ``resumed_from`` and
-  ``warnings`` when there are any;
+  model was built with (re-evaluation rebuilds the model with them); ``resumed_from`` (the
+  checkpoint) and ``resumed_from_step`` (its step), and ``warnings``, when there are any;
 - training runs: ``learned`` (``null`` without ``learned_at``), ``steps_to_learn`` and
-  ``stop_reason`` (``learned``, ``max_steps`` or ``failed``; ``pelab.competence``);
+  ``stop_reason`` (``learned``, ``max_steps``, ``failed`` or ``interrupted``;
+  ``pelab.competence``);
 - a member of a stack (``seeds=[...]`` and/or ``learning_rates=[...]``, ``pelab.members``):
   ``member_of`` (the stack's ``seeds``, ``learning_rates`` (null: the config's one), directory
   and ``fit_time_s``, the members' shared training time; the member's own ``wall_time_s`` is its
@@ -49,8 +55,11 @@ from pelab.errors import causes, storage_fault
 log = logging.getLogger(__name__)
 
 PACKAGES = ("pelab", "torch", "lightning", "hydra-core", "wandb", "datasets")
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 JOB_TYPES = ("train", "eval")
+# a record's ``status``: written on entry (``RUNNING``), then how the run ended
+RUNNING, COMPLETED, FAILED, INTERRUPTED = "running", "completed", "failed", "interrupted"
+STATUSES = (RUNNING, COMPLETED, FAILED, INTERRUPTED)
 RESULTS = "results.json"  # the record's file name in a run's output directory
 # a training run's competence fields (``pelab.competence``)
 COMPETENCE_KEYS = ("learned", "steps_to_learn", "stop_reason")
@@ -138,7 +147,7 @@ def new_record(job_type: str, choices: dict[str, Any], config: dict[str, Any]) -
     return {
         "schema_version": SCHEMA_VERSION,
         "job_type": job_type,
-        "status": "running",
+        "status": RUNNING,
         "started": datetime.now().astimezone().isoformat(timespec="seconds"),
         "choices": choices,
         "config": config,
@@ -238,6 +247,11 @@ def interrupted(error: BaseException) -> bool:
     return bool(names & {"SIGTERMException", "KeyboardInterrupt"})
 
 
+def ended_status(error: BaseException) -> str:
+    """The status of a run that ``error`` ended: ``interrupted`` (it resumes) or ``failed``."""
+    return INTERRUPTED if interrupted(error) else FAILED
+
+
 def resume_command(job_type: str, overrides: list[str], job_dir: str | Path) -> str:
     """The command that resumes the run of ``job_type`` launched with ``overrides`` (a sweep's job:
     its own overrides) in ``job_dir``: the run's default directory is timestamped, so it names
@@ -254,7 +268,7 @@ def earlier_wall_times(path: str | Path) -> list[float]:
         record = json.loads(Path(path).read_text())
     except (OSError, ValueError):
         return []
-    if record.get("status") == "completed" or "wall_time_s" not in record:
+    if record.get("status") == COMPLETED or "wall_time_s" not in record:
         return []
     return list(record.get("wall_time_parts_s") or [record["wall_time_s"]])
 
@@ -268,19 +282,20 @@ def recorded(
     earlier: list[float] | None = None,
 ) -> Iterator[dict[str, Any]]:
     """Whatever happens inside, ``record`` ends up in ``path`` (atomically) with the wall time,
-    the environment, and on an exception ``status: failed`` and the error; the exception is
-    re-raised. The record is also written on entry, so a job killed outright (SIGKILL, out of
-    memory) leaves its ``status: running``, never a finished-looking file. ``wall_time_s``
-    counts from ``since`` (a ``time.perf_counter()``; default: entry). An interruption records
-    (and logs) ``resume``, the command that resumes it. A run that ends ``resumed_from`` a
-    checkpoint adds the ``earlier`` attempts' times (``earlier_wall_times``): ``wall_time_s``
-    is the total and ``wall_time_parts_s`` the attempts."""
+    the environment, and on an exception its status (``failed`` or ``interrupted``,
+    ``ended_status``) and the error; the exception is re-raised. The record is also written on
+    entry, so a job killed outright (SIGKILL, out of memory) leaves its ``status: running``,
+    never a finished-looking file. ``wall_time_s`` counts from ``since`` (a
+    ``time.perf_counter()``; default: entry). An interruption records (and logs) ``resume``,
+    the command that resumes it. A run that ends ``resumed_from`` a checkpoint adds the
+    ``earlier`` attempts' times (``earlier_wall_times``): ``wall_time_s`` is the total and
+    ``wall_time_parts_s`` the attempts."""
     start = time.perf_counter() if since is None else since
     write_json_atomic(path, {**record, **environment()})
     try:
         yield record
     except BaseException as error:
-        record.update(status="failed", error=failure_reason(error, resume))
+        record.update(status=ended_status(error), error=failure_reason(error, resume))
         if interrupted(error):
             log.warning("%s", record["error"])
         raise

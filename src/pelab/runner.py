@@ -11,7 +11,7 @@ import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import lightning as L
 from hydra.core.hydra_config import HydraConfig
@@ -28,7 +28,9 @@ from pelab.metrics import Scores, summary
 from pelab.record import (
     CHOICE_GROUPS,
     COMPETENCE_KEYS,
+    COMPLETED,
     RESULTS,
+    ended_status,
     new_record,
     recorded,
     resume_command,
@@ -37,7 +39,7 @@ from pelab.reliability.checkpoints import AtomicCheckpointIO
 from pelab.tasks.base import Task
 from pelab.utils.console import interactive, route_console
 from pelab.utils.report import print_results
-from pelab.utils.wandb_mode import wandb_choice
+from pelab.utils.wandb_mode import run_id, wandb_choice
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +55,7 @@ class Outcome:
     params: dict[str, int]
     model_dims: dict[str, Any]
     resumed_from: str | None = None
+    resumed_from_step: int | None = None
     warnings: list[str] = field(default_factory=list)
     competence: dict[str, Any] | None = None  # training: pelab.competence.budget_outcome
 
@@ -68,30 +71,58 @@ def sweep_job_dir() -> Path | None:
 
 
 def sweep_job(work: Callable[[], Any], record_path: str | Path) -> None:
-    """One job of a script: ``work()``. A single run's failure propagates (exit status 1); in a
-    sweep (``-m``) a failed job is recorded (its ``results.json`` at ``record_path`` says
-    ``failed`` and why, its log has the traceback) and the sweep goes on. The console shows the
-    run's own lines (``pelab.utils.console``)."""
+    """One job of a script: ``work()``. A single run's failure propagates (exit status 1), and a
+    single run ``refused`` before any work leaves no directory behind (Hydra's, when it holds
+    nothing else); in a sweep (``-m``) a failed job is recorded (its ``results.json`` at
+    ``record_path`` says ``failed`` and why, its log has the traceback) and the sweep goes on.
+    The console shows the run's own lines (``pelab.utils.console``)."""
     route_console()
-    fresh = _fresh(Path(record_path))
+    hydra_dir = hydra_output_dir()
+    fresh = hydra_dir is not None and _fresh(hydra_dir)
     try:
         work()
     except Exception as error:
         if not in_sweep():
-            if fresh and any(isinstance(e, ConfigError) for e in causes(error)):
-                shutil.rmtree(Path(record_path).parent, ignore_errors=True)  # nothing ran
+            if fresh and refused(error):
+                shutil.rmtree(hydra_dir, ignore_errors=True)  # nothing ran
             raise
         log.exception("this job failed (recorded in %s); the sweep goes on", record_path)
 
 
-def _fresh(record_path: Path) -> bool:
-    """Whether the run directory of ``record_path`` (a ``results.json``) holds nothing but what
-    Hydra wrote for this process (its log, ``.hydra/``): a run refused for its config before it
-    trained leaves no directory behind (a single run: the error says it all)."""
-    job = record_path.parent
-    if record_path.name != RESULTS or not job.is_dir():
-        return False
-    return all(p.name == ".hydra" or p.suffix == ".log" for p in job.iterdir())
+def hydra_output_dir() -> Path | None:
+    """This process's Hydra directory (its log, ``.hydra/``); None outside a Hydra app."""
+    if not HydraConfig.initialized():
+        return None
+    directory = OmegaConf.select(HydraConfig.get(), "runtime.output_dir", default=None)
+    return None if directory is None else Path(directory)
+
+
+def _fresh(job: Path) -> bool:
+    """Whether the Hydra directory ``job`` holds nothing but what Hydra wrote for this process
+    (its log, ``.hydra/``)."""
+    return job.is_dir() and all(p.name == ".hydra" or p.suffix == ".log" for p in job.iterdir())
+
+
+def refused(error: BaseException) -> bool:
+    """Whether ``error`` refuses a single run before any work: a ``ConfigError`` (or one caused
+    by it) from the checks before training or evaluation (``checked``). Such a run writes no
+    record and leaves no directory: the one-line error says it all. A sweep's job records it
+    like any failure, so the sweep's summary says why."""
+    return not in_sweep() and any(isinstance(e, ConfigError) for e in causes(error))
+
+
+Checked = TypeVar("Checked")
+
+
+def checked(checks: Callable[[], Checked]) -> Checked | Exception:
+    """``checks()``, run before a job writes its record: a refusal (``refused``) propagates and
+    leaves nothing behind; any other error is returned, for the job's record to say."""
+    try:
+        return checks()
+    except Exception as error:
+        if refused(error):
+            raise
+        return error
 
 
 def execute(
@@ -121,13 +152,13 @@ def execute(
         with recorded(Path(output_dir) / RESULTS, record, since, resume, earlier):
             try:
                 outcome = work()
-            except BaseException:
+            except BaseException as error:
                 if job_type == "train":
-                    record["stop_reason"] = "failed"
+                    record["stop_reason"] = ended_status(error)
                 raise
             task = outcome.task
             record.update(
-                status="completed",
+                status=COMPLETED,
                 metrics=summary(outcome.scores, task.in_distribution, outcome.chance),
                 train_lengths=list(task.train_lengths),
                 params=outcome.params,
@@ -137,12 +168,13 @@ def execute(
                 record.update(outcome.competence)
             if outcome.resumed_from is not None:
                 record["resumed_from"] = outcome.resumed_from
+                record["resumed_from_step"] = outcome.resumed_from_step
             if outcome.warnings:
                 record["warnings"] = outcome.warnings
         return record
     finally:
         finish_wandb(record, Path(output_dir) / RESULTS)
-        if record["status"] == "completed":  # the console's last lines: after W&B's
+        if record["status"] == COMPLETED:  # the console's last lines: after W&B's
             try:
                 print_results(record, outcome.task)
             except Exception:  # the record is written: a table's fault must not fail the run
@@ -212,7 +244,8 @@ def working_loggers(
 ) -> list[Any]:
     """The loggers that could start (a W&B run starts here, at its first call): one that fails,
     e.g. W&B without a network in online mode, is dropped with a note, and the run goes on with
-    its local ``results.json`` and checkpoints."""
+    its local ``results.json`` and checkpoints. A W&B run takes the id its run directory keeps
+    (``pelab.utils.wandb_mode.run_id``): a resumed run continues its W&B run."""
     hparams = {
         **OmegaConf.to_container(cfg, resolve=True),
         "params": params,
@@ -228,6 +261,8 @@ def working_loggers(
     for logger in loggers:
         if isinstance(logger, WandbLogger):  # Lightning passes anonymous=None: W&B warns
             logger._wandb_init.pop("anonymous", None)
+            if not logger._wandb_init.get("id"):  # unless logger.wandb.id is set
+                logger._wandb_init.update(id=run_id(logger.save_dir), resume="allow")
         try:
             logger.log_hyperparams(hparams)
         except Exception as error:  # a logger's failure must not cost the run
@@ -285,7 +320,7 @@ def finish_wandb(record: dict[str, Any], results: Path | None = None) -> None:
             **chance,
         }
     )
-    wandb.finish(exit_code=0 if record["status"] == "completed" else 1)
+    wandb.finish(exit_code=0 if record["status"] == COMPLETED else 1)
 
 
 # the run record's name among a W&B run's files (not results.json, which the local tools collect)

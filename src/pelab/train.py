@@ -39,6 +39,7 @@ from pelab.reliability.memory import check_eval_memory
 from pelab.reliability.slurm import peak_rss_mb
 from pelab.runner import (
     Outcome,
+    checked,
     choices,
     execute,
     instantiate_all,
@@ -59,17 +60,25 @@ class Fitted:
     model: SequenceModel
     stop: LearnedStop | None
     resumed_from: str | None
+    resumed_from_step: int | None = None
     notes: list[str] = field(default_factory=list)
 
 
-def train(cfg: DictConfig, configs: Sequence[DictConfig] | None = None) -> Fitted:
-    """Fit the members ``configs`` (default: ``member_configs(cfg)``), then test each on every
-    evaluation length with the weights of its best validation.
+@dataclass
+class Prepared:
+    """A run that passed every check: its members' model and the checkpoint it resumes from."""
 
-    Every setting is checked before training. The run resumes exactly from
+    configs: list[DictConfig]
+    model: SequenceModel
+    ckpt_path: Path | None
+    ckpt_step: int | None
+
+
+def prepare(cfg: DictConfig, configs: Sequence[DictConfig] | None = None) -> Prepared:
+    """Check every setting and build the members ``configs`` (default: ``member_configs(cfg)``):
+    a ``ConfigError`` here refuses the run before any work. The run resumes exactly from
     ``resume_path(cfg)`` (``ckpt_path``, or with ``resume=true`` the newest checkpoint already in
-    its output directory) once that checkpoint is known to come from the same settings.
-    """
+    its output directory) once that checkpoint is known to come from the same settings."""
     configs = member_configs(cfg) if configs is None else list(configs)
     check_training(cfg)
     L.seed_everything(cfg.seed, workers=True)
@@ -80,8 +89,24 @@ def train(cfg: DictConfig, configs: Sequence[DictConfig] | None = None) -> Fitte
     configure_threads(cfg, model.net.num_params()["total"] * len(configs))
     check_eval_memory(cfg, task, model)
     ckpt_path = resume_path(cfg) if cfg.train else None
+    step = None
     if ckpt_path is not None:
-        check_compatible(read_checkpoint(ckpt_path), cfg, model, ckpt_path)
+        checkpoint = read_checkpoint(ckpt_path)
+        check_compatible(checkpoint, cfg, model, ckpt_path)
+        step = checkpoint.get("global_step")
+        log.info("resuming from step %s (checkpoint %s)", step, ckpt_path)
+    return Prepared(configs, model, ckpt_path, step)
+
+
+def train(
+    cfg: DictConfig,
+    configs: Sequence[DictConfig] | None = None,
+    prepared: Prepared | None = None,
+) -> Fitted:
+    """Fit the members (``prepare(cfg, configs)`` unless ``prepared``), then test each on every
+    evaluation length with the weights of its best validation."""
+    prepared = prepared or prepare(cfg, configs)
+    configs, model, ckpt_path = prepared.configs, prepared.model, prepared.ckpt_path
     best = BestCheckpoints(
         [Path(c.paths.output_dir) / "checkpoints" / "best.ckpt" for c in configs],
         [identity(c) for c in configs],
@@ -91,7 +116,8 @@ def train(cfg: DictConfig, configs: Sequence[DictConfig] | None = None) -> Fitte
     if cfg.get("learned_at") is not None:
         stop = LearnedStop(cfg.learned_at, cfg.get("learned_patience", 2))
         callbacks.append(stop)
-    fitted = Fitted(model, stop, None if ckpt_path is None else str(ckpt_path))
+    resumed = None if ckpt_path is None else str(ckpt_path)
+    fitted = Fitted(model, stop, resumed, prepared.ckpt_step)
     params = model.net.num_params()
     trainer = make_trainer(cfg, params, fitted.notes, callbacks, loggers=model.live)
     if not model.live:
@@ -100,7 +126,7 @@ def train(cfg: DictConfig, configs: Sequence[DictConfig] | None = None) -> Fitte
             len(configs),
             ", ".join(f"{k}={cfg[k]}" for k in MEMBER_KEYS if cfg.get(k) is not None),
         )
-    data = data_module(cfg, task, model.seeds)
+    data = data_module(cfg, model.task, model.seeds)
     with exit_status_on_sigterm():
         if cfg.train:
             trainer.fit(model, datamodule=data, ckpt_path=ckpt_path, weights_only=True)
@@ -126,6 +152,7 @@ def member_outcome(fitted: Fitted, k: int, cfg: DictConfig) -> Outcome:
         model,
         member=k,
         resumed_from=fitted.resumed_from,
+        resumed_from_step=fitted.resumed_from_step,
         warnings=notes,
         competence=budget_outcome(fitted.stop, k),
     )
@@ -166,15 +193,18 @@ def _run(
             "dir": str(cfg.paths.output_dir),
         }
     containers = [OmegaConf.to_container(m, resolve=True) for m in configs]
+    start = time.perf_counter()
+    prepared = checked(lambda: prepare(cfg, configs))  # a refusal writes no record
     # the times of the attempts a resume continues (the records below replace theirs)
     earlier = [earlier_wall_times(Path(m.paths.output_dir) / RESULTS) for m in configs]
     for member, config in zip(configs, containers, strict=True):
         record = new_record("train", choices(member), config) | extra
         write_json_atomic(Path(member.paths.output_dir) / RESULTS, record)
-    start = time.perf_counter()
     fitted: Fitted | BaseException
     try:
-        fitted = train(cfg, configs)
+        if isinstance(prepared, Exception):
+            raise prepared
+        fitted = train(cfg, configs, prepared)
     except BaseException as error:  # every member's record says why
         fitted = error
     if stack:  # the members' shared training time

@@ -1,5 +1,6 @@
 """Bad input is refused before any training, with a ``ConfigError`` naming the bad value and
-what would be valid; the refusal is recorded in ``results.json`` and nothing is trained."""
+what would be valid; a single run refused writes no ``results.json`` and trains nothing (a
+sweep's job records the refusal, so the sweep's summary says why)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import torch
 from hydra.errors import MissingConfigException
 
 from pelab.errors import ConfigError
+from pelab.record import RESULTS
 from pelab.reliability.validate import check_added_keys, check_types
 from pelab.train import run
 from tests.conftest import TINY, compose_config
@@ -23,9 +25,17 @@ pytestmark = pytest.mark.faults  # the fault campaign: make test-faults
 def assert_refused_before_training(cfg, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         run(cfg)
+    assert not Path(cfg.paths.output_dir, RESULTS).exists()  # no record: nothing ran
+    assert not Path(cfg.paths.output_dir, "checkpoints").exists()  # nothing was trained
+
+
+def test_a_sweeps_job_records_its_refusal(tiny_cfg, monkeypatch):
+    monkeypatch.setattr("pelab.runner.in_sweep", lambda: True)
+    cfg = tiny_cfg("task.eval_lengths=[16,32]")
+    with pytest.raises(ConfigError, match="has no in-distribution length"):
+        run(cfg)
     record = results(Path(cfg.paths.output_dir))
     assert record["status"] == "failed" and record["error"].startswith("ConfigError")
-    assert not Path(cfg.paths.output_dir, "checkpoints").exists()  # nothing was trained
 
 
 def test_an_unknown_group_option_lists_the_valid_ones(tmp_path):

@@ -54,7 +54,8 @@ def test_sigterm_saves_a_checkpoint_at_the_step_and_the_rerun_resumes_exactly(
     proc = cli(repo_root, tmp_path, out, *fault("sigterm", 6))
     assert proc.returncode == 128 + signal.SIGTERM, proc.stderr[-2000:]  # not 0: not a success
     saved = results(out)
-    assert saved["status"] == "failed" and "SIGTERM" in saved["error"]
+    assert saved["status"] == "interrupted" and "SIGTERM" in saved["error"]
+    assert saved["stop_reason"] == "interrupted"
     # SIGTERM arrived before step 7's batch; that step finished and was saved
     assert checkpoint(out / "checkpoints" / "last.ckpt")["global_step"] == 7
     record = run(config(tmp_path, out, "ckpt_path=last"))

@@ -11,13 +11,16 @@ from tests.reliability.runs import config, fault, results
 
 
 @pytest.mark.integration
-def test_a_resumed_run_records_its_total_wall_time_and_each_attempt(tmp_path):
+def test_a_resumed_run_records_its_total_wall_time_and_each_attempt(tmp_path, caplog):
     out = tmp_path / "run"
     with pytest.raises(RuntimeError, match="injected fault at step 6"):
         run(config(tmp_path, out, *fault("raise", 6)))
     first = results(out)["wall_time_s"]
-    record = run(config(tmp_path, out))  # the same command again: resumes from last.ckpt
+    with caplog.at_level("INFO", logger="pelab.train"):
+        record = run(config(tmp_path, out))  # the same command again: resumes from last.ckpt
     assert record["resumed_from"].endswith("last.ckpt")
+    assert record["resumed_from_step"] == 4  # the last validation before the fault
+    assert f"resuming from step 4 (checkpoint {record['resumed_from']})" in caplog.text
     parts = record["wall_time_parts_s"]
     assert len(parts) == 2 and parts[0] == first
     assert record["wall_time_s"] == pytest.approx(sum(parts), abs=0.02)
