@@ -30,6 +30,7 @@ def test_a_loaded_run_scores_what_its_test_scored(trained):
     assert list(scores) == [2, 3, 5] and any(v["exact_match"] > 0 for v in scores.values())
     for length, values in scores.items():
         assert values == pytest.approx(test[str(length)], abs=1e-6)
+        assert all(0.0 <= v <= 1.0 for v in values.values())  # fractions, as documented
     prompt, answer = loaded.task.sample(3, 4, torch.Generator().manual_seed(0))
     assert loaded.predict(prompt).shape == answer.shape
 

@@ -6,6 +6,7 @@ record and its model, ready to predict, score or inspect::
     run = pelab.load_run("logs/train/runs/2026-11-24_10-00-00")  # or a member: .../seed_1
     run.record["metrics"]["test_id"]    # what it scored (results.json)
     run.scores()                        # its test again: exact match, token accuracy per length
+                                        # as fractions, as results.json holds them (0.123: 12.3%)
     run.scores([16, 64])                # at any lengths (their test sets are built and cached)
     run.predict("c a b")                # the answer as text: "c a b" for copy
     run.symbols()                       # the task's symbols as text: a, b, ..., digits 0-9
@@ -166,7 +167,8 @@ class Run:
     @torch.no_grad()
     def scores(self, lengths: list[int] | None = None, split: str = "test") -> Scores:
         """Exact match and token accuracy at each length (default: the run's evaluation
-        lengths) on the run's own fixed ``split`` sets (``test``: ``task.n_test`` samples per
+        lengths), as fractions in [0, 1] like ``results.json`` (a table's 12.3% is 0.123), on
+        the run's own fixed ``split`` sets (``test``: ``task.n_test`` samples per
         length, the sets its test scored; built and cached in ``paths.cache_dir`` if absent),
         batched as evaluation batches them: at its lengths, what its record says."""
         n = self.task.n_test if split == "test" else self.task.n_val

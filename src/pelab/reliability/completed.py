@@ -14,7 +14,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from pelab.errors import ConfigError
-from pelab.record import RUN_ONLY, RUN_ONLY_TRAINER
+from pelab.record import COMPLETED, RESULTS, RUN_ONLY, RUN_ONLY_TRAINER
 from pelab.reliability.checkpoints import TRAJECTORY_KEYS, differences
 
 log = logging.getLogger(__name__)
@@ -34,12 +34,12 @@ def completed_record(cfg: DictConfig) -> dict[str, Any] | None:
     only evaluation settings changed: it then resumes from its last checkpoint and re-tests).
     A ``ConfigError`` when the directory holds a completed run with other training settings,
     which this job must not overwrite."""
-    path = Path(cfg.paths.output_dir) / "results.json"
+    path = Path(cfg.paths.output_dir) / RESULTS
     try:
         record = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError):
         return None
-    if record.get("status") != "completed" or "config" not in record:
+    if record.get("status") != COMPLETED or "config" not in record:
         return None
     current = OmegaConf.to_container(cfg, resolve=True)
     changed = differences(comparable(record["config"]), comparable(current))

@@ -1,5 +1,6 @@
-"""The end of a run's console output: the per-length results table, then one line saying
-whether the run learned its task (``learned_line``)."""
+"""The end of a run's console output: the per-length results table of the test, then one line
+saying whether the run learned its task (``learned_line``). Learning is judged on the
+validation set, during training; the table and the line's scores are the test's."""
 
 from __future__ import annotations
 
@@ -12,15 +13,10 @@ from pelab.tasks.base import Task
 
 
 def print_results(record: dict[str, Any], task: Task, console: Console | None = None) -> None:
-    """Exact match and token accuracy per evaluation length, marked in/out of distribution, with
-    the chance level of both (``metrics.chance``, when the record has it); then the
-    ``learned_line``. A member of a stack over learning rates names its rate in the title."""
-    c = record["choices"]
-    lo, hi = task.train_lengths
-    title = f"{c['pe']} · {c['task']} · {c['model']} · seed {c['seed']}"
-    if (record.get("member_of") or {}).get("learning_rates"):
-        title += f" · lr {record['config']['model']['optimizer']['lr']:g}"
-    table = Table(title=f"{title}  (trained on lengths {lo}-{hi})")
+    """Test exact match and token accuracy per evaluation length, marked in/out of distribution,
+    with the chance level of both (``metrics.chance``, when the record has it); then the
+    ``learned_line`` (``table_title`` names the run)."""
+    table = Table(title=table_title(record, task))
     chance = record["metrics"].get("chance", {})
     columns = [f"length ({task.length_axis})", "split", "exact match", "token acc"]
     for column in columns + (["chance (exact/token)"] if chance else []):
@@ -37,9 +33,25 @@ def print_results(record: dict[str, Any], task: Task, console: Console | None = 
         console.print(learned_line(record), highlight=False, markup=False, soft_wrap=True)
 
 
+def table_title(record: dict[str, Any], task: Task) -> str:
+    """``rope · copy · decoder · seed 0  (trained on lengths 1-8; test)``: a member of a stack
+    over learning rates names its rate, a re-evaluation the encoding options it changed
+    (``pe.scaling=yarn, pe.scaling_factor=4``) or ``as trained``."""
+    c = record["choices"]
+    lo, hi = task.train_lengths
+    title = f"{c['pe']} · {c['task']} · {c['model']} · seed {c['seed']}"
+    if (record.get("member_of") or {}).get("learning_rates"):
+        title += f" · lr {record['config']['model']['optimizer']['lr']:g}"
+    if record.get("job_type") == "eval":
+        changed = [o for o in record.get("eval_overrides") or [] if o.startswith("pe.")]
+        title += f" · {', '.join(changed) or 'as trained'}"
+    return f"{title}  (trained on lengths {lo}-{hi}; test)"
+
+
 def learned_line(record: dict[str, Any]) -> str:
-    """One line: ``learned at step N (criterion)``, ``NOT learned by the cap``, or no criterion;
-    each with the worst in-distribution length's exact match (a completed training record)."""
+    """One line: ``learned at step N on the validation set (criterion)``, ``NOT learned by the
+    cap``, or no criterion; each with the test's worst in-distribution exact match (a completed
+    training record)."""
     config = record.get("config") or {}
     lo, hi = record["train_lengths"]
     inside = {
@@ -49,24 +61,24 @@ def learned_line(record: dict[str, Any]) -> str:
     }
     if inside:
         worst = min(inside, key=lambda n: (inside[n], n))
-        score = f"worst in-distribution length {worst}: {inside[worst]:.1%} exact match"
+        score = f"test: worst in-distribution length {worst}: {inside[worst]:.1%} exact match"
     else:  # test=false
         score = "not tested (test=false)"
     cap = (config.get("trainer") or {}).get("max_steps")
     learned_at = config.get("learned_at")
     if record.get("learned") is None:
         return f"no criterion (learned_at=null): trained {cap} steps; {score}"
-    criterion = f"exact match >= {percent(learned_at)}"
+    patience = config.get("learned_patience")
+    row = f", {patience} validations in a row" if patience else ""
+    criterion = f"exact match >= {percent(learned_at)} at every in-distribution length{row}"
     if record["learned"]:
-        patience = config.get("learned_patience")
-        row = f", {patience} validations in a row" if patience else ""
         return (
-            f"learned at step {record['steps_to_learn']} ({criterion} at every "
-            f"in-distribution length{row}); {score}"
+            f"learned at step {record['steps_to_learn']} on the validation set ({criterion}); "
+            f"{score}"
         )
     return (
-        f"NOT learned by the cap (trainer.max_steps={cap}): {score} "
-        f"(criterion {percent(learned_at)})"
+        f"NOT learned by the cap (trainer.max_steps={cap}) on the validation set (criterion: "
+        f"{criterion}); {score}"
     )
 
 
