@@ -1,10 +1,14 @@
-"""What a run's console shows, piped as a log file is: its own lines, its table and its learned
-line at the end; third-party chatter (Lightning's hints and info, deprecation warnings, W&B's
-history) goes to the run's log file only, and no progress bar writes ``\\r``."""
+"""What a run's console shows, piped as a log file is: its own lines, a plain progress line per
+validation (no bar draws there), its table and its learned line at the end; third-party chatter
+(Lightning's hints and info, deprecation warnings, W&B's history) goes to the run's log file
+only, and no progress bar writes ``\\r``."""
 
+import logging
 import os
+import re
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 
@@ -48,6 +52,11 @@ def test_a_piped_run_ends_with_its_table_and_learned_line(repo_root, tmp_path, s
     assert lines[-2].startswith("└")  # the table just above it
     log = (out / "train.log").read_text()
     assert "GPU available" in log  # the chatter is kept, in the run's log file
+    # TINY validates every 2 of 4 steps (and logs no loss before step 10)
+    progress = r"step {}/4: worst in-distribution exact match \d+\.\d% \(validation.*steps/s"
+    for step in (2, 4):
+        assert re.search(progress.format(step), console), console[-3000:]
+        assert re.search(progress.format(step), log)
 
 
 def test_the_progress_bar_shows_the_loss_last_logged_read_when_it_refreshes():
@@ -65,3 +74,47 @@ def test_the_progress_bar_shows_the_loss_last_logged_read_when_it_refreshes():
     assert shown == {"val/id/exact_match": 0.5, "train/loss": "1.23"}
     trainer.callback_metrics = {}  # before the first logging step
     assert "train/loss" not in StepProgressBar().get_metrics(trainer, None)
+
+
+def test_a_plain_progress_line_gives_step_loss_worst_in_distribution_rate_and_eta():
+    from pelab.utils.plain_progress import progress_line
+
+    assert progress_line(400, 4000, 0.41234, (0.875, 1), 11.2) == (
+        "step 400/4000: loss 0.412, worst in-distribution exact match 87.5% (validation), "
+        "11.2 steps/s, ETA 5 min"
+    )
+    assert progress_line(4000, 4000, None, (0.5, 3), 10.0) == (
+        "step 4000/4000: worst in-distribution exact match 50.0% (validation, worst of 3 "
+        "members), 10 steps/s"
+    )
+
+
+def test_plain_progress_reads_the_validation_it_follows_and_is_silent_beside_a_bar(caplog):
+    """The worst of the in-distribution lengths (length 16 is not one), the loss last logged;
+    nothing when a bar draws."""
+    import torch
+    from lightning.pytorch.trainer.states import TrainerFn
+
+    from pelab.utils.plain_progress import PlainProgress
+
+    scores = {4: {"exact_match": 1.0}, 8: {"exact_match": 0.75}, 16: {"exact_match": 0.0}}
+    model = SimpleNamespace(
+        validated=[0],
+        member_scores=[{"val": scores}],
+        task=SimpleNamespace(in_distribution=lambda n: n <= 8),
+    )
+    trainer = SimpleNamespace(
+        sanity_checking=False,
+        progress_bar_callback=None,
+        state=SimpleNamespace(fn=TrainerFn.FITTING),
+        global_step=200,
+        max_steps=400,
+        callback_metrics={"train/loss": torch.tensor(0.5)},
+    )
+    progress = PlainProgress()
+    with caplog.at_level(logging.INFO, logger="pelab.utils.plain_progress"):
+        progress.on_validation_end(trainer, model)
+        trainer.progress_bar_callback = object()
+        progress.on_validation_end(trainer, model)
+    [line] = [r.getMessage() for r in caplog.records]
+    assert line.startswith("step 200/400: loss 0.5, worst in-distribution exact match 75.0% ")

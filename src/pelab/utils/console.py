@@ -1,7 +1,8 @@
 """What a run's console shows: pelab's and Hydra's lines, warnings, the table and the learned
 line. Third-party chatter (Lightning's info and hints, known deprecation warnings) goes to the
 run's log file only (``<run dir>/<script>.log``, Hydra's file handler), and progress bars are off
-when the output is not a terminal (``\\r`` would make a piped log one line)."""
+when the output is not a terminal (``\\r`` would make a piped log one line): plain lines say the
+progress there (``pelab.utils.plain_progress``), in the durations of ``duration``."""
 
 from __future__ import annotations
 
@@ -72,3 +73,11 @@ def route_console() -> None:
 def interactive() -> bool:
     """Whether the console is a terminal (progress bars redraw a line; a pipe keeps each)."""
     return sys.stdout.isatty()
+
+
+def duration(seconds: float) -> str:
+    """A time left or taken, as a console line says it: ``45 s``, ``9 min``, ``2 h 5 min``."""
+    if seconds < 60:
+        return f"{seconds:.0f} s"
+    minutes = round(seconds / 60)
+    return f"{minutes} min" if minutes < 60 else f"{minutes // 60} h {minutes % 60} min"
