@@ -22,9 +22,11 @@ def record(
     overrides: list[str] | None = None,
     learned: bool | None = None,
     steps_to_learn: int | None = None,
+    token: dict[int, float] | None = None,
 ) -> dict[str, Any]:
-    """A ``results.json`` record; ``exact``: exact match per evaluation length (token accuracy
-    is set to the same value). Without ``exact`` the run has no metrics (it failed).
+    """A ``results.json`` record; ``exact``: exact match per evaluation length; ``token``: token
+    accuracy per length (default: the exact match). Without ``exact`` the run has no metrics
+    (it failed).
     ``learned``/``steps_to_learn``: its competence fields (None: no criterion)."""
     lengths = sorted(exact or {8: 0, 16: 0, 32: 0})
     rec: dict[str, Any] = {
@@ -37,18 +39,16 @@ def record(
     if status != "completed":
         rec["error"] = "ConfigError: deliberately broken\nsecond line"
         return rec
-    test = {str(n): {"exact_match": v, "token_acc": v} for n, v in exact.items()}
-    inside = [v for n, v in exact.items() if train[0] <= n <= train[1]]
-    outside = [v for n, v in exact.items() if not train[0] <= n <= train[1]]
+    scores = {"exact_match": exact, "token_acc": token or exact}
+    test = {str(n): {m: scores[m][n] for m in scores} for n in exact}
     rec["train_lengths"] = list(train)
     rec["learned"], rec["steps_to_learn"] = learned, steps_to_learn
-    rec["metrics"] = {
-        "test": test,
-        "test_id": {m: sum(inside) / len(inside) for m in ("exact_match", "token_acc")},
-        "test_ood": {m: sum(outside) / len(outside) for m in ("exact_match", "token_acc")}
-        if outside
-        else {},
-    }
+    rec["metrics"] = {"test": test, "test_id": {}, "test_ood": {}}
+    for group, inside in (("test_id", True), ("test_ood", False)):
+        for metric, values in scores.items():
+            chosen = [v for n, v in values.items() if (train[0] <= n <= train[1]) == inside]
+            if chosen:
+                rec["metrics"][group][metric] = sum(chosen) / len(chosen)
     if chance is not None:
         rec["metrics"]["chance"] = {
             str(n): {"exact_match": chance, "token_acc": chance} for n in exact

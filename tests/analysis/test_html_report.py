@@ -21,14 +21,21 @@ RECORDS[0] |= {"versions": {"torch": "2.13.0"}, "git_commit": "abc123", "git_dir
 
 def test_the_report_is_one_file_with_tables_figures_failures_commands_and_versions(tmp_path):
     result = ablation(runs_frame(RECORDS), lengths_frame(RECORDS))
-    figures = save(
-        length_curves(result.runs, result.lengths, result.rows, "exact_match"), tmp_path / "c"
-    )
+    curves = length_curves(result.runs, result.lengths, result.rows, "token_acc")
+    figures = save(curves, tmp_path / "length_curves.token_acc")
     page = write_html(result, RECORDS, figures, tmp_path).read_text()
     assert page.startswith("<!DOCTYPE html>") and "<table" in page
     assert "<b>100.0 [–] (1/1)</b>" in page  # rope: the best ID cell, bold
     [png] = re.findall(r'src="data:image/png;base64,([^"]+)"', page)  # embedded, no file beside
-    assert base64.b64decode(png) == (tmp_path / "c.png").read_bytes()
+    assert base64.b64decode(png) == (tmp_path / "length_curves.token_acc.png").read_bytes()
+    read = Page(page)
+    assert "Score against length: token acc" in read.headings
+    assert read.header_rows[:3] == [  # the task table: both metrics side by side
+        ["pe", "copy"],
+        ["", "ID", "OOD"],
+        ["", "exact match", "token acc", "exact match", "token acc"],
+    ]
+    assert read.header_rows[4] == ["", "L=8 (ID)", "L=16 (ID)", "L=32 (OOD)"]  # by length
     assert "alibi · copy · seed 1: failed: ConfigError: deliberately broken" in page
     assert "alibi · copy · seed 0: ID exact match 60.0%" in page  # completed, not learned
     assert "python scripts/train.py pe=rope seed=0" in page
@@ -95,14 +102,7 @@ def test_a_reader_sees_no_markup_no_file_names_and_only_what_varies(tmp_path):
     for row in page.header_rows:
         assert any(cell for cell in row[1:]), page.header_rows  # no row of empty headers
     assert "Settings the runs vary: none" in text  # trainer.max_steps is 300 in every run
-    assert "no cell is bold: every row scored 0" in text
-
-
-def test_equal_length_curves_stay_visible_apart():
-    records = [record(pe, "copy", 0, {8: 0.0, 32: 0.0}) for pe in ("rope", "alibi")]
-    result = ablation(runs_frame(records), lengths_frame(records))
-    figure = length_curves(result.runs, result.lengths, result.rows, "exact_match")
-    curves = [line for line in figure.axes[0].lines if line.get_marker() not in ("None", "")]
-    curves = [line for line in curves if line.get_linestyle() != "None"]
-    assert len({line.get_marker() for line in curves}) == 2  # a marker each
-    assert list(curves[0].get_xdata()) != list(curves[1].get_xdata())  # and apart
+    columns = ", ".join(
+        f"copy {s} {m}" for s in ("ID", "OOD") for m in ("exact match", "token acc")
+    )
+    assert f"No bold in {columns}: every cell is 0.0." in text

@@ -1,12 +1,14 @@
-"""Figures: the curves plot the seed means, the training range is shaded, failures are named."""
+"""Figures, read back from matplotlib: every point at its measured length, one distinct style and
+one legend entry per row, a baseline in grey, the heatmap's grey cells named as in the tables."""
 
 import numpy as np
 import pytest
-from matplotlib.colors import same_color, to_rgba_array
+from matplotlib.colors import same_color, to_rgba, to_rgba_array
 from matplotlib.patches import Rectangle
 
+from pelab.analysis.baseline import BASELINES
 from pelab.analysis.collect import lengths_frame, runs_frame
-from pelab.analysis.plots import heatmap, length_curves, read_published, save
+from pelab.analysis.plots import GREY, heatmap, length_curves, read_published, save
 from pelab.analysis.table import ablation
 from pelab.errors import ConfigError
 from tests.analysis.records import record
@@ -40,13 +42,50 @@ def test_length_curves_plot_the_mean_over_seeds_and_shade_the_training_lengths(r
 
 
 def test_heatmap_annotates_means_and_names_the_failed_cells(result, tmp_path):
-    fig = heatmap(result.by_task, result.rows, "exact_match")
+    fig = heatmap(result.by_length, result.rows, "exact_match")
     texts = [t.get_text() for ax in fig.axes for t in ax.texts]
-    assert texts.count("failed") == 2  # learned: ID and OOD
-    assert "60" in texts and "12" in texts  # rope: ID 60.0, OOD 12.5 -> "12" (rounded half even)
-    paths = save(fig, tmp_path / "heatmap")
-    assert [p.name for p in paths] == ["heatmap.png", "heatmap.pdf"]
+    assert texts.count("failed") == 3  # learned: at 8, 16 and 32
+    assert texts.count("60") == 2 and "12" in texts  # rope: 60, 60, 12.5 -> "12" (half even)
+    paths = save(fig, tmp_path / "heatmap.exact_match")
+    assert [p.name for p in paths] == ["heatmap.exact_match.png", "heatmap.exact_match.pdf"]
     assert paths[0].read_bytes().startswith(b"\x89PNG") and paths[1].read_bytes()[:4] == b"%PDF"
+
+
+def test_heatmap_greys_the_cells_the_tables_call_not_learned_or_not_run_and_says_so():
+    """Copy (chance 25%): rope learned it (100 at 8, 25 = chance at 16, 0 at 32), none did not
+    (its length-16 and -32 cells: not learned); alibi never ran copy (not run). The colour is
+    1 at 100%, 0 (white) at chance, -1 at 0; the grey cells are masked, named, and the legend
+    says what each grey word means."""
+    records = [
+        record(
+            "rope", "copy", 0, {8: 1.0, 16: 0.25, 32: 0.0}, train=(1, 8), chance=0.25, learned=True
+        ),
+        record(
+            "none", "copy", 0, {8: 0.5, 16: 0.9, 32: 0.9}, train=(1, 8), chance=0.25, learned=False
+        ),
+        record(
+            "alibi", "sort", 0, {8: 1.0, 16: 0.5, 32: 0.5}, train=(1, 8), chance=0.25, learned=True
+        ),
+    ]
+    result = ablation(runs_frame(records), lengths_frame(records))
+    fig = heatmap(result.by_length, result.rows, "exact_match")
+    copy = fig.axes[0]
+    assert copy.get_title() == "copy"
+    rows = [t.get_text() for t in copy.get_yticklabels()]
+    colour = copy.images[0].get_array()
+    assert rows == ["rope", "none", "alibi"]
+    assert np.allclose(colour[0], [1.0, 0.0, -1.0])  # 100%, at chance, 0%
+    assert list(colour.mask[1]) == [False, True, True] and colour.mask[2].all()
+    words = {
+        (round(t.get_position()[1]), round(t.get_position()[0])): t.get_text() for t in copy.texts
+    }
+    assert words[(1, 1)] == words[(1, 2)] == "not\nlearned"
+    assert words[(2, 0)] == "not\nrun" and words[(1, 0)] == "50"
+    [legend] = fig.legends
+    assert legend.get_title().get_text() == "grey: no score"
+    meanings = [t.get_text() for t in legend.get_texts()]
+    assert [m.split(":")[0] for m in meanings] == ["not learned", "not run"]
+    assert "no seed learned the task in distribution" in meanings[0]
 
 
 def test_a_row_keeps_its_colour_in_every_panel_and_the_legend_names_it():
@@ -95,3 +134,96 @@ def test_published_numbers_are_overlaid_in_their_encodings_colour(tmp_path):
     (tmp_path / "bad.csv").write_text("pe,task,len,acc\n")
     with pytest.raises(ConfigError, match="no column length, value, source"):
         read_published(tmp_path / "bad.csv")
+
+
+def many(n: int) -> list[dict]:
+    """``n`` encodings, one seed each, on copy at lengths 4-32 (trained on 1-8)."""
+    return [
+        record(
+            f"pe{i:02d}",
+            "copy",
+            0,
+            {4: 1.0, 8: 1.0, 16: i / n, 32: i / n / 2},
+            train=(1, 8),
+            chance=0.0,
+        )
+        for i in range(n)
+    ]
+
+
+def drawn(ax) -> dict[str, object]:
+    """Each row's data line in a panel, by its label (errorbar containers and plain lines)."""
+    lines = {c.get_label(): c.lines[0] for c in ax.containers}
+    return lines | {
+        line.get_label(): line for line in ax.get_lines() if not line.get_label().startswith("_")
+    }
+
+
+def test_thirty_encodings_each_point_at_its_length_in_a_style_of_its_own():
+    """With 30 rows no point moves off its measured length, no two rows share colour, marker
+    and line style, and each legend entry is drawn like the line it names."""
+    records = many(30)
+    result = ablation(runs_frame(records), lengths_frame(records))
+    fig = length_curves(result.runs, result.lengths, result.rows, "exact_match")
+    lines = drawn(fig.axes[0])
+    rows = {name: line for name, line in lines.items() if name != "chance level"}
+    assert len(rows) == 30
+    for line in lines.values():
+        assert list(line.get_xdata()) == [4, 8, 16, 32]
+    styles = {
+        (to_rgba(line.get_color()), line.get_marker(), str(line.get_linestyle()))
+        for line in rows.values()
+    }
+    assert len(styles) == 30
+    [legend] = fig.legends
+    names = [t.get_text() for t in legend.get_texts()]
+    assert names == [*(f"pe{i:02d}" for i in range(30)), "chance level"]
+    for name, handle in zip(names, legend.legend_handles, strict=True):
+        line = lines[name]
+        assert same_color(handle.get_color(), line.get_color()), name
+        assert handle.get_marker() == line.get_marker(), name
+        assert handle.get_linestyle() == line.get_linestyle(), name
+
+
+def test_a_baseline_is_grey_beneath_your_rows_in_colour_with_one_legend_entry():
+    """Your mine and rope beside the baseline zoo's rope, alibi and none: yours in colour,
+    named once each with (yours); the baseline's three grey, drawn beneath, one legend entry."""
+    zoo = BASELINES / "zoo"
+    records = [
+        record(pe, "copy", 0, {8: 1.0, 32: value}, train=(1, 8), chance=0.0)
+        for pe, value in (("mine", 0.6), ("rope", 0.2))
+    ] + [
+        {
+            **record(pe, "copy", 0, {8: 1.0, 32: 0.1}, train=(1, 8), chance=0.0),
+            "source": str(zoo / pe),
+        }
+        for pe in ("rope", "alibi", "none")
+    ]
+    result = ablation(runs_frame(records), lengths_frame(records))
+    assert result.rows == ["pe", "origin"]
+    fig = length_curves(result.runs, result.lengths, result.rows, "exact_match")
+    ax = fig.axes[0]
+    yours = {c.get_label(): c.lines[0] for c in ax.containers}
+    assert list(yours) == ["mine (yours)", "rope (yours)"]
+    grey = [line for line in ax.get_lines() if line.get_label() == "zoo: 3 rows (grey)"]
+    assert len(grey) == 3
+    for line in grey:
+        assert same_color(line.get_color(), GREY) and list(line.get_xdata()) == [8, 32]
+        r, g, b, _ = to_rgba(line.get_color())
+        assert r == g == b and line.get_zorder() < min(y.get_zorder() for y in yours.values())
+    for line in yours.values():
+        r, g, b, _ = to_rgba(line.get_color())
+        assert not r == g == b
+    [legend] = fig.legends
+    names = [t.get_text() for t in legend.get_texts()]
+    assert names == ["mine (yours)", "rope (yours)", "zoo: 3 rows (grey)", "chance level"]
+    assert same_color(legend.legend_handles[2].get_color(), GREY)
+    rows = heatmap(result.by_length, result.rows, "exact_match").axes[0].get_yticklabels()
+    bold = {t.get_text(): t.get_fontweight() for t in rows}
+    assert bold == {
+        "mine (yours)": "bold",
+        "rope (yours)": "bold",
+        "rope": "normal",
+        "alibi": "normal",
+        "none": "normal",
+    }

@@ -11,6 +11,7 @@ from pelab.analysis.table import (
     NO_RUNS,
     ablation,
     cell_text,
+    column_notes,
     complete,
     pivot,
     row_axes,
@@ -26,8 +27,9 @@ def build(records, metric="exact_match"):
     return ablation(runs_frame(records), lengths_frame(records), metric)
 
 
-def cell(stats, pe, task, column, value):
-    row = stats[(stats["pe"] == pe) & (stats["task"] == task) & (stats[column] == value)]
+def cell(stats, pe, task, column, value, metric="exact_match"):
+    chosen = (stats["pe"] == pe) & (stats["task"] == task) & (stats[column] == value)
+    row = stats[chosen & (stats["metric"] == metric)]
     assert len(row) == 1
     return row.iloc[0]
 
@@ -69,8 +71,8 @@ def test_failed_and_missing_runs_stay_in_their_cells():
     assert cell_text(cell(result.by_task, "rope", "sort", "split", "ID")).endswith("1/1)")
     assert result.by_task.query("task == 'sort' and pe != 'rope'").empty
     assert (result.runs["status"] == "missing").sum() == 0
-    table, _ = pivot(result.by_task, result.rows, ["task", "split"])
-    assert table.loc["alibi", ("sort", "ID")] == NO_RUNS
+    table, _ = pivot(result.by_task, result.rows, ["task", "split", "metric"])
+    assert table.loc["alibi", ("sort", "ID", "token_acc")] == NO_RUNS == "not run"
 
 
 def test_the_best_mean_of_each_column_is_marked_and_ties_of_a_flat_column_are_not():
@@ -112,7 +114,7 @@ def test_rows_are_the_encoding_plus_every_other_setting_that_varies():
     runs = runs_frame(records)
     assert row_axes(runs) == ["pe", "model.net.d_model"]
     result = build(records)
-    assert len(result.by_task) == 2 * 2  # (d_model 16, 32) x (ID, OOD): seeds pooled, not rows
+    assert len(result.by_task) == 2 * 2 * 2  # (d_model 16, 32) x (ID, OOD) x metrics: no seeds
     assert set(result.by_task["n"]) == {2}
 
 
@@ -131,9 +133,12 @@ def test_tables_are_written_as_markdown_latex_and_csv(tmp_path):
     records = [*RECORDS, record("t5_bias", "copy", 0, {8: 0.3, 16: 0.3, 32: 0.3})]
     paths = write_tables(build(records), tmp_path)
     assert sorted(p.name for p in paths) == sorted(
-        f"table_{kind}.{ext}" for kind in ("tasks", "lengths") for ext in ("md", "tex", "csv")
+        f"table_{kind}{metric}.{ext}"
+        for kind in ("tasks", "lengths")
+        for metric in ("", ".exact_match", ".token_acc")
+        for ext in ("md", "tex", "csv")
     )
-    markdown = (tmp_path / "table_tasks.md").read_text()
+    markdown = (tmp_path / "table_tasks.exact_match.md").read_text()
     assert markdown.startswith("| pe ")
     assert "| alibi" in markdown and "**90.0 [–] (1/2)**" in markdown
     assert "copy OOD" in markdown and "failed (0/2)" in markdown
@@ -141,11 +146,14 @@ def test_tables_are_written_as_markdown_latex_and_csv(tmp_path):
     # every run that did not complete is listed with its error
     assert "learned · copy · seed 1: failed: ConfigError: deliberately broken" in markdown
     assert "rope · sort · seed 1" not in markdown  # never planned, so never missing
-    assert "copy L=32 (OOD)" in (tmp_path / "table_lengths.md").read_text()
-    latex = (tmp_path / "table_tasks.tex").read_text()
+    assert "copy L=32 (OOD) token acc" in (tmp_path / "table_lengths.md").read_text()
+    latex = (tmp_path / "table_tasks.exact_match.tex").read_text()
     assert r"t5\_bias" in latex and r"\textbf{90.0 [–] (1/2)}" in latex
-    assert r"\multicolumn{2}{c}{copy}" in latex and r"exact match (\%)" in latex
-    csv = pd.read_csv(tmp_path / "table_tasks.csv")
+    assert r"\multicolumn{2}{c}{copy}" in latex and r"Test exact match (\%)" in latex
+    both = (tmp_path / "table_tasks.tex").read_text()  # task, split, metric: three header rows
+    assert r"\multicolumn{4}{c}{copy}" in both and r"\multicolumn{2}{c}{OOD}" in both
+    assert "token acc" in both and r"Test exact match and token acc (\%), side by side" in both
+    csv = pd.read_csv(tmp_path / "table_tasks.exact_match.csv")
     rope = csv[(csv["pe"] == "rope") & (csv["task"] == "copy") & (csv["split"] == "ID")]
     assert rope["mean"].item() == pytest.approx(0.6) and rope["n"].item() == 2
     columns = ("mean", "std", "ci95_low", "ci95_high", "n", "learned", "p_vs_top", "best")
@@ -185,9 +193,13 @@ def test_a_table_with_two_row_axes_keeps_them_as_columns_and_ends_with_chance(tm
     write_tables(result, tmp_path)
     lines = (tmp_path / "table_tasks.md").read_text().splitlines()
     cells = [[c.strip() for c in line.split("|")[1:-1]] for line in lines[:5]]
-    assert cells[0] == ["pe", "positions", "copy ID", "copy OOD"]
-    assert cells[3][:2] == ["rope", "randomized"] and "50.0 [–]" in cells[3][3]
-    assert cells[4] == ["chance", "", "0.0", "0.0"]
+    assert cells[0] == [
+        "pe",
+        "positions",
+        *(f"copy {split} {m}" for split in ("ID", "OOD") for m in ("exact match", "token acc")),
+    ]
+    assert cells[3][:2] == ["rope", "randomized"] and "50.0 [–]" in cells[3][4]
+    assert cells[4] == ["chance", "", "0.0", "0.0", "0.0", "0.0"]
     assert "chance" in (tmp_path / "table_lengths.tex").read_text()
 
 
@@ -212,7 +224,7 @@ def test_unlearned_cells_say_so_and_never_win_an_ood_column(tmp_path):
     top = result.by_task[result.by_task["top"]]
     # OOD: none (90%) and rope (15%, one seed unlearned) are out; alibi (45%) is the best
     assert set(zip(top["pe"], top["split"], strict=True)) == {("alibi", "ID"), ("alibi", "OOD")}
-    ood = result.by_task[result.by_task["split"] == "OOD"]
+    ood = result.by_task.query("split == 'OOD' and metric == 'exact_match'")
     assert ood.set_index("pe")["best"].to_dict() == {"alibi": True, "rope": False, "none": False}
     by_length = result.by_length
     assert not by_length[(by_length["pe"] == "none") & (by_length["length"] == 32)]["best"].any()
@@ -240,7 +252,8 @@ def test_bold_is_the_best_and_every_cell_not_significantly_different_from_it():
     below: not bold); none's p-value is Welch's against alibi, Holm-corrected over the two
     comparisons of the column."""
     records = five_seeds("alibi", 0.90) + five_seeds("rope", 0.89) + five_seeds("none", 0.50)
-    column = build(records).by_task.query("split == 'ID'").set_index("pe")
+    column = build(records).by_task.query("split == 'ID' and metric == 'exact_match'")
+    column = column.set_index("pe")
     assert column["top"].to_dict() == {"alibi": True, "rope": False, "none": False}
     assert column["best"].to_dict() == {"alibi": True, "rope": True, "none": False}
     seeds = {pe: [0.9 + d for d in (-0.02, -0.01, 0.0, 0.01, 0.02)] for pe in ("alibi",)}
@@ -348,3 +361,46 @@ def test_a_difference_of_means_has_welchs_interval_and_p_value_by_hand():
     assert str(result).startswith("+45.0 points [")
     with pytest.raises(ValueError, match="two seeds on each side"):
         welch_difference([0.5], [0.2, 0.3])
+
+
+def test_every_metric_is_tabulated_side_by_side_and_alone_and_a_column_of_zeros_has_no_bold(
+    tmp_path,
+):
+    """Beyond the training lengths no answer is wholly right (exact match 0) but a share of the
+    tokens is (token accuracy 10-40%): both show, side by side and in a file each, the metric
+    chosen first; the exact-match column of zeros has no bold and says why."""
+    records = [
+        record(pe, "copy", seed, {8: 1.0, 32: 0.0}, token={8: 1.0, 32: share + seed / 100})
+        for pe, share in (("rope", 0.1), ("alibi", 0.4))
+        for seed in (0, 1)
+    ]
+    write_tables(build(records, metric="token_acc"), tmp_path)
+    both = (tmp_path / "table_tasks.md").read_text()
+    header = [c.strip() for c in both.splitlines()[0].split("|")[1:-1]]
+    assert header == [
+        "pe",
+        *(f"copy {split} {m}" for split in ("ID", "OOD") for m in ("token acc", "exact match")),
+    ]
+    alibi = [c.strip() for c in both.splitlines()[3].split("|")[1:-1]]
+    assert alibi[0] == "alibi" and alibi[3].startswith("**40.5 [") and alibi[4].startswith("0.0")
+    assert "**0.0" not in both
+    assert "No bold in copy OOD exact match: every cell is 0.0." in both
+    assert "Test token acc and exact match (%), side by side." in both
+    token = (tmp_path / "table_tasks.token_acc.md").read_text()
+    exact = (tmp_path / "table_tasks.exact_match.md").read_text()
+    assert "**40.5 [" in token and "40.5" not in exact and "Test token acc (%)." in token
+    assert "No bold in copy OOD: every cell is 0.0." in exact and "copy OOD:" not in token
+
+
+def test_a_column_whose_learned_cells_all_score_0_has_no_bold():
+    """Out of distribution, rope learned the task and scores 0; none did not learn it and
+    scores 30 (which measures nothing): nothing in the column earns bold."""
+    records = [
+        record("rope", "copy", 0, {8: 1.0, 32: 0.0}, train=(1, 8), learned=True),
+        record("none", "copy", 0, {8: 0.6, 32: 0.3}, train=(1, 8), learned=False),
+    ]
+    stats = build(records).by_task.query("split == 'OOD' and metric == 'exact_match'")
+    assert not stats["best"].any()
+    assert column_notes(stats, ["task", "split"]) == [
+        "No bold in copy OOD: every cell whose seeds all learned the task is 0.0."
+    ]

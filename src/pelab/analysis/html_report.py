@@ -1,7 +1,8 @@
 """One self-contained HTML file per table set (``make_table.py`` writes ``report.html`` beside the
-tables): the tables with their legend, the figures (embedded PNG), every run that did not
-complete or did not learn its task, the command of every job and the versions that ran them;
-a file to open in a browser or attach to a message, with nothing beside it."""
+tables): the tables with every metric side by side and their legend, the figures (embedded PNG),
+every run that did not complete or did not learn its task, the command of every job and the
+versions that ran them; a file to open in a browser or attach to a message, with nothing beside
+it."""
 
 from __future__ import annotations
 
@@ -14,7 +15,15 @@ from typing import Any
 
 import pandas as pd
 
-from pelab.analysis.table import LEGEND, Ablation, not_completed, pivot
+from pelab.analysis.table import (
+    LEGEND,
+    Ablation,
+    column_header,
+    column_notes,
+    metric_name,
+    not_completed,
+    pivot,
+)
 
 STYLE = (
     "body{font-family:sans-serif;margin:2em;max-width:1400px}"
@@ -33,7 +42,11 @@ HEADINGS = {
 
 
 def heading(stem: str) -> str:
-    return HEADINGS.get(stem, stem.replace("_", " ").capitalize())
+    """A file stem in words: ``length_curves.token_acc`` -> ``Score against length: token
+    acc``."""
+    name, _, metric = stem.partition(".")
+    words = HEADINGS.get(name, name.replace("_", " ").capitalize())
+    return f"{words}: {metric_name(metric)}" if metric else words
 
 
 def markdown_bold(text: str) -> str:
@@ -43,25 +56,14 @@ def markdown_bold(text: str) -> str:
 
 def table_html(stats: pd.DataFrame, rows: list[str], cols: list[str]) -> str:
     """A table as HTML, its best cells bold (as in the Markdown table), the row labels as
-    columns (no header row of index names); under it, each column without a bold cell and why."""
+    columns (no header row of index names), one header row per column key in words (task,
+    split or length, metric); under it, the columns without a bold cell and why
+    (``table.column_notes``)."""
     table, best = pivot(stats, rows, cols)
     table = table.map(html.escape).where(~best, "<b>" + table.map(html.escape) + "</b>")
+    table.columns = pd.MultiIndex.from_tuples([column_header(c, stats) for c in table.columns])
     page = table.reset_index().to_html(escape=False, index=False)
-    notes = []
-    for column in table.columns:
-        if best[column].any():
-            continue
-        key = column if isinstance(column, tuple) else (column,)
-        cell = stats[(stats[cols] == pd.Series(key, index=cols)).all(axis=1)]
-        if cell.empty or cell["mean"].isna().all():
-            continue
-        why = (
-            "every row scored 0"
-            if cell["mean"].fillna(0).eq(0).all()
-            else "no row's seeds all learned the task (only those compete out of distribution)"
-        )
-        notes.append(f"{' '.join(map(str, key))}: no cell is bold: {why}.")
-    return page + "".join(f"<p>{html.escape(n)}</p>" for n in notes)
+    return page + "".join(f"<p>{html.escape(n)}</p>" for n in column_notes(stats, cols))
 
 
 def unlearned(runs: pd.DataFrame, rows: list[str]) -> list[str]:
@@ -112,8 +114,11 @@ def write_html(
     title = f"pelab report: {tasks} ({len(result.runs)} runs)"
     parts = [f"<h1>{html.escape(title)}</h1>", f"<p>{html.escape(result.caption)}</p>"]
     parts += [f"<p>{markdown_bold(LEGEND)}</p>"]
-    for name, (stats, cols) in result.tables().items():
-        parts += [f"<h2>{heading(name)}</h2>", table_html(stats, result.rows, cols)]
+    for table in result.side_by_side():
+        parts += [
+            f"<h2>{heading(table.stem)}</h2>",
+            table_html(table.stats, result.rows, table.cols),
+        ]
     for figure in figures:
         if figure.suffix == ".png":
             data = base64.b64encode(figure.read_bytes()).decode()

@@ -1,8 +1,20 @@
-"""Figures of an ablation: accuracy against evaluation length (one line per encoding, the
-training range shaded) and a heatmap of encodings x tasks; each saved as PNG and PDF."""
+"""Figures of an ablation, one file set per metric, each saved as PNG and PDF:
+
+- ``length_curves``: the score against evaluation length, one panel per task, one line per row
+  of the table, every point at its measured length (never moved sideways); each row its own
+  colour, marker and line style (``series_style``: distinct for up to 40 rows), one legend entry
+  each; under ``--baseline`` the baseline's rows thin and grey beneath the user's in colour, one
+  legend entry per baseline;
+- ``heatmap``: rows x evaluation lengths, one panel per task, each cell coloured by where its
+  score lies between 0, the chance level (white) and 100%, annotated; a cell without a score is
+  grey and named as in the tables (``not learned``, ``not run``, ``failed``, ...), the legend
+  saying what grey means.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from itertools import product
 from pathlib import Path
 
 import matplotlib
@@ -14,32 +26,82 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
+from matplotlib.patches import Patch  # noqa: E402
 
+from pelab.analysis.baseline import ORIGIN, YOURS  # noqa: E402
 from pelab.analysis.collect import NOT_SET  # noqa: E402
+from pelab.analysis.table import (  # noqa: E402
+    NO_RUNS,
+    NOT_LEARNED,
+    NOTHING_MEASURED,
+    metric_name,
+    no_score,
+)
 from pelab.errors import ConfigError  # noqa: E402
 
-_PALETTE = plt.get_cmap("tab20").colors
-COLORS = _PALETTE[::2] + _PALETTE[1::2]  # the 10 strong colours first, then their light twins
+COLORS = plt.get_cmap("tab10").colors
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">")
+LINESTYLES = ("-", "--", "-.", (0, (5, 1, 1, 1, 1, 1)))  # dotted (":") is the chance level's
+GREY = "0.62"  # the baseline's lines
+NO_SCORE_GREY = "0.85"  # a heatmap cell without a score
+
+
+@dataclass(frozen=True)
+class Style:
+    """How one row of the table is drawn."""
+
+    color: str | tuple[float, ...]
+    marker: str
+    linestyle: str | tuple
+
+
+BASELINE_STYLE = Style(GREY, ".", "-")
+
+
+def series_style(i: int) -> Style:
+    """The ``i``-th row's style: the colour changes every row, the line style every
+    ``len(COLORS)`` rows, and the marker shifts by one each such cycle, so the first 40 rows
+    differ in colour or line style and no two neighbours share a marker."""
+    cycle = i // len(COLORS)
+    return Style(
+        COLORS[i % len(COLORS)],
+        MARKERS[(i + cycle) % len(MARKERS)],
+        LINESTYLES[cycle % len(LINESTYLES)],
+    )
+
+
+def _as_dict(key: object, rows: list[str]) -> dict[str, object]:
+    return dict(zip(rows, key if isinstance(key, tuple) else (key,), strict=True))
 
 
 def label(key: object, rows: list[str]) -> str:
     """A row of the table in words: the encoding, then each other setting by name
-    (``rope · model.optimizer.lr=0.001``; ``=default``: the run did not set it)."""
-    values = key if isinstance(key, tuple) else (key,)
+    (``rope · model.optimizer.lr=0.001``; ``=default``: the run did not set it); beside a
+    baseline the user's rows end in ``(yours)`` and the baseline's name is left out."""
+    values = _as_dict(key, rows)
+    mine = values.pop(ORIGIN, None) == YOURS
     words = [
         str(value) if row == "pe" else f"{row}={'default' if value == NOT_SET else value}"
-        for row, value in zip(rows, values, strict=True)
+        for row, value in values.items()
     ]
-    return " · ".join(words)
+    return " · ".join(words) + (" (yours)" if mine else "")
 
 
-def row_colors(runs: pd.DataFrame, rows: list[str]) -> dict[object, tuple[float, ...]]:
-    """One colour per row of the table, the same in every panel and figure of a sweep: rows in
-    their order of appearance in ``runs`` (whatever became of their runs), colours in turn."""
+def baseline_of(key: object, rows: list[str]) -> str | None:
+    """The baseline a row's runs come from (``--baseline``), or None for the user's rows."""
+    origin = _as_dict(key, rows).get(ORIGIN)
+    return None if origin in (None, YOURS) else str(origin)
+
+
+def row_styles(runs: pd.DataFrame, rows: list[str]) -> dict[object, Style]:
+    """One style per row of the table, the same in every panel and figure of a sweep: the
+    user's rows ``series_style`` in their order of appearance in ``runs`` (whatever became of
+    their runs), a baseline's rows ``BASELINE_STYLE``."""
     keys = runs[rows].drop_duplicates().itertuples(index=False, name=None)
-    return {
-        key if len(rows) > 1 else key[0]: COLORS[i % len(COLORS)] for i, key in enumerate(keys)
-    }
+    keys = [key if len(rows) > 1 else key[0] for key in keys]
+    mine = [key for key in keys if baseline_of(key, rows) is None]
+    styles = {key: series_style(i) for i, key in enumerate(mine)}
+    return {key: styles.get(key, BASELINE_STYLE) for key in keys}
 
 
 PUBLISHED_COLUMNS = ("pe", "task", "length", "value", "source")
@@ -61,9 +123,6 @@ def read_published(path: Path) -> pd.DataFrame:
     return frame
 
 
-MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">")  # one per row of a panel
-
-
 def length_curves(
     runs: pd.DataFrame,
     lengths: pd.DataFrame,
@@ -71,13 +130,12 @@ def length_curves(
     metric: str,
     published: pd.DataFrame | None = None,
 ) -> Figure:
-    """One panel per task: the mean ``metric`` over completed seeds at each evaluation length
-    (error bars: standard deviation), one line per row of the table (each with its own marker and
-    a small horizontal offset, so equal curves stay visible), the chance level dotted;
-    the lengths seen in training are shaded. A row keeps its colour in every panel
-    (``row_colors``), and the legend lists every row drawn in any panel. ``published``
-    (``read_published``) numbers are drawn as hollow squares in their encoding's colour, one
-    legend entry per source."""
+    """One panel per task: the mean ``metric`` over completed seeds at each evaluation length it
+    was measured at (error bars: standard deviation), one line per row of the table
+    (``row_styles``; a baseline's rows thin and grey, without error bars, beneath), the chance
+    level dotted; the lengths seen in training are shaded. The legend has one entry per row (one
+    per baseline), drawn in any panel. ``published`` (``read_published``) numbers are drawn as
+    hollow squares in their encoding's colour, one legend entry per source."""
     data = lengths.drop(columns="task", errors="ignore").merge(
         runs[[*rows, "task", "status", "train_min", "train_max"]], left_on="run", right_index=True
     )
@@ -86,34 +144,24 @@ def length_curves(
     fig, axes = plt.subplots(
         1, max(len(tasks), 1), figsize=(4.2 * max(len(tasks), 1) + 2.5, 3.8), squeeze=False
     )
-    colors = row_colors(runs, rows)
-    legend: dict[str, object] = {}
+    styles = row_styles(runs, rows)
+    drawn: set[object] = set()  # the rows drawn in any panel
+    others: dict[str, object] = {}  # legend entries of the published numbers and chance
     for ax, task in zip(axes[0], tasks, strict=False):
         part = data[data["task"] == task]
-        ax.axvspan(part["train_min"].min(), part["train_max"].max(), color="0.9", zorder=0)
-        groups = list(part.groupby(rows if len(rows) > 1 else rows[0], sort=False))
-        span = float(part["length"].max() - part["length"].min()) or 1.0
-        for i, (key, group) in enumerate(groups):
+        ax.axvspan(part["train_min"].min(), part["train_max"].max(), color="0.92", zorder=0)
+        for key, group in part.groupby(rows if len(rows) > 1 else rows[0], sort=False):
             curve = group.groupby("length")[metric].agg(["mean", "std"])
-            # rows with equal values would hide each other: a marker each, and a small offset
-            dodge = (i - (len(groups) - 1) / 2) * 0.012 * span
-            ax.errorbar(
-                curve.index + dodge,
-                curve["mean"] * 100,
-                yerr=curve["std"].fillna(0) * 100,
-                marker=MARKERS[i % len(MARKERS)],
-                markersize=4,
-                capsize=2,
-                color=colors[key],
-                label=label(key, rows),
-            )
+            _draw_row(ax, curve, styles[key], _legend_name(key, rows, styles))
+            drawn.add(key)
         if published is not None:
-            _overlay(ax, published[published["task"] == task], runs, rows, colors)
+            _overlay(ax, published[published["task"] == task], rows, styles)
         chance = part.groupby("length")[f"chance/{metric}"].mean().dropna()
         if len(chance):
-            ax.plot(chance.index, chance * 100, ":", color="0.4", label="chance level")
-        handles, labels = ax.get_legend_handles_labels()
-        legend |= {name: handle for name, handle in zip(labels, handles, strict=True)}
+            ax.plot(chance.index, chance * 100, ":", color="black", lw=1, label="chance level")
+        for handle, name in zip(*ax.get_legend_handles_labels(), strict=True):
+            if name == "chance level" or name.startswith("published: "):
+                others[name] = handle
         ticks = sorted(part["length"].unique())
         ax.set_xscale("log", base=2)
         ax.set_xticks(ticks, labels=ticks)
@@ -121,12 +169,62 @@ def length_curves(
         ax.set_ylim(-3, 103)
         ax.set_title(task)
         ax.set_xlabel("evaluation length (shaded: training lengths)")
-    axes[0][0].set_ylabel(f"{metric.replace('_', ' ')} (%)")
-    for name in [n for n in legend if n.startswith("published: ")]:  # a black square each
+    axes[0][0].set_ylabel(f"{metric_name(metric)} (%)")
+    _figure_legend(fig, _row_entries(drawn, rows, styles) | others)
+    fig.tight_layout()
+    return fig
+
+
+def _legend_name(key: object, rows: list[str], styles: dict[object, Style]) -> str:
+    """A row's legend entry; a baseline's rows share one: ``ablation_cpu: 22 rows (grey)``."""
+    name = baseline_of(key, rows)
+    if name is None:
+        return label(key, rows)
+    count = sum(baseline_of(k, rows) == name for k in styles)
+    return f"{name}: {count} rows (grey)"
+
+
+def _row_entries(
+    drawn: set[object], rows: list[str], styles: dict[object, Style]
+) -> dict[str, Line2D]:
+    """One legend entry per row drawn, in the rows' order, the user's rows first, then one per
+    baseline: a line in the row's style."""
+    keys = sorted(
+        (k for k in styles if k in drawn), key=lambda k: baseline_of(k, rows) is not None
+    )
+    return {_legend_name(k, rows, styles): Line2D([], [], **_kw(styles[k])) for k in keys}
+
+
+def _draw_row(ax, curve: pd.DataFrame, style: Style, name: str) -> None:
+    """One row's line at its measured lengths: a baseline's thin and grey beneath, the user's
+    in its style with error bars above."""
+    if style == BASELINE_STYLE:
+        ax.plot(curve.index, curve["mean"] * 100, lw=0.8, ms=3, zorder=1, label=name, **_kw(style))
+        return
+    ax.errorbar(
+        curve.index,
+        curve["mean"] * 100,
+        yerr=curve["std"].fillna(0) * 100,
+        markersize=4,
+        capsize=2,
+        zorder=3,
+        label=name,
+        **_kw(style),
+    )
+
+
+def _kw(style: Style) -> dict[str, object]:
+    return {"color": style.color, "marker": style.marker, "linestyle": style.linestyle}
+
+
+def _figure_legend(fig: Figure, legend: dict[str, object]) -> None:
+    """``legend``: the rows, then each published source (drawn as a black square), then the
+    chance level; in columns of at most 20 entries, right of the panels."""
+    for name in [n for n in legend if n.startswith("published: ")]:
         del legend[name]
         legend[name] = Line2D([], [], ls="none", marker="s", mfc="none", color="black")
     chance = legend.pop("chance level", None)
-    if chance is not None:  # last, after the rows
+    if chance is not None:
         legend["chance level"] = chance
     fig.legend(
         list(legend.values()),
@@ -134,16 +232,15 @@ def length_curves(
         loc="center left",
         bbox_to_anchor=(1.0, 0.5),
         fontsize="small",
+        ncols=max(1, -(-len(legend) // 20)),
     )
-    fig.tight_layout()
-    return fig
 
 
-def _overlay(ax, points: pd.DataFrame, runs, rows: list[str], colors: dict) -> None:
+def _overlay(ax, points: pd.DataFrame, rows: list[str], styles: dict[object, Style]) -> None:
     """Published points of one task, in the colour of their encoding's first row."""
-    first = {}
-    for key in colors:
-        first.setdefault(key[0] if len(rows) > 1 else key, colors[key])
+    first: dict[object, object] = {}
+    for key, style in styles.items():
+        first.setdefault(_as_dict(key, rows)["pe"], style.color)
     for (pe, source), group in points.groupby(["pe", "source"], sort=False):
         ax.plot(
             group["length"],
@@ -157,60 +254,99 @@ def _overlay(ax, points: pd.DataFrame, runs, rows: list[str], colors: dict) -> N
         )
 
 
+# what a grey heatmap cell means, by the word it shows (the tables' words)
+GREY_MEANINGS = {
+    NOT_LEARNED: "no seed learned the task in distribution, so its score here measures nothing",
+    NO_RUNS: "no run of this setting",
+    NOTHING_MEASURED: "its runs had nothing to measure",
+}
+
+
 def heatmap(stats: pd.DataFrame, rows: list[str], metric: str) -> Figure:
-    """Rows x tasks, one panel per split (ID, OOD): the mean over seeds, annotated; a cell
-    without any result is grey and names its runs' statuses (``failed``, ``missing``, ...)."""
-    splits = list(dict.fromkeys(stats["split"]))
-    n_rows, n_tasks = len(stats[rows].drop_duplicates()), stats["task"].nunique()
+    """One panel per task of ``stats`` (``Ablation.by_length``), rows x evaluation lengths, for
+    ``metric``: the mean over seeds in percent, coloured by ``above_chance`` (red below the
+    column's chance level, white at it, blue above); a cell without a score (``table.no_score``,
+    or ``NO_RUNS``) is grey and shows the tables' word, and the legend says what each means."""
+    cells = stats[stats["metric"] == metric]
+    tasks = list(dict.fromkeys(cells["task"]))
+    keys = list(cells[rows].drop_duplicates().itertuples(index=False, name=None))
+    widths = [cells.loc[cells["task"] == task, "length"].nunique() for task in tasks]
     fig, axes = plt.subplots(
         1,
-        len(splits),
-        figsize=(1.1 * n_tasks * len(splits) + 3.5, 0.35 * n_rows + 1.8),
+        len(tasks),
+        figsize=(0.55 * sum(widths) + 0.4 * len(tasks) + 3.5, 0.3 * len(keys) + 2.2),
         squeeze=False,
         sharey=True,
+        gridspec_kw={"width_ratios": widths},
     )
-    for ax, split in zip(axes[0], splits, strict=True):
-        part = stats[stats["split"] == split]
-        mean = part.pivot(index=rows, columns="task", values="mean") * 100
-        image = ax.imshow(
-            np.ma.masked_invalid(mean.to_numpy(dtype=float)),
-            vmin=0,
-            vmax=100,
-            cmap="viridis",
-            aspect="auto",
+    words: set[str] = set()
+    for ax, task in zip(axes[0], tasks, strict=True):
+        image, shown = _task_panel(ax, cells[cells["task"] == task], rows, keys)
+        ax.set_title(task)
+        words |= shown
+    axes[0][0].set_yticks(range(len(keys)), labels=[label(k, rows) for k in keys])
+    for tick, key in zip(axes[0][0].get_yticklabels(), keys, strict=True):
+        if _as_dict(key, rows).get(ORIGIN) == YOURS:
+            tick.set_fontweight("bold")
+    bar = fig.colorbar(image, ax=axes[0].tolist(), shrink=0.8, ticks=[-1, 0, 1])
+    bar.ax.set_yticklabels(["0", "chance", "100"])
+    bar.set_label(f"{metric_name(metric)} (%)")
+    if words:
+        fig.legend(
+            handles=[
+                Patch(facecolor=NO_SCORE_GREY, label=f"{w}: {GREY_MEANINGS.get(w, 'no result')}")
+                for w in sorted(words)
+            ],
+            title="grey: no score",
+            loc="upper center",
+            bbox_to_anchor=(0.45, 0.0),
+            fontsize="small",
         )
-        ax.set_facecolor("0.85")
-        words = part.assign(word=part.apply(_cell_word, axis=1))
-        words = words.pivot(index=rows, columns="task", values="word")
-        for (i, j), value in np.ndenumerate(mean.to_numpy(dtype=float)):
-            dark = not np.isnan(value) and value < 60  # dark cell colour: white text
-            ax.text(
-                j,
-                i,
-                words.iloc[i, j],
-                ha="center",
-                va="center",
-                fontsize=7,
-                color="white" if dark else "black",
-            )
-        ax.set_xticks(range(mean.shape[1]), labels=list(mean.columns), rotation=30, ha="right")
-        ax.set_yticks(range(mean.shape[0]), labels=[label(k, rows) for k in mean.index])
-        ax.set_title(f"{split}: {metric.replace('_', ' ')} (%)")
-        ax.label_outer()
-    fig.colorbar(image, ax=axes[0].tolist(), shrink=0.8)
     return fig
 
 
-def _cell_word(cell: pd.Series) -> str:
-    if cell["n"] > 0:
-        return f"{cell['mean'] * 100:.0f}"
-    return cell["not_completed"] or "n/a"
+def _task_panel(ax, cells: pd.DataFrame, rows: list[str], keys: list[tuple]):
+    """One task's cells, rows ``keys`` x its lengths; returns the image and the words of its
+    grey cells."""
+    lengths = sorted(int(n) for n in cells["length"].unique())
+    at = {(tuple(c[r] for r in rows), int(c["length"])): c for _, c in cells.iterrows()}
+    colour = np.full((len(keys), len(lengths)), np.nan)
+    words: set[str] = set()
+    for (i, key), (j, length) in product(enumerate(keys), enumerate(lengths)):
+        cell = at.get((key, length))
+        word = NO_RUNS if cell is None else no_score(cell)
+        if word is None:
+            colour[i, j] = above_chance(cell["mean"], cell["chance"])
+            text, ink = (
+                f"{cell['mean'] * 100:.0f}",
+                "white" if abs(colour[i, j]) > 0.6 else "black",
+            )
+        else:
+            words.add(word)
+            text, ink = word.replace(" ", "\n"), "0.3"
+        ax.text(j, i, text, ha="center", va="center", fontsize=6.5, color=ink)
+    image = ax.imshow(np.ma.masked_invalid(colour), cmap="RdBu", vmin=-1, vmax=1, aspect="auto")
+    ax.set_facecolor(NO_SCORE_GREY)
+    ax.set_xticks(range(len(lengths)), labels=lengths)
+    ax.set_xlabel("evaluation length")
+    return image, words
+
+
+def above_chance(score: float, chance: float) -> float:
+    """Where ``score`` lies relative to ``chance`` (both fractions; no chance level: 0): -1 at
+    0, 0 at chance, 1 at 100%, linear on each side: a heatmap cell's colour, white at every
+    column's own chance level."""
+    chance = 0.0 if pd.isna(chance) else float(chance)
+    if score >= chance:
+        return (score - chance) / (1 - chance) if chance < 1 else 0.0
+    return (score - chance) / chance
 
 
 def save(fig: Figure, stem: Path) -> list[Path]:
-    """``stem.png`` and ``stem.pdf``; closes the figure."""
+    """``<stem>.png`` and ``<stem>.pdf`` (``stem`` may hold dots: ``heatmap.token_acc``);
+    closes the figure."""
     stem.parent.mkdir(parents=True, exist_ok=True)
-    paths = [stem.with_suffix(".png"), stem.with_suffix(".pdf")]
+    paths = [stem.parent / f"{stem.name}.png", stem.parent / f"{stem.name}.pdf"]
     for path in paths:
         fig.savefig(path, dpi=150, bbox_inches="tight")
     plt.close(fig)

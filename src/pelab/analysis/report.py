@@ -8,11 +8,15 @@ Sources: directories (a sweep directory, ``logs/``, any tree of ``results.json``
 ``make_table.py logs --list`` lists the runs, one line per job (``pelab.analysis.browse``).
 Written to ``--out`` (default ``<first directory>/summary``; ``logs/summary/<project>`` for W&B):
 
-- ``table_tasks.{md,tex,csv}``: encodings x tasks, in- and out-of-distribution;
-- ``table_lengths.{md,tex,csv}``: encodings x evaluation lengths;
+- ``table_tasks.{md,tex,csv}``: encodings x tasks, in- and out-of-distribution, exact match
+  and token accuracy side by side (``--metric`` first); ``table_tasks.<metric>.{md,tex,csv}``:
+  each metric alone;
+- ``table_lengths.{md,tex,csv}``, ``table_lengths.<metric>.{md,tex,csv}``: encodings x
+  evaluation lengths, the same way;
 - ``table_steps.{md,csv}``: steps to learn, encodings x tasks (runs with ``learned_at`` only);
-- ``length_curves.{png,pdf}`` (``--published <csv>`` overlays published numbers: columns pe,
-  task, length, value, source) and ``heatmap.{png,pdf}``;
+- per metric, ``length_curves.<metric>.{png,pdf}`` (``--published <csv>`` overlays published
+  numbers of ``--metric`` on its curves: columns pe, task, length, value, source) and
+  ``heatmap.<metric>.{png,pdf}`` (encodings x lengths, coloured against the chance level);
 - ``report.html``: all of it in one self-contained file, with the runs that did not complete or
   did not learn, every job's command and the versions (``pelab.analysis.html_report``);
 - the same for the re-evaluations found (``scripts/eval.py``) in ``eval/``: one row per
@@ -20,7 +24,7 @@ Written to ``--out`` (default ``<first directory>/summary``; ``logs/summary/<pro
 
 and logged as one W&B run (``job_type=summary``, the runs' project and group; offline unless
 you are logged in; ``pelab.analysis.wandb_summary``) unless ``--no-wandb``. Prints the task
-table.
+table (every metric side by side).
 """
 
 from __future__ import annotations
@@ -50,7 +54,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="make_table.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("sources", nargs="+", help="run directories or wandb:<entity>/<project>")
     parser.add_argument("--out", type=Path, help="output directory")
-    parser.add_argument("--metric", choices=METRICS, default="exact_match")
+    parser.add_argument(
+        "--metric",
+        choices=METRICS,
+        default="exact_match",
+        help="the metric shown first (every metric is tabulated and drawn, each in its own "
+        "files), and the metric of --published numbers",
+    )
     parser.add_argument(
         "--filter",
         action="append",
@@ -120,16 +130,20 @@ def main(argv: list[str] | None = None) -> int:
 
 def tables_and_figures(records: list[dict], out: Path, args: argparse.Namespace) -> list[Path]:
     """The tables and figures of ``records`` (all of one job type) in ``out``, logged to W&B unless
-    ``--no-wandb``; prints the task table."""
+    ``--no-wandb``; prints the task table with every metric side by side."""
     try:
         result = ablation(runs_frame(records), lengths_frame(records), args.metric, args.protocol)
     except ConfigError as error:
         raise SystemExit(f"error: {error}") from None
     written = write_tables(result, out)
     published = read_published(args.published) if args.published else None
-    curves = length_curves(result.runs, result.lengths, result.rows, args.metric, published)
-    figures = save(curves, out / "length_curves")
-    figures += save(heatmap(result.by_task, result.rows, args.metric), out / "heatmap")
+    figures = []
+    for metric in result.metrics:  # published numbers are of --metric, the first
+        overlay = published if metric == result.metric else None
+        curves = length_curves(result.runs, result.lengths, result.rows, metric, overlay)
+        figures += save(curves, out / f"length_curves.{metric}")
+    for metric in result.metrics:
+        figures += save(heatmap(result.by_length, result.rows, metric), out / f"heatmap.{metric}")
     page = write_html(result, records, figures, out)
     if not args.no_wandb:
         log_summary(result, records, out, figures)

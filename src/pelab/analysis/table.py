@@ -1,19 +1,22 @@
 """Ablation tables: one row per encoding (and per any other setting the runs vary), one column
-per task and split (in- / out-of-distribution mean) or per task and evaluation length.
+per task, split (in- / out-of-distribution mean) and metric, or per task, evaluation length and
+metric. Every metric is tabulated: side by side (``table_tasks``), and each alone
+(``table_tasks.token_acc``), so no metric's table replaces another's.
 
 A cell aggregates the seeds of its setting: the mean with its 95% confidence interval (Student's
 t-interval over the seeds, ``mean ± t(0.975, n-1) · std / √n``, clipped to [0, 100] %; none for
 one seed), and ``k/n``: seeds with a result out of the seeds in the cell's grid: the runs found
 and the jobs their sweep planned (``collect``), so a failed, crashed or missing run is counted in
 its cell and listed under the table, never dropped; no run is invented where no sweep planned one
-(a cell without runs reads ``–``). The CSV adds the standard deviation (``ddof=1``), the best seed
-and the unclipped interval.
+(a cell without runs reads ``not run``). The CSV adds the standard deviation (``ddof=1``), the
+best seed and the unclipped interval.
 
 Bold marks the best mean of a column and every cell not significantly different from it:
 Welch's t-test against the best cell's seeds, two-sided, α = 0.05, Holm's correction over the
 column's comparisons (``significance``). A cell with fewer than two seeds, or a best cell with
 fewer than two, cannot be told apart and stays bold with it; so with one seed per cell, every
-cell is bold or none is compared, and the table says so.
+cell is bold or none is compared, and the table says so. A column of one value, or whose best
+competing cell is 0.0, has no bold, and a note under the table says why (``column_notes``).
 
 Runs under a competence budget (``learned_at``, ``pelab.competence``) say whether they learned
 their task in distribution. An out-of-distribution score of a model that never learned the task
@@ -35,10 +38,25 @@ from scipy import stats as scipy_stats
 from pelab.analysis.baseline import with_origin
 from pelab.analysis.collect import NOT_SET, RUN_FIELDS, SPLITS
 from pelab.errors import ConfigError
+from pelab.metrics import METRICS
 
 SPLIT_NAMES = {"id": "ID", "ood": "OOD"}
 ALPHA = 0.05  # the significance level of bold: not significantly different from the best
-NO_RUNS = "–"  # a cell no run belongs to
+NO_RUNS = "not run"  # a cell no run belongs to
+NOT_LEARNED = "not learned"  # an OOD cell whose seeds all failed to learn the task
+NOTHING_MEASURED = "n/a"  # a cell whose runs completed with nothing to measure
+
+
+def metric_name(metric: str) -> str:
+    """A metric as tables and figures name it: ``token_acc`` -> ``token acc``."""
+    return metric.replace("_", " ")
+
+
+def metric_order(first: str) -> list[str]:
+    """Every metric (``METRICS``), ``first`` first."""
+    if first not in METRICS:
+        raise ConfigError(f"unknown metric {first!r}; valid choices: {', '.join(METRICS)}")
+    return [first, *(m for m in METRICS if m != first)]
 
 
 def settings(runs: pd.DataFrame) -> list[str]:
@@ -156,22 +174,25 @@ def welch_difference(a, b) -> Difference:
 def mark_best(stats: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
     """``top``: the column's best mean (at the displayed precision); ``p_vs_top``: Welch's
     t-test of each cell against it, Holm-corrected over the column (``significance``);
-    ``best`` (bold): the top cell and every cell not significantly different from it. Only
-    columns with more than one value rank; in an out-of-distribution column only cells whose
-    seeds all learned the task compete (every cell does when no run had a criterion)."""
+    ``best`` (bold): the top cell and every cell not significantly different from it;
+    ``competes``: the cell takes part (it has a result and may rank in its column). Only
+    columns with more than one value whose best competing cell is above 0.0 rank (a column of
+    0.0 has no bold); in an out-of-distribution column only cells whose seeds all learned the
+    task compete (every cell does when no run had a criterion)."""
     eligible = stats["split"].ne("OOD") | stats["learned"].eq(stats["judged"])
     eligible &= stats["n"].gt(0)
     shown = stats["mean"].mul(100).round(1)  # as displayed
     keys = [stats[c] for c in cols]
     top_value = shown.where(eligible).groupby(keys, observed=True).transform("max")
     varies = shown.groupby(keys, observed=True).transform("nunique").gt(1)
-    top = eligible & shown.eq(top_value) & varies
+    ranks = varies & top_value.gt(0)
+    top = eligible & shown.eq(top_value) & ranks
     p_values = pd.Series(np.nan, index=stats.index)
-    for _, column in stats[eligible & varies].groupby(keys, observed=True):
+    for _, column in stats[eligible & ranks].groupby(keys, observed=True):
         leader = column.index[top[column.index]][0]
         p_values[column.index] = significance(column["values"], leader)
-    best = top | (eligible & varies & ~p_values.lt(ALPHA))
-    return stats.assign(top=top, p_vs_top=p_values, best=best)
+    best = top | (eligible & ranks & ~p_values.lt(ALPHA))
+    return stats.assign(competes=eligible, top=top, p_vs_top=p_values, best=best)
 
 
 def significance(values: pd.Series, leader) -> pd.Series:
@@ -194,10 +215,27 @@ def significance(values: pd.Series, leader) -> pd.Series:
     return adjusted
 
 
-def id_means(runs: pd.DataFrame, rows: list[str], metric: str) -> pd.Series:
-    """The in-distribution mean of ``metric`` per row and task over the completed runs."""
+def id_means(runs: pd.DataFrame, rows: list[str], metrics: list[str]) -> pd.Series:
+    """The in-distribution mean of each metric per row and task over the completed runs,
+    indexed by row, task and metric."""
     done = runs[runs["status"].eq("completed")]
-    return done.groupby([*rows, "task"])[f"id/{metric}"].mean()
+    means = done.groupby([*rows, "task"])[[f"id/{m}" for m in metrics]].mean()
+    return _by_metric(means, "id/")
+
+
+def chance_means(evaluated: pd.DataFrame, keys: list[str], metrics: list[str]) -> pd.Series:
+    """The chance level of each metric averaged per ``keys`` (e.g. task and split), indexed by
+    ``keys`` and metric."""
+    means = evaluated.groupby(keys)[[f"chance/{m}" for m in metrics]].mean()
+    return _by_metric(means, "chance/")
+
+
+def _by_metric(means: pd.DataFrame, prefix: str) -> pd.Series:
+    """One column per ``<prefix><metric>`` -> one series with the metric as the last index."""
+    long = means.rename(columns=lambda c: c.removeprefix(prefix)).reset_index()
+    keys = list(means.index.names)
+    long = long.melt(id_vars=keys, var_name="metric")
+    return long.set_index([*keys, "metric"])["value"]
 
 
 def _other_statuses(statuses: pd.Series) -> str:
@@ -221,48 +259,59 @@ def evaluated_lengths(runs: pd.DataFrame, lengths: pd.DataFrame) -> pd.DataFrame
 
 
 def task_stats(
-    runs: pd.DataFrame, evaluated: pd.DataFrame, rows: list[str], metric: str
+    runs: pd.DataFrame, evaluated: pd.DataFrame, rows: list[str], metrics: list[str]
 ) -> pd.DataFrame:
-    """Cells per task and split (``ID``: mean over in-distribution lengths, ``OOD``: beyond),
-    with the chance level of each column (mean over its lengths)."""
+    """Cells per task, split (``ID``: mean over in-distribution lengths, ``OOD``: beyond) and
+    metric, with the chance level of each column (mean over its lengths)."""
     long = runs.melt(
         id_vars=[*rows, "task", "seed", "status", "learned"],
-        value_vars=[f"{s}/{metric}" for s in SPLITS],
-        var_name="split",
+        value_vars=[f"{s}/{m}" for m in metrics for s in SPLITS],
+        var_name="column",
     )
-    long["split"] = long["split"].str.split("/").str[0].map(SPLIT_NAMES)
-    stats = cell_stats(long, rows, ["task", "split"], "value")
-    chance = evaluated.groupby(["task", "split"])[f"chance/{metric}"].mean()
+    parts = long.pop("column").str.split("/", n=1)
+    long = long.assign(split=parts.str[0].map(SPLIT_NAMES), metric=parts.str[1])
+    cols = ["task", "split", "metric"]
+    stats = cell_stats(long, rows, cols, "value")
     stats = stats.assign(
-        chance=_per_column(stats, ["task", "split"], chance),
-        id_mean=_per_column(stats, [*rows, "task"], id_means(runs, rows, metric)),
+        chance=_per_column(stats, cols, chance_means(evaluated, ["task", "split"], metrics)),
+        id_mean=_per_column(stats, [*rows, "task", "metric"], id_means(runs, rows, metrics)),
     )
-    return mark_best(stats, ["task", "split"])
+    return mark_best(stats, cols)
 
 
 def length_stats(
-    runs: pd.DataFrame, evaluated: pd.DataFrame, rows: list[str], metric: str
+    runs: pd.DataFrame, evaluated: pd.DataFrame, rows: list[str], metrics: list[str]
 ) -> pd.DataFrame:
-    """Cells per task and evaluation length, with the length's split and chance level; every
-    run of a task counts at every length that task was evaluated at."""
-    columns = evaluated.groupby(["task", "length"]).agg(
-        split=("split", "first"), chance=(f"chance/{metric}", "mean")
-    )
+    """Cells per task, evaluation length and metric, with the length's split and chance level;
+    every run of a task counts at every length that task was evaluated at."""
+    split = evaluated.groupby(["task", "length"])["split"].first()
     grid = runs[[*rows, "task", "seed", "status", "learned"]].reset_index(names="run")
-    grid = grid.merge(columns.reset_index()[["task", "length"]])
-    values = grid.merge(evaluated[["run", "length", metric]], how="left")
-    stats = cell_stats(values, rows, ["task", "length"], metric)
+    grid = grid.merge(split.reset_index()[["task", "length"]])
+    values = grid.merge(evaluated[["run", "length", *metrics]], how="left")
+    long = values.melt(id_vars=list(grid.columns), value_vars=metrics, var_name="metric")
+    cols = ["task", "length", "metric"]
+    stats = cell_stats(long, rows, cols, "value")
     stats = stats.assign(
-        split=_per_column(stats, ["task", "length"], columns["split"]),
-        chance=_per_column(stats, ["task", "length"], columns["chance"]),
-        id_mean=_per_column(stats, [*rows, "task"], id_means(runs, rows, metric)),
+        split=_per_column(stats, ["task", "length"], split),
+        chance=_per_column(stats, cols, chance_means(evaluated, ["task", "length"], metrics)),
+        id_mean=_per_column(stats, [*rows, "task", "metric"], id_means(runs, rows, metrics)),
     )
-    return mark_best(stats, ["task", "length"])
+    return mark_best(stats, cols)
 
 
 def _per_column(stats: pd.DataFrame, cols: list[str], values: pd.Series) -> list:
     """``values`` (indexed by column keys) for every cell of ``stats``."""
     return [values.get(key) for key in zip(*(stats[c] for c in cols), strict=True)]
+
+
+def no_score(cell: pd.Series) -> str | None:
+    """Why a cell has no score to show, or None: ``NOT_LEARNED`` (out of distribution, no seed
+    learned the task in distribution), its runs' statuses (``failed``, ``missing``, ``running,
+    failed``) or ``NOTHING_MEASURED`` (completed, e.g. without an out-of-distribution length)."""
+    if cell["n"] > 0:
+        unlearned = cell.get("judged", 0) and not cell.get("learned", 0)
+        return NOT_LEARNED if unlearned and cell.get("split") == "OOD" else None
+    return cell["not_completed"] or NOTHING_MEASURED
 
 
 def cell_text(cell: pd.Series) -> str:
@@ -272,17 +321,18 @@ def cell_text(cell: pd.Series) -> str:
     learn it; without a result the statuses of the runs, e.g. ``failed (0/3)``, ``running
     (0/3)``, ``missing (0/3)``; ``n/a`` when the runs completed but had nothing to measure (e.g.
     no out-of-distribution length)."""
+    word = no_score(cell)
+    if word == NOT_LEARNED:
+        return f"{NOT_LEARNED} (ID {_percent(cell['id_mean'])}, 0/{cell['judged']})"
+    if word == NOTHING_MEASURED:
+        return word
+    if word:
+        return f"{word} ({cell['n']}/{cell['runs']})"
     judged, learned = cell.get("judged", 0), cell.get("learned", 0)
-    if cell["n"] > 0 and judged and not learned and cell.get("split") == "OOD":
-        return f"not learned (ID {_percent(cell['id_mean'])}, 0/{judged})"
-    if cell["n"] > 0:
-        low, high = (min(max(cell[k], 0.0), 1.0) for k in ("ci95_low", "ci95_high"))
-        interval = "[–]" if np.isnan(cell["ci95_low"]) else f"[{low * 100:.1f}, {high * 100:.1f}]"
-        partly = f", learned {learned}/{judged}" if learned < judged else ""
-        return f"{cell['mean'] * 100:.1f} {interval} ({cell['n']}/{cell['runs']}{partly})"
-    if cell["not_completed"]:
-        return f"{cell['not_completed']} ({cell['n']}/{cell['runs']})"
-    return "n/a"
+    low, high = (min(max(cell[k], 0.0), 1.0) for k in ("ci95_low", "ci95_high"))
+    interval = "[–]" if np.isnan(cell["ci95_low"]) else f"[{low * 100:.1f}, {high * 100:.1f}]"
+    partly = f", learned {learned}/{judged}" if learned < judged else ""
+    return f"{cell['mean'] * 100:.1f} {interval} ({cell['n']}/{cell['runs']}{partly})"
 
 
 def pivot(
@@ -311,13 +361,38 @@ def _percent(value: float) -> str:
     return "–" if pd.isna(value) else f"{value * 100:.1f}"
 
 
+def column_header(column: tuple, stats: pd.DataFrame) -> tuple[str, ...]:
+    """A column's header, one level per key: ``("copy", "OOD")``; a length with its split,
+    ``("copy", "L=32 (OOD)")``; a metric by name, ``("copy", "OOD", "token acc")``."""
+    task, second, *metric = column
+    if not isinstance(second, str):
+        at = (stats["task"] == task) & (stats["length"] == second)
+        second = f"L={second} ({stats.loc[at, 'split'].iloc[0]})"
+    return (str(task), second, *map(metric_name, metric))
+
+
 def column_label(column: tuple, stats: pd.DataFrame) -> str:
-    """``("copy", "OOD")`` -> ``copy OOD``; ``("copy", 32)`` -> ``copy L=32 (OOD)``."""
-    task, second = column
-    if isinstance(second, str):
-        return f"{task} {second}"
-    split = stats.loc[(stats["task"] == task) & (stats["length"] == second), "split"].iloc[0]
-    return f"{task} L={second} ({split})"
+    """``copy OOD``, ``copy L=32 (OOD)``, ``copy OOD token acc``: ``column_header`` in a line."""
+    return " ".join(column_header(column, stats))
+
+
+def column_notes(stats: pd.DataFrame, cols: list[str]) -> list[str]:
+    """Why a column with results has no bold cell, one line per reason: its competing cells all
+    show one value (``every cell is 0.0``), or no row's seeds all learned the task (out of
+    distribution only those compete)."""
+    reasons: dict[str, list[str]] = {}
+    for key, column in stats.groupby(cols, observed=True, sort=False):
+        if column["best"].any() or not column["n"].gt(0).any():
+            continue
+        shown = column.loc[column["competes"], "mean"].mul(100).round(1).unique()
+        if not len(shown):
+            why = "no row's seeds all learned the task (only those compete out of distribution)"
+        elif column["competes"].eq(column["n"].gt(0)).all():
+            why = f"every cell is {shown[0]:.1f}"
+        else:
+            why = f"every cell whose seeds all learned the task is {shown[0]:.1f}"
+        reasons.setdefault(why, []).append(column_label(key, stats))
+    return [f"No bold in {', '.join(labels)}: {why}." for why, labels in reasons.items()]
 
 
 def to_markdown(stats: pd.DataFrame, rows: list[str], cols: list[str]) -> str:
@@ -329,10 +404,7 @@ def to_markdown(stats: pd.DataFrame, rows: list[str], cols: list[str]) -> str:
 
 def to_latex(stats: pd.DataFrame, rows: list[str], cols: list[str], caption: str) -> str:
     table, best = pivot(stats, rows, cols)
-    if "length" in cols:
-        table.columns = pd.MultiIndex.from_tuples(
-            [(task, column_label((task, n), stats).split(" ", 1)[1]) for task, n in table.columns]
-        )
+    table.columns = pd.MultiIndex.from_tuples([column_header(c, stats) for c in table.columns])
     styler = table.style.format(escape="latex")
     styler = styler.format_index(escape="latex", axis=0).format_index(escape="latex", axis=1)
     styler = styler.apply(lambda _: np.where(best, "textbf:--rwrap;", ""), axis=None)
@@ -359,28 +431,68 @@ def not_completed(runs: pd.DataFrame, rows: list[str]) -> list[str]:
     return lines
 
 
+@dataclass(frozen=True)
+class Table:
+    """One table file set (``<stem>.{md,tex,csv}``): its cells, its column keys, its caption."""
+
+    stem: str
+    stats: pd.DataFrame
+    cols: list[str]
+    caption: str
+
+
 @dataclass
 class Ablation:
-    """An ablation's two tables and what they were built from."""
+    """An ablation's tables and what they were built from."""
 
     runs: pd.DataFrame  # every run of the grid (missing ones added), one row each
     lengths: pd.DataFrame  # collect.lengths_frame of the runs, with task and split
     rows: list[str]  # the row axes: pe, then the other varying settings
-    metric: str
-    caption: str  # the metric and the settings all runs share
-    by_task: pd.DataFrame  # cell_stats per task and split
-    by_length: pd.DataFrame  # cell_stats per task and evaluation length
+    metrics: list[str]  # every metric, the one shown first (make_table --metric) first
+    setting: str  # the settings all runs share, the protocol and the seeds per cell
+    by_task: pd.DataFrame  # cell_stats per task, split and metric
+    by_length: pd.DataFrame  # cell_stats per task, evaluation length and metric
     steps: pd.DataFrame | None = None  # steps_stats: None when no run had a competence budget
 
-    def tables(self) -> dict[str, tuple[pd.DataFrame, list[str]]]:
-        return {
-            "table_tasks": (self.by_task, ["task", "split"]),
-            "table_lengths": (self.by_length, ["task", "length"]),
-        }
+    @property
+    def metric(self) -> str:
+        """The metric shown first."""
+        return self.metrics[0]
+
+    @property
+    def caption(self) -> str:
+        """The caption of the tables with every metric side by side."""
+        return self.caption_of(self.metrics)
+
+    def caption_of(self, metrics: list[str]) -> str:
+        """``Test token acc (%). Fixed: ... Protocol: ... Seeds per cell: 3.``"""
+        names = " and ".join(metric_name(m) for m in metrics)
+        side = ", side by side" if len(metrics) > 1 else ""
+        return f"Test {names} (%){side}. {self.setting}"
+
+    def side_by_side(self) -> list[Table]:
+        """The tables with every metric, side by side in each column: ``table_tasks``,
+        ``table_lengths``."""
+        return [
+            Table("table_tasks", self.by_task, ["task", "split", "metric"], self.caption),
+            Table("table_lengths", self.by_length, ["task", "length", "metric"], self.caption),
+        ]
+
+    def per_metric(self) -> list[Table]:
+        """Each table of one metric alone: ``table_tasks.exact_match``, ..."""
+        return [
+            Table(
+                f"{t.stem}.{m}", t.stats[t.stats["metric"] == m], t.cols[:-1], self.caption_of([m])
+            )
+            for t in self.side_by_side()
+            for m in self.metrics
+        ]
 
     def csv_names(self) -> list[str]:
-        """Every table written as CSV (``write_tables``)."""
-        return [*self.tables(), *(["table_steps"] if self.steps is not None else [])]
+        """The CSV files that hold every cell (``write_tables``): the side-by-side tables (a
+        column ``metric``) and the steps to learn."""
+        steps = ["table_steps"] if self.steps is not None else []
+        return [*(table.stem for table in self.side_by_side()), *steps]
 
 
 def ablation(
@@ -389,11 +501,12 @@ def ablation(
     metric: str = "exact_match",
     protocol: str = "mean",
 ) -> Ablation:
-    """Both tables of ``runs`` (``collect.runs_frame``) for ``metric``, under ``protocol``
-    (``PROTOCOLS``); runs of a shipped baseline among them add the row axis ``origin``
-    (``baseline.with_origin``)."""
+    """The tables of ``runs`` (``collect.runs_frame``) for every metric, ``metric`` first,
+    under ``protocol`` (``PROTOCOLS``); runs of a shipped baseline among them add the row axis
+    ``origin`` (``baseline.with_origin``)."""
     if protocol not in PROTOCOLS:
         raise ConfigError(f"unknown protocol {protocol!r}; valid choices: {', '.join(PROTOCOLS)}")
+    metrics = metric_order(metric)
     runs = with_origin(runs)
     rows = row_axes(runs)
     full = complete(runs, rows)
@@ -403,10 +516,10 @@ def ablation(
         runs=full,
         lengths=evaluated,
         rows=rows,
-        metric=metric,
-        caption=f"{describe(runs, metric)} {PROTOCOLS[protocol]}{seeds_note(full, rows)}",
-        by_task=task_stats(full, evaluated, rows, metric),
-        by_length=length_stats(full, evaluated, rows, metric),
+        metrics=metrics,
+        setting=f"{fixed_note(runs)} {PROTOCOLS[protocol]}{seeds_note(full, rows)}",
+        by_task=task_stats(full, evaluated, rows, metrics),
+        by_length=length_stats(full, evaluated, rows, metrics),
         steps=steps_stats(full, rows),
     )
 
@@ -464,22 +577,25 @@ def seeds_note(runs: pd.DataFrame, rows: list[str]) -> str:
 
 
 def write_tables(result: Ablation, out_dir: Path) -> list[Path]:
-    """Each table as ``.md`` (with the legend, the fixed settings and every run that did not
-    complete), ``.tex`` and ``.csv`` (the cell statistics, one row per cell) in ``out_dir``."""
+    """Each table (``Ablation.side_by_side``, ``Ablation.per_metric``) as ``.md`` (with its
+    caption, why a column has no bold, the legend and every run that did not complete),
+    ``.tex`` and ``.csv`` (the cell statistics, one row per cell) in ``out_dir``."""
     problems = not_completed(result.runs, result.rows)
-    notes = [result.caption, "", LEGEND, ""]
+    notes = [LEGEND, ""]
     if problems:
         notes += [f"Not completed ({len(problems)} of {len(result.runs)} runs):", ""]
         notes += [f"- {p}" for p in problems]
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
-    for name, (stats, cols) in result.tables().items():
-        markdown = to_markdown(stats, result.rows, cols)
-        written.append(_write(out_dir / f"{name}.md", "\n".join([markdown, "", *notes]) + "\n"))
-        latex = to_latex(stats, result.rows, cols, result.caption)
-        written.append(_write(out_dir / f"{name}.tex", latex))
-        stats.drop(columns="values").to_csv(out_dir / f"{name}.csv", index=False)
-        written.append(out_dir / f"{name}.csv")
+    for table in [*result.side_by_side(), *result.per_metric()]:
+        markdown = to_markdown(table.stats, result.rows, table.cols)
+        why = column_notes(table.stats, table.cols)
+        text = "\n".join([markdown, "", table.caption, "", *why, *([""] if why else []), *notes])
+        written.append(_write(out_dir / f"{table.stem}.md", text + "\n"))
+        latex = to_latex(table.stats, result.rows, table.cols, table.caption)
+        written.append(_write(out_dir / f"{table.stem}.tex", latex))
+        table.stats.drop(columns="values").to_csv(out_dir / f"{table.stem}.csv", index=False)
+        written.append(out_dir / f"{table.stem}.csv")
     if result.steps is not None:
         table = steps_markdown(result.steps, result.rows)
         written.append(_write(out_dir / "table_steps.md", f"{table}\n\n{STEPS_LEGEND}\n"))
@@ -489,16 +605,19 @@ def write_tables(result: Ablation, out_dir: Path) -> list[Path]:
 
 
 LEGEND = (
-    "Cells: mean over seeds in percent, with its 95% confidence interval (Student's t-interval "
-    "over the seeds, clipped to [0, 100]; [–]: one seed) (k/n: seeds with a result / seeds in "
-    "the grid; learned k/n: seeds that learned the task in distribution, under a competence "
-    "budget). **Bold**: the best mean of the column and every cell not significantly different "
-    "from it (Welch's t-test, two-sided, α = 0.05, Holm's correction over the column; a cell or "
-    "a best with one seed cannot be told apart and stays bold); in an OOD column only cells "
-    "whose seeds all learned the task compete. ID: mean over the evaluation lengths inside the "
-    "training range; OOD: over the longer ones; not learned: no seed learned the task, so its "
-    "OOD score measures nothing (its ID mean is shown). The CSV files hold every number "
-    "(mean, std, ci95_low, ci95_high, n, learned, p_vs_top)."
+    "Metrics: exact match, the whole answer right; token acc, the share of answer tokens right "
+    "(both greedy). Cells: mean over seeds in percent, with its 95% confidence interval "
+    "(Student's t-interval over the seeds, clipped to [0, 100]; [–]: one seed) (k/n: seeds with "
+    "a result / seeds in the grid; learned k/n: seeds that learned the task in distribution, "
+    "under a competence budget). **Bold**: the best mean of the column and every cell not "
+    "significantly different from it (Welch's t-test, two-sided, α = 0.05, Holm's correction "
+    "over the column; a cell or a best with one seed cannot be told apart and stays bold); in "
+    "an OOD column only cells whose seeds all learned the task compete; a column whose "
+    "competing cells all show one value (e.g. 0.0) has no bold. ID: mean over the evaluation "
+    "lengths inside the training range; OOD: over the longer ones; not learned: no seed "
+    "learned the task, so its OOD score measures nothing (its ID mean is shown); not run: no "
+    "run of this setting. The CSV files hold every number (metric, mean, std, ci95_low, "
+    "ci95_high, n, learned, p_vs_top)."
 )
 STEPS_LEGEND = (
     "Steps to learn (competence budget, `learned_at`): the training step at which in-distribution "
@@ -545,9 +664,10 @@ def steps_markdown(steps: pd.DataFrame, rows: list[str]) -> str:
     return table.reset_index().to_markdown(index=False, disable_numparse=True)
 
 
-def describe(runs: pd.DataFrame, metric: str) -> str:
+def fixed_note(runs: pd.DataFrame) -> str:
+    """``Fixed: model=decoder, ...``: the settings every run shares."""
     fixed = ", ".join(f"{k}={v}" for k, v in fixed_settings(runs).items())
-    return f"Test {metric.replace('_', ' ')} (%). Fixed: {fixed or 'nothing'}."
+    return f"Fixed: {fixed or 'nothing'}."
 
 
 def _write(path: Path, text: str) -> Path:
