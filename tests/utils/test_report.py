@@ -67,13 +67,13 @@ def test_a_re_evaluation_names_the_encoding_options_it_changed_in_its_title():
         console = Console(record=True, width=160)
         evaluation = done(True, 900) | {"job_type": "eval", "eval_overrides": changed}
         print_results(evaluation, TASK, console)
-        text = console.export_text()  # a long title wraps at the table's width
+        text = console.export_text()  # the title wraps at the table's width
         titles.append(" ".join(text[: text.index("┏")].split()))
     assert titles[0] == (
-        "rope · copy · decoder · seed 0 · pe.scaling=yarn, pe.scaling_factor=4 "
-        "(trained on lengths 1-16; test)"
+        "rope · copy · decoder · seed 0 (trained on lengths 1-16; test) "
+        "re-evaluated with pe.scaling=yarn, pe.scaling_factor=4"
     )
-    assert titles[1].endswith("seed 0 · as trained (trained on lengths 1-16; test)")
+    assert titles[1].endswith("test) re-evaluated as trained")
 
 
 def test_a_run_without_a_test_says_so():

@@ -35,17 +35,18 @@ def print_results(record: dict[str, Any], task: Task, console: Console | None = 
 
 def table_title(record: dict[str, Any], task: Task) -> str:
     """``rope · copy · decoder · seed 0  (trained on lengths 1-8; test)``: a member of a stack
-    over learning rates names its rate, a re-evaluation the encoding options it changed
-    (``pe.scaling=yarn, pe.scaling_factor=4``) or ``as trained``."""
+    over learning rates names its rate; a re-evaluation adds a line naming the encoding options
+    it changed (``re-evaluated with pe.scaling=yarn, pe.scaling_factor=4``) or ``as trained``."""
     c = record["choices"]
     lo, hi = task.train_lengths
     title = f"{c['pe']} · {c['task']} · {c['model']} · seed {c['seed']}"
     if (record.get("member_of") or {}).get("learning_rates"):
         title += f" · lr {record['config']['model']['optimizer']['lr']:g}"
+    title += f"  (trained on lengths {lo}-{hi}; test)"
     if record.get("job_type") == "eval":
         changed = [o for o in record.get("eval_overrides") or [] if o.startswith("pe.")]
-        title += f" · {', '.join(changed) or 'as trained'}"
-    return f"{title}  (trained on lengths {lo}-{hi}; test)"
+        title += "\nre-evaluated " + (f"with {', '.join(changed)}" if changed else "as trained")
+    return title
 
 
 def learned_line(record: dict[str, Any]) -> str:
