@@ -1,6 +1,6 @@
 """Re-evaluate a trained checkpoint, e.g. at longer lengths with a RoPE scaling strategy:
 ``python scripts/eval.py ckpt_path=<run dir>/checkpoints/best.ckpt pe.scaling=yarn
-pe.scaling_factor=4 task.eval_lengths=[16,64,128]``.
+pe.scaling_factor=4 task.eval_lengths=[8,16,64,128]``.
 
 The model is rebuilt from the training run's record (``<run dir>/results.json``): its resolved
 ``config`` and the ``model_dims`` it was built with (so tables sized by the run keep their
