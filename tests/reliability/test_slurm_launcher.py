@@ -156,11 +156,23 @@ def test_a_cpu_run_asks_no_gpu_one_cpu_and_the_default_memory(repo_root, tmp_pat
 
 
 class FakeJob:
-    """A submitit job: ``results()`` returns or raises like submitit's."""
+    """A submitit job in ``state``: done after ``polls`` looks at it; ``results()`` returns or
+    raises like submitit's."""
 
-    def __init__(self, job_id: str, result=None, error: Exception | None = None) -> None:
-        self.job_id, self.result, self.error, self.state = job_id, result, error, "CANCELLED"
-        self.waited = False
+    def __init__(
+        self,
+        job_id: str,
+        result=None,
+        error: Exception | None = None,
+        polls: int = 1,
+        state: str = "CANCELLED",
+    ) -> None:
+        self.job_id, self.result, self.error, self.state = job_id, result, error, state
+        self.waited, self.polls = False, polls
+
+    def done(self) -> bool:
+        self.polls -= 1
+        return self.polls <= 0
 
     def results(self):
         self.waited = True
@@ -192,6 +204,37 @@ def test_the_driver_waits_for_every_job_and_records_the_interrupted_one(tmp_path
         assert "ended without a result (state CANCELLED)" in record["error"]
     assert returns[0].return_value is None  # accounted for: Hydra goes on to the summary
     assert json.loads((dirs[1] / "results.json").read_text())["status"] == "running"
+
+
+def test_each_job_gets_a_line_as_it_starts_and_as_it_ends_in_the_order_they_do(tmp_path, caplog):
+    """A job seen running gets its start line then; one that ends between two looks gets both
+    at once; the end lines say how each ended and the sweep's progress."""
+    dirs = [tmp_path / "rope_copy_s0_aa", tmp_path / "alibi_copy_s0_bb"]
+    for d, learned in zip(dirs, (True, False), strict=True):
+        d.mkdir()
+        record = {
+            "status": "completed",
+            "learned": learned,
+            "steps_to_learn": 40 if learned else None,
+        }
+        (d / "results.json").write_text(json.dumps({"job_type": "train", **record}))
+    jobs = [
+        FakeJob("2_0", result="a", polls=3, state="RUNNING"),
+        FakeJob("2_1", result="b", polls=2, state="PENDING"),
+    ]
+    with caplog.at_level("INFO", logger="hydra_plugins.pelab_launcher.submitit_launcher"):
+        returns = wait_all(jobs, [["pe=rope"], ["pe=alibi"]], dirs, "python resume me")
+    assert returns == ["a", "b"]  # in the jobs' order, whatever the order they ended in
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines[:3] == [
+        "rope_copy_s0_aa started (job 2_0)",
+        "alibi_copy_s0_bb started (job 2_1)",
+        "alibi_copy_s0_bb completed, not learned after 0 s; 1/2 jobs done (0 failed), ETA 0 s",
+    ]
+    assert (
+        lines[3]
+        == "rope_copy_s0_aa completed, learned at step 40 after 0 s; 2/2 jobs done (0 failed)"
+    )
 
 
 def test_a_finished_record_is_never_marked(tmp_path):

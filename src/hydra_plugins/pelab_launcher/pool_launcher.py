@@ -37,8 +37,10 @@ from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from hydra_plugins.pelab_launcher.job_lines import SweepClock, outcome
 from pelab.errors import ConfigError
 from pelab.threads import available_cores
+from pelab.utils.console import duration
 
 log = logging.getLogger(__name__)
 
@@ -127,6 +129,7 @@ class PoolLauncher(Launcher):
         context = multiprocessing.get_context("forkserver")
         context.set_forkserver_preload(PRELOAD)
         waiting, running, returns = list(jobs), [], {}
+        clock = SweepClock(len(jobs))
         previous_sigterm = signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
         try:
             while waiting or running:
@@ -135,7 +138,7 @@ class PoolLauncher(Launcher):
                 wait([job.process.sentinel for job in running])
                 for job in [j for j in running if j.process.exitcode is not None]:
                     running.remove(job)
-                    returns[job.num] = self._finish(job)
+                    returns[job.num] = self._finish(job, clock)
         except KeyboardInterrupt:
             _stop(running)
             raise
@@ -218,25 +221,35 @@ class PoolLauncher(Launcher):
         )
         job.process.start()
         job.started = time.monotonic()
-        log.info("#%d started (pid %d, output: %s)", job.num, job.process.pid, job.log_path)
+        log.info(
+            "#%d started: %s (pid %d, output: %s)",
+            job.num,
+            job.output_dir.name,
+            job.process.pid,
+            job.log_path,
+        )
         return job
 
-    def _finish(self, job: _Job) -> JobReturn:
+    def _finish(self, job: _Job, clock: SweepClock) -> JobReturn:
+        """The job's ``JobReturn``, and its line (``job_lines``): how it ended, after how long,
+        and the sweep's progress."""
         code = job.process.exitcode
-        wall = time.monotonic() - job.started
+        wall = duration(time.monotonic() - job.started)
         if code == 0 and job.result_path.exists():
             returned = cloudpickle.loads(job.result_path.read_bytes())
             job.call_path.unlink()
             job.result_path.unlink()
-            log.info("#%d %s after %.0f s", job.num, _status(job.output_dir), wall)
+            said, failed = outcome(job.output_dir)
+            log.info("#%d %s after %s; %s", job.num, said, wall, clock.end(failed))
             return returned
         reason = _death(code)
         tail = _tail(job.log_path)
         log.error(
-            "#%d %s after %.0f s; the other jobs go on. Last lines of %s:\n%s",
+            "#%d %s after %s; %s; the other jobs go on. Last lines of %s:\n%s",
             job.num,
             reason,
             wall,
+            clock.end(True),
             job.log_path,
             "\n".join(tail),
         )
@@ -348,22 +361,6 @@ def _death(code: int | None) -> str:
     if code == 0:
         return "ended without returning its result"
     return f"exited with status {code}"
-
-
-def _status(output_dir: Path) -> str:
-    """How the job's own records say it ended: ``completed``, or ``failed: <why>`` (a stack of
-    members has one record per member, below the job's directory)."""
-    from pelab.record import RESULTS, read_record
-
-    paths = sorted(output_dir.rglob(RESULTS)) if output_dir.is_dir() else []
-    if not paths:
-        return "ended (no results.json)"
-    records = [read_record(path) for path in paths]
-    failed = [r for r in records if r["status"] != "completed"]
-    if not failed:
-        return "completed" if len(records) == 1 else f"completed ({len(records)} records)"
-    error = str(failed[0].get("error", "")).split("\n")[0]
-    return f"{failed[0]['status']}: {error}" if error else failed[0]["status"]
 
 
 def _tail(path: Path, lines: int = LOG_TAIL_LINES) -> list[str]:

@@ -19,6 +19,7 @@ import os
 import shlex
 import shutil
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -31,13 +32,18 @@ from hydra_plugins.hydra_submitit_launcher.submitit_launcher import (
 )
 from omegaconf import OmegaConf
 
+from hydra_plugins.pelab_launcher.job_lines import SweepClock, outcome
+from pelab.utils.console import duration
+
 log = logging.getLogger(__name__)
 
 AUTO_KEYS = ("gpus_per_node", "cpus_per_task", "mem_gb")
+RUNNING = ("RUNNING", "COMPLETING")  # the SLURM states of a job that has started
 
 
 class _PelabSubmitit(BaseSubmititLauncher):
     _RESULT_WAIT_S: int | None = None  # None: submitit's wait for a finished job's result
+    _POLL_S = 5.0  # how often the launching process looks at its jobs (submitit asks SLURM less)
 
     def __call__(self, *args: Any, **kwargs: Any) -> JobReturn:
         from pelab.reliability import requeue
@@ -102,7 +108,8 @@ class _PelabSubmitit(BaseSubmititLauncher):
         if self._RESULT_WAIT_S is not None:
             for job in jobs:  # submitit's own attribute: how long a finished job's pickle may lag
                 job._results_timeout_s = self._RESULT_WAIT_S
-        return wait_all(jobs, job_overrides, job_dirs, self.resume_command(sweep_dir))
+        resume = self.resume_command(sweep_dir)
+        return wait_all(jobs, job_overrides, job_dirs, resume, self._POLL_S)
 
     def _job_dir(self, overrides: list[str], num: int) -> Path:
         from hydra_plugins.pelab_launcher.pool_launcher import job_config, job_dir
@@ -172,38 +179,60 @@ def wait_all(
     job_overrides: Sequence[Sequence[str]],
     job_dirs: Sequence[Path],
     resume: str,
+    poll_s: float = 0.0,
 ) -> list[JobReturn]:
-    """Wait for every job (in order: each ``results()`` waits for its own); one that ended
-    without a result is recorded (``mark_interrupted``) and returned as accounted for, so the
-    sweep summary reports it."""
-    returns = []
-    for job, overrides, job_dir in zip(jobs, job_overrides, job_dirs, strict=True):
-        try:
-            returns.append(job.results()[0])
-            continue
-        except Exception as error:  # UncompletedJobError, FailedJobError, a lost pickle
-            kind = type(error).__name__
-            first = str(error).strip().splitlines()[0] if str(error).strip() else kind
-            interrupted = kind == "UncompletedJobError"
-            state = getattr(job, "state", None) if interrupted else None
-            reason = (
-                f"job {job.job_id} ended without a result (state {state})"
-                if interrupted
-                else f"job {job.job_id} failed: {first}"
-            )
-        where = getattr(getattr(job, "paths", None), "stderr", None)
-        marked = mark_interrupted(job_dir, reason, resume, where, interrupted)
-        log.error(
-            "%s; %s. Resume: %s",
-            reason,
-            "recorded in " + ", ".join(map(str, marked)) if marked else "it left no record",
-            resume,
+    """Wait for every job, each polled every ``poll_s`` seconds, with a line as it starts and
+    as it ends (``job_lines``: how, learned or not, its wall time, the sweep's ETA); one that
+    ended without a result is recorded (``mark_interrupted``) and returned as accounted for, so
+    the sweep summary reports it."""
+    clock = SweepClock(len(jobs))
+    started: dict[int, float] = {}
+    returns: dict[int, JobReturn] = {}
+    while len(returns) < len(jobs):
+        for i, job in enumerate(jobs):
+            if i in returns:
+                continue
+            done = job.done()
+            if i not in started and (done or job.state in RUNNING):
+                started[i] = time.monotonic()
+                log.info("%s started (job %s)", job_dirs[i].name, job.job_id)
+            if done:
+                returns[i] = job_return(job, job_overrides[i], job_dirs[i], resume)
+                said, failed = outcome(job_dirs[i])
+                wall = duration(time.monotonic() - started[i])
+                log.info("%s %s after %s; %s", job_dirs[i].name, said, wall, clock.end(failed))
+        if len(returns) < len(jobs):
+            time.sleep(poll_s)
+    return [returns[i] for i in range(len(jobs))]
+
+
+def job_return(job: Any, overrides: Sequence[str], job_dir: Path, resume: str) -> JobReturn:
+    """A finished job's ``JobReturn``; one that ended without a result (``UncompletedJobError``,
+    ``FailedJobError``, a lost pickle) is recorded in its ``results.json`` and accounted for."""
+    try:
+        return job.results()[0]
+    except Exception as error:
+        kind = type(error).__name__
+        first = str(error).strip().splitlines()[0] if str(error).strip() else kind
+        interrupted = kind == "UncompletedJobError"
+        state = getattr(job, "state", None) if interrupted else None
+        reason = (
+            f"job {job.job_id} ended without a result (state {state})"
+            if interrupted
+            else f"job {job.job_id} failed: {first}"
         )
-        returned = JobReturn(overrides=list(overrides), working_dir=str(job_dir))
-        returned.status = JobStatus.COMPLETED  # accounted for: the summary reports it
-        returned.return_value = None
-        returns.append(returned)
-    return returns
+    where = getattr(getattr(job, "paths", None), "stderr", None)
+    marked = mark_interrupted(job_dir, reason, resume, where, interrupted)
+    log.error(
+        "%s; %s. Resume: %s",
+        reason,
+        "recorded in " + ", ".join(map(str, marked)) if marked else "it left no record",
+        resume,
+    )
+    returned = JobReturn(overrides=list(overrides), working_dir=str(job_dir))
+    returned.status = JobStatus.COMPLETED  # accounted for: the summary reports it
+    returned.return_value = None
+    return returned
 
 
 def mark_interrupted(
@@ -235,6 +264,7 @@ class LocalLauncher(_PelabSubmitit):
     # without one (killed) is reported after a second, not after submitit's 15 s for a cluster's
     # shared filesystem to catch up
     _RESULT_WAIT_S = 1
+    _POLL_S = 0.5  # its jobs are this machine's processes
 
 
 class SlurmLauncher(_PelabSubmitit):
