@@ -37,7 +37,7 @@ HEADINGS = {
     "table_tasks": "By task: in and out of distribution",
     "table_lengths": "By evaluation length",
     "length_curves": "Score against length",
-    "heatmap": "Heatmap",
+    "heatmap": "Score by encoding and length, against chance",
 }
 
 
