@@ -6,7 +6,7 @@ from pelab.analysis.report import default_out, main
 
 
 def test_sources_without_runs_exit_2_and_say_where_they_looked(tmp_path, capsys):
-    assert main([str(tmp_path), "--no-wandb"]) == 2
+    assert main([str(tmp_path)]) == 2
     assert f"error: no runs (results.json) under {tmp_path}" in capsys.readouterr().err
     assert not (tmp_path / "summary").exists()
 
