@@ -10,7 +10,7 @@ TORCH_INDEX ?=
 PYTEST_WORKERS ?= auto
 XDIST = -n $(PYTEST_WORKERS) --dist loadfile
 
-.PHONY: help install train test test-unit test-faults test-slow test-full test-slurm benchmark gpu-check lint clean
+.PHONY: help install train test test-unit test-faults test-slow test-full test-slurm benchmark gpu-check sync lint clean
 
 help: ## show this help
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  %-10s %s\n", $$1, $$2}'
@@ -54,6 +54,10 @@ benchmark: install ## pelab's training step vs a minimal PyTorch loop
 
 gpu-check: install ## does pelab fill a GPU? one table (sized for 8 min on one GPU, not yet timed there; docs/performance.md "On a GPU")
 	$(PY) scripts/gpu_check.py
+
+sync: install ## upload every offline W&B run under logs/ not uploaded yet (W&B marks uploaded ones)
+	@if [ -d logs ]; then find logs -type d -name 'offline-run-*' -exec $(VENV)/bin/wandb sync {} +; \
+	else echo "make sync: no logs/ here (run it from the repo root): no runs to sync"; fi
 
 lint: install ## ruff lint and format check
 	$(PY) -m ruff check src scripts tests benchmarks

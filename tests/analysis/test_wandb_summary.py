@@ -1,12 +1,13 @@
-"""The summary W&B run of a table: the runs' project and group, both tables, the PNG figures."""
+"""The summary W&B run of a table (``make_table.py --wandb``): the runs' project and group, both
+tables, the PNG figures; none without ``--wandb``."""
 
 import pytest
 import wandb
 
-from pelab.analysis import wandb_summary
+from pelab.analysis import report, wandb_summary
 from pelab.analysis.collect import lengths_frame, runs_frame
 from pelab.analysis.table import ablation, write_tables
-from tests.analysis.records import record
+from tests.analysis.records import CHOICES, record, write_job
 
 
 class FakeRun:
@@ -70,3 +71,14 @@ def test_runs_without_wandb_settings_go_to_the_pelab_project(tmp_path, runs):
     write_tables(result, tmp_path)
     wandb_summary.log_summary(result, records, tmp_path, [])
     assert (runs[0].settings["project"], runs[0].settings["group"]) == ("pelab", None)
+
+
+def test_make_table_logs_its_summary_to_wandb_only_when_asked(tmp_path, runs):
+    """Only training and re-evaluation make W&B runs unless asked (``--wandb``)."""
+    sweep, choices = tmp_path / "sweep", {"pe": "rope", "task": "copy", **CHOICES}
+    for seed in (0, 1):
+        rec = record("rope", "copy", seed, {8: 0.5, 16: 0.5, 32: 0.25})
+        write_job(sweep / str(seed), rec, choices, seed, [f"seed={seed}"])
+    assert report.main([str(sweep), "--out", str(tmp_path / "summary")]) == 0
+    assert runs == [] and (tmp_path / "summary" / "table_tasks.md").is_file()
+    assert report.parse([str(sweep), "--wandb"]).wandb and not report.parse([str(sweep)]).wandb

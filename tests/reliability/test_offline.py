@@ -1,10 +1,9 @@
 """Without a network or W&B credentials nothing hangs or prompts; a W&B failure never costs the
-local ``results.json``; offline runs are found by the documented ``wandb sync`` command."""
+local ``results.json``; offline runs are found by the printed ``wandb sync`` command."""
 
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
 
@@ -13,6 +12,7 @@ import wandb
 from lightning.pytorch.loggers import WandbLogger
 
 from pelab.train import run
+from pelab.utils.wandb_mode import SYNC_COMMAND, SYNC_HINT
 from tests.reliability.runs import RESUMABLE, config, results
 
 pytestmark = pytest.mark.faults  # the fault campaign: make test-faults
@@ -50,14 +50,14 @@ def test_no_network_and_no_credentials_never_hang_or_prompt(tmp_path, repo_root)
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert results(out)["status"] == "completed"
-    # the README's sync command, run by bash as written, finds the run (--dry-run: no upload)
-    command = re.search(
-        r"`(find logs [^`]*wandb sync[^`]*)`", (repo_root / "README.md").read_text()
-    )
-    assert command and command.group(1) in (repo_root / "docs" / "reliability.md").read_text()
+    # the sync command the run printed (and the README gives), run by bash as written from the
+    # directory holding logs/, finds the run (--dry-run: no upload)
+    assert SYNC_HINT in proc.stdout + proc.stderr
+    for doc in ("README.md", "docs/reliability.md"):
+        assert SYNC_COMMAND in (repo_root / doc).read_text(), doc
     wandb_cli = os.path.join(os.path.dirname(sys.executable), "wandb")
     sync = subprocess.run(
-        ["bash", "-c", command.group(1).replace("wandb sync", f"{wandb_cli} sync --dry-run")],
+        ["bash", "-c", SYNC_COMMAND.replace("wandb sync", f"{wandb_cli} sync --dry-run")],
         cwd=tmp_path,
         env=env,
         stdin=subprocess.DEVNULL,

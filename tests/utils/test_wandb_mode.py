@@ -1,11 +1,28 @@
+import os
+import shlex
 import socket
 import time
+from fnmatch import fnmatch
+from pathlib import Path
 
 import pytest
+import wandb
+from click.testing import CliRunner
+from lightning.pytorch.loggers import WandbLogger
+from omegaconf import OmegaConf
+from wandb.cli import cli as wandb_cli
 
+from pelab.runner import working_loggers
 from pelab.train import run
 from pelab.utils import wandb_mode as wandb_mode_module
-from pelab.utils.wandb_mode import unreachable, wandb_choice, wandb_mode
+from pelab.utils.wandb_mode import (
+    SYNC_COMMAND,
+    SYNC_HINT,
+    run_id,
+    unreachable,
+    wandb_choice,
+    wandb_mode,
+)
 
 
 @pytest.fixture
@@ -54,11 +71,77 @@ def test_online_without_a_server_that_answers_logs_offline_and_says_why(monkeypa
     mode, why = wandb_choice()
     assert mode == "offline"
     assert why.startswith("set by $WANDB_MODE, but the W&B server http://wandb.invalid does not")
-    assert why.endswith("logging offline; upload later with `wandb sync`")
+    assert why.endswith(f"logging offline; {SYNC_HINT}")
 
 
-def test_wandb_is_offline_without_credentials(clean_env):
-    assert wandb_mode() == "offline"
+def test_wandb_is_offline_without_credentials_and_says_how_to_upload_later(clean_env):
+    mode, why = wandb_choice()
+    assert mode == "offline" and why.endswith(SYNC_HINT)
+    assert "`make sync`" in SYNC_HINT and f"`{SYNC_COMMAND}`" in SYNC_HINT
+
+
+def offline_run(
+    wandb_dir: Path, run: str, synced: bool = False, mode: str = "offline-run"
+) -> None:
+    """A run directory as W&B leaves it: ``<mode>-<time>-<id>/run-<id>.wandb`` (and the marker
+    ``wandb sync`` adds once it has uploaded the run)."""
+    run_dir = wandb_dir / f"{mode}-20261127_120000-{run}"
+    run_dir.mkdir(parents=True)
+    (run_dir / f"run-{run}.wandb").write_bytes(b"")
+    if synced:
+        (run_dir / f"run-{run}.wandb.synced").write_bytes(b"")
+
+
+def test_the_printed_sync_command_finds_every_offline_run_not_yet_uploaded(tmp_path, monkeypatch):
+    """``SYNC_COMMAND`` from the directory holding ``logs/``: its ``find`` (run here as Python
+    walks the tree: directories by name, symlinks not followed) hands ``wandb sync`` (run
+    in-process, ``--dry-run``: no upload) every offline run; W&B skips the one it uploaded."""
+    find, root, *select, exec_, wandb, sync, each, end = shlex.split(SYNC_COMMAND)
+    assert (find, select, exec_, each, end) == (
+        "find",
+        ["-type", "d", "-name", select[-1]],
+        "-exec",
+        "{}",
+        "+",
+    )
+    assert (wandb, sync) == ("wandb", "sync")
+    logs = tmp_path / root
+    offline_run(logs / "train/runs/2026-11-27_12-00-00/wandb", "fresh001")
+    offline_run(logs / "train/multiruns/2026-11-27_12-00-00/0/wandb", "synced01", synced=True)
+    offline_run(logs / "eval/runs/2026-11-27_12-00-00/wandb", "online01", mode="run")
+    found = [
+        os.path.relpath(folder, tmp_path)
+        for folder, _, _ in os.walk(logs)
+        if fnmatch(os.path.basename(folder), select[-1])
+    ]
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(wandb_cli.sync, ["--dry-run", *found])
+    assert result.exit_code == 0, result.output
+    assert "Would sync 1 run(s)" in result.output and "run-fresh001.wandb" in result.output
+    assert "Skipped 1 synced run(s)" in result.output and "online01" not in result.output
+
+
+def test_make_sync_runs_the_printed_command_with_the_venvs_wandb(repo_root):
+    makefile = (repo_root / "Makefile").read_text()
+    phony = next(line for line in makefile.splitlines() if line.startswith(".PHONY:"))
+    recipe = makefile.split("\nsync: install ## ", 1)[1].split("\n\n", 1)[0]
+    assert "sync" in phony.split()
+    assert SYNC_COMMAND.replace("wandb sync", "$(VENV)/bin/wandb sync") in recipe
+
+
+def test_a_run_directory_keeps_its_wandb_run_id(tmp_path, monkeypatch):
+    """The id a resumed run passes to W&B: the one kept in its directory; a new directory gets a
+    new one; ``$WANDB_RUN_ID`` (a W&B sweep agent's) wins and is kept."""
+    monkeypatch.delenv("WANDB_RUN_ID", raising=False)
+    first = run_id(tmp_path / "run")
+    assert len(first) == 8 and first.isalnum() and first == first.lower()
+    assert (tmp_path / "run" / "wandb" / "run_id").read_text() == first + "\n"
+    assert run_id(tmp_path / "run") == first
+    assert run_id(tmp_path / "other") != first
+    monkeypatch.setenv("WANDB_RUN_ID", "agent123")
+    assert run_id(tmp_path / "swept") == "agent123"
+    monkeypatch.delenv("WANDB_RUN_ID")
+    assert run_id(tmp_path / "swept") == "agent123"
 
 
 def test_wandb_goes_online_after_login(clean_env):
@@ -102,3 +185,25 @@ def test_the_run_says_which_mode_it_chose_and_why(tiny_cfg, caplog):
     with caplog.at_level("INFO", logger="pelab.runner"):
         run(tiny_cfg("logger=wandb"))
     assert "W&B: offline mode (set by $WANDB_MODE)" in caplog.text
+
+
+@pytest.mark.integration  # W&B starts its service process
+def test_a_resumed_run_continues_its_wandb_run(tmp_path, monkeypatch):
+    """Two attempts in one run directory (interrupted, then resumed with ``hydra.run.dir``) log
+    to one W&B run: both offline-run directories carry the same id; another directory gets
+    another run."""
+    monkeypatch.delenv("WANDB_RUN_ID", raising=False)
+    cfg = OmegaConf.create({"seed": 0, "logger": {"wandb": {"mode": "offline"}}})
+
+    def attempt(run_dir: Path) -> str:
+        logger = WandbLogger(save_dir=str(run_dir), project="pelab", mode="offline")
+        [started] = working_loggers([logger], cfg, {"total": 1}, [])
+        started_id = started.experiment.id
+        wandb.finish(exit_code=1)
+        return started_id
+
+    first, resumed = attempt(tmp_path / "run"), attempt(tmp_path / "run")
+    assert first == resumed
+    attempts = sorted((tmp_path / "run" / "wandb").glob("offline-run-*"))
+    assert len(attempts) == 2 and all(a.name.endswith(f"-{first}") for a in attempts)
+    assert attempt(tmp_path / "another run") != first

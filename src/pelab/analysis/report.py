@@ -85,7 +85,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "in-distribution validation; max: the best run over seeds (and learning rates) by "
         "in-distribution validation (Deletang et al. 2023)",
     )
-    parser.add_argument("--no-wandb", action="store_true", help="do not log the summary to W&B")
+    parser.add_argument(
+        "--wandb",
+        action="store_true",
+        help="also log the summary as one W&B run (job_type=summary; offline unless logged in)",
+    )
     parser.add_argument(
         "--list",
         action="store_true",
@@ -145,7 +149,7 @@ def tables_and_figures(records: list[dict], out: Path, args: argparse.Namespace)
     for metric in result.metrics:
         figures += save(heatmap(result.by_length, result.rows, metric), out / f"heatmap.{metric}")
     page = write_html(result, records, figures, out)
-    if not args.no_wandb:
+    if args.wandb:
         log_summary(result, records, out, figures)
     print((out / "table_tasks.md").read_text())
     return [*written, *figures, page]

@@ -1,4 +1,5 @@
-"""The summary of a sweep as one W&B run beside the sweep's runs (``scripts/make_table.py``)."""
+"""The summary of a sweep as one W&B run beside the sweep's runs, when asked
+(``scripts/make_table.py --wandb``: only training and re-evaluation make W&B runs otherwise)."""
 
 from __future__ import annotations
 

@@ -8,7 +8,10 @@ server (what ``wandb login`` writes) and an ``api_key`` in W&B's global settings
 answers: W&B itself would wait ~90 s for an unreachable one before giving up, so the server is
 probed first (a TCP connection, at most ``PROBE_TIMEOUT_S``) and a run whose server does not
 answer logs offline, saying so. ``$WANDB_MODE`` wins otherwise. ``wandb_choice`` also says why,
-for the run's first lines.
+for the run's first lines, and how to upload an offline run later (``SYNC_HINT``).
+
+Each run keeps its W&B run id in ``<run dir>/wandb/run_id`` (``run_id``), so a run resumed in
+its directory continues its W&B run instead of starting a second one.
 """
 
 from __future__ import annotations
@@ -17,13 +20,21 @@ import configparser
 import functools
 import netrc
 import os
+import secrets
 import socket
+import string
 import threading
 from pathlib import Path
 from urllib.parse import urlsplit
 
 DEFAULT_HOST = "https://api.wandb.ai"
 PROBE_TIMEOUT_S = 5.0
+# every offline run under logs/ (runs live in logs/**/wandb/offline-run-*), from the repo root, in
+# any shell; `wandb sync` skips the runs it has uploaded (it marks them `<run>.wandb.synced`)
+SYNC_COMMAND = "find logs -type d -name 'offline-run-*' -exec wandb sync {} +"
+SYNC_HINT = f"upload later from the repo root with `make sync` (or `{SYNC_COMMAND}`)"
+RUN_ID_FILE = Path("wandb", "run_id")  # in a run's directory: the id of its W&B run
+RUN_ID_ALPHABET = string.ascii_lowercase + string.digits
 
 
 def credentials_source() -> str | None:
@@ -60,13 +71,13 @@ def wandb_choice() -> tuple[str, str]:
     else:
         return "offline", (
             "no W&B credentials ($WANDB_API_KEY, $WANDB_IDENTITY_TOKEN_FILE, ~/.netrc from "
-            "`wandb login`, an api_key in W&B's settings); upload later with `wandb sync`"
+            f"`wandb login`, an api_key in W&B's settings); {SYNC_HINT}"
         )
     server = os.environ.get("WANDB_BASE_URL", DEFAULT_HOST)
     if mode == "online" and (failure := unreachable(server)) is not None:
         return "offline", (
             f"{why}, but the W&B server {server} does not answer ({failure}): logging offline; "
-            "upload later with `wandb sync`"
+            + SYNC_HINT
         )
     return mode, why
 
@@ -98,3 +109,17 @@ def unreachable(url: str, timeout_s: float = PROBE_TIMEOUT_S) -> str | None:
 def wandb_mode() -> str:
     """The mode alone (the config's ``${wandb_mode:}`` resolver)."""
     return wandb_choice()[0]
+
+
+def run_id(run_dir: str | Path) -> str:
+    """The W&B run id of the run in ``run_dir``, kept in ``<run_dir>/wandb/run_id``:
+    ``$WANDB_RUN_ID`` if set (a W&B sweep agent sets it), else the id an earlier attempt kept (a
+    resumed run continues its W&B run), else a new one drawn as W&B draws its ids."""
+    path = Path(run_dir) / RUN_ID_FILE
+    kept = path.read_text().strip() if path.is_file() else ""
+    chosen = os.environ.get("WANDB_RUN_ID") or kept
+    chosen = chosen or "".join(secrets.choice(RUN_ID_ALPHABET) for _ in range(8))
+    if chosen != kept:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(chosen + "\n")
+    return chosen
