@@ -46,7 +46,8 @@ class CheckedSweeper(BasicSweeper):
         jobs = self.jobs(arguments)
         start = time.perf_counter()
         refused = refusals(self.hydra_context, self.config, jobs)
-        log.info("checked the %d jobs' settings in %.1f s", len(jobs), time.perf_counter() - start)
+        elapsed = time.perf_counter() - start
+        log.info("checked the settings of %d job(s) in %.1f s", len(jobs), elapsed)
         if refused:
             raise ConfigError(
                 f"{len(refused)} of {len(jobs)} jobs of this sweep are refused, so none ran:\n"
