@@ -51,6 +51,14 @@ def test_heatmap_annotates_means_and_names_the_failed_cells(result, tmp_path):
     assert paths[0].read_bytes().startswith(b"\x89PNG") and paths[1].read_bytes()[:4] == b"%PDF"
 
 
+def test_a_heatmap_without_any_evaluation_length_says_so():
+    broken = {**record("rope", "copy", 0, status="failed"), "config": {}}
+    result = ablation(runs_frame([broken]), lengths_frame([broken]))
+    assert result.by_length.empty
+    fig = heatmap(result.by_length, result.rows, "token_acc")
+    assert [t.get_text() for t in fig.texts] == ["no token acc at any evaluation length"]
+
+
 def test_heatmap_greys_the_cells_the_tables_call_not_learned_or_not_run_and_says_so():
     """Copy (chance 25%): rope learned it (100 at 8, 25 = chance at 16, 0 at 32), none did not
     (its length-16 and -32 cells: not learned); alibi never ran copy (not run). The colour is

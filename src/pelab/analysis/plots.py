@@ -269,6 +269,10 @@ def heatmap(stats: pd.DataFrame, rows: list[str], metric: str) -> Figure:
     or ``NO_RUNS``) is grey and shows the tables' word, and the legend says what each means."""
     cells = stats[stats["metric"] == metric]
     tasks = list(dict.fromkeys(cells["task"]))
+    if not tasks:  # e.g. runs that failed before recording their evaluation lengths
+        fig = plt.figure(figsize=(4, 1))
+        fig.text(0.5, 0.5, f"no {metric_name(metric)} at any evaluation length", ha="center")
+        return fig
     keys = list(cells[rows].drop_duplicates().itertuples(index=False, name=None))
     widths = [cells.loc[cells["task"] == task, "length"].nunique() for task in tasks]
     fig, axes = plt.subplots(
