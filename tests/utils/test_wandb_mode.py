@@ -204,6 +204,6 @@ def test_a_resumed_run_continues_its_wandb_run(tmp_path, monkeypatch):
 
     first, resumed = attempt(tmp_path / "run"), attempt(tmp_path / "run")
     assert first == resumed
-    attempts = sorted((tmp_path / "run" / "wandb").glob("offline-run-*"))
-    assert len(attempts) == 2 and all(a.name.endswith(f"-{first}") for a in attempts)
+    logs = sorted((tmp_path / "run" / "wandb").glob("offline-run-*/*.wandb"))
+    assert [log.name for log in logs] == [f"run-{first}.wandb"] * 2  # one per attempt
     assert attempt(tmp_path / "another run") != first
