@@ -24,7 +24,7 @@ def make_table(argv):
 
 def compare(mine, out, name="ablation_cpu"):
     """``make_table.py <mine> --baseline <name>``'s exit status."""
-    return make_table([str(mine), "--baseline", name, "--no-wandb", "--out", str(out)])
+    return make_table([str(mine), "--baseline", name, "--out", str(out)])
 
 
 def config(pe, task, seed, run, checkout, changes):
