@@ -1,5 +1,5 @@
 """Draw a positional encoding, untrained: ``python scripts/inspect_pe.py pe=rope [length=64]
-[out_dir=...] [wandb=false]``; ``--help`` lists the keys (``pelab.inspect.inspect_pe``)."""
+[out_dir=...] [wandb=true]``; ``--help`` lists the keys (``pelab.inspect.inspect_pe``)."""
 
 import hydra
 from omegaconf import DictConfig

@@ -132,10 +132,10 @@ def test_the_options_are_config_keys_beside_the_training_overrides(tmp_path):
     )
     assert (cfg.out_dir, cfg.wandb, cfg.length) == ("/x", False, 8)
     assert cfg.pe._target_.endswith("RotaryPE") and cfg.model.kind == "encoder"
-    default = inspect_config(tmp_path, "pe=alibi")  # logs/inspect/<pe>, W&B on, 32 positions
+    default = inspect_config(tmp_path, "pe=alibi")  # logs/inspect/<pe>, no W&B, 32 positions
     assert (default.out_dir, default.wandb, default.length) == (
         f"{tmp_path}/logs/inspect/alibi",
-        True,
+        False,
         32,
     )
 
@@ -146,11 +146,12 @@ def test_the_options_are_config_keys_beside_the_training_overrides(tmp_path):
         ("wandb=no", "wandb='no': valid choices: true, false"),
         ("length=0", "length=0"),
         ("threads=0", "threads=0: valid choices: auto"),
+        ("logger=none wandb=true", "wandb=true logs the figures to W&B, but the logger is not"),
     ],
 )
 def test_a_bad_option_fails_early_with_the_valid_choices(tmp_path, override, message):
     with pytest.raises(ConfigError, match=message):
-        inspect_pe.run(inspect_config(tmp_path, override))
+        inspect_pe.run(inspect_config(tmp_path, *override.split()))
     assert not (tmp_path / "logs").exists()  # nothing built or drawn
 
 
@@ -168,15 +169,20 @@ def test_the_threads_are_chosen_by_the_drawn_model(tmp_path, caplog):
         torch.set_num_threads(before)
 
 
-def test_the_figures_go_to_wandb_with_the_encoding_and_the_overrides(tmp_path, monkeypatch):
+def test_the_figures_go_to_wandb_only_when_asked(tmp_path, monkeypatch):
+    """No W&B run by default (only training and re-evaluation make one); ``wandb=true``: one,
+    with the encoding and the overrides, in the W&B logger's project and mode."""
     logged = []
     monkeypatch.setattr(inspect_pe, "log_to_wandb", lambda *args: logged.append(args))
-    cfg = inspect_config(tmp_path, "pe=alibi", "model.net.d_model=32", f"out_dir={tmp_path}")
-    paths = inspect_pe.run(cfg)
-    [(figures, name, out_dir, config)] = logged
+    drawn = ("pe=alibi", "model.net.d_model=32", f"out_dir={tmp_path}")
+    inspect_pe.run(inspect_config(tmp_path, *drawn))
+    assert logged == []
+    paths = inspect_pe.run(inspect_config(tmp_path, *drawn, "wandb=true"))
+    [(figures, name, out_dir, config, logger)] = logged
     assert (figures, name, out_dir) == (paths, "alibi", tmp_path)
     assert config["pe"] == "alibi" and config["dims"]["d_model"] == 32
-    assert "pe=alibi" in config["overrides"]
+    assert "pe=alibi" in config["overrides"] and "wandb=true" in config["overrides"]
+    assert (logger.project, logger.mode) == ("pelab", "offline")
 
 
 @pytest.mark.integration

@@ -21,7 +21,7 @@ def dims(heads: int = 2) -> ModelDims:
     [
         ("sinusoidal_2d", {"grid_cosine"}),
         ("rope_2d", {"grid_relative_transform_qk"}),
-        ("t5_bias_2d", {"grid_relative_logit_bias"}),
+        ("t5_bias_2d", {"grid_relative_logit_bias", "grid_relative_logit_bias_illustrative"}),
     ],
 )
 def test_draws_the_heatmaps_of_each_2d_encoding_as_png_files(tmp_path, pe, expected):

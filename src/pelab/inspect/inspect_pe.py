@@ -1,5 +1,5 @@
 """Draw a positional encoding: ``python scripts/inspect_pe.py pe=<name> [model=encoder]
-[model.net.d_model=128] [length=32] [out_dir=...] [wandb=false]`` (``configs/inspect.yaml``).
+[model.net.d_model=128] [length=32] [out_dir=...] [wandb=true]`` (``configs/inspect.yaml``).
 
 The encoding is built exactly as training builds it (``configs/inspect.yaml`` is
 ``configs/train.yaml`` plus ``length``, ``out_dir`` and ``wandb``, then
@@ -43,18 +43,24 @@ its settings come from the run's record, as ``pelab.load_run`` loads it), and tw
 A trained run's figures go to ``<run dir>/inspect/`` (``pelab.inspect.inspect_dir``), beside
 its checkpoints, so the figures of two checkpoints never overwrite each other.
 
-Figures are logged to W&B as images (mode from ``pelab.utils.wandb_mode``: offline unless
-credentials exist) unless ``wandb=false``.
+An untrained encoding whose learned parameters start constant (T5's zero bias table, CoPE's
+zero position vectors, URPE's unit Toeplitz factors) draws flat curves: the console and the flat
+figure's title say so, and ``<figure>_illustrative.png`` beside it draws the encoding with
+illustrative values, titled "illustrative, not trained" (``pelab.inspect.untrained``).
+
+With ``wandb=true`` the figures are logged as one W&B run too (``job_type=inspect``, in the
+project and mode of ``logger=wandb``); by default only training and re-evaluation make W&B runs.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from torch import Tensor
 
 from pelab.assembly import build_model, build_task
@@ -68,6 +74,7 @@ from pelab.inspect.pe_figures import (
     plot_relative,
     plot_tables,
 )
+from pelab.inspect.untrained import constant_parameters, illustrated, is_flat
 from pelab.load import Run, load_run
 from pelab.models.attention_maps import attention_maps
 from pelab.pe.absolute import AdditivePE, SinusoidalPE
@@ -75,7 +82,6 @@ from pelab.pe.base import PositionalEncoding
 from pelab.pe.scaled_sinusoidal import ScaledSinusoidalPE
 from pelab.positions import Positions
 from pelab.threads import check_threads, configure_threads
-from pelab.utils.wandb_mode import wandb_mode
 
 
 def position_vectors(pe: PositionalEncoding, n: int) -> tuple[Tensor, str]:
@@ -176,31 +182,65 @@ def grid_relative(pe: PositionalEncoding, hook: str, radius: int) -> Tensor:
     return response[0, :, 0].unflatten(-1, (2 * radius + 1, 2 * radius + 1))
 
 
-def draw_grid(pe: PositionalEncoding, out_dir: Path, radius: int) -> list[Path]:
-    """The heatmaps that apply to an encoding of 2-D positions."""
-    paths = []
-    if pe.overrides("embed"):
-        path = out_dir / "grid_cosine.png"
-        title = "cos(PE(row, col), PE(centre)); axes: offset from the centre"
-        plot_heatmaps(grid_cosine(pe, radius)[None], radius, title, path)
-        paths.append(path)
-    for hook in ("logit_bias", "transform_qk"):
-        if pe.overrides(hook):
-            path = out_dir / f"grid_relative_{hook}.png"
-            title = f"{HOOK_TITLES[hook][0]} vs (Δrow, Δcol) = query - key"
-            plot_heatmaps(grid_relative(pe, hook, radius), radius, title, path)
-            paths.append(path)
-    return paths
+GRID_HOOKS = ("logit_bias", "transform_qk")  # the hooks drawn over 2-D offsets
 
 
-def draw(pe: PositionalEncoding, out_dir: Path, length: int) -> list[Path]:
-    """Every figure that applies to ``pe``; returns the PNG paths."""
-    out_dir.mkdir(parents=True, exist_ok=True)
+@dataclass(frozen=True)
+class HookFigure:
+    """What one attention hook adds, as drawn: per-head curves over the distance (1-D
+    positions, ``distance``) or per-head heatmaps over the offset (2-D, ``radius``)."""
+
+    hook: str
+    values: Tensor  # [h, n] curves, or [h, 2R+1, 2R+1] heatmaps
+    distance: Tensor | None = None
+    radius: int = 0
+
+    @property
+    def name(self) -> str:
+        return (
+            f"relative_{self.hook}" if self.distance is not None else f"grid_relative_{self.hook}"
+        )
+
+    def plot(self, path: Path, note: str = "") -> None:
+        if self.distance is not None:
+            plot_relative(self.distance, self.values, self.hook, path, note)
+        else:
+            title = f"{HOOK_TITLES[self.hook][0]} vs (Δrow, Δcol) = query - key"
+            plot_heatmaps(self.values, self.radius, title, path, note)
+
+
+def hook_figures(pe: PositionalEncoding, length: int) -> list[HookFigure]:
+    """The figure of every attention hook ``pe`` overrides: over distances up to ``length``, or
+    for 2-D positions over offsets in ``[-length/2, length/2]²``."""
     if pe.position_dims == 2:
-        return draw_grid(pe, out_dir, length // 2)
+        radius = length // 2
+        return [
+            HookFigure(hook, grid_relative(pe, hook, radius), radius=radius)
+            for hook in GRID_HOOKS
+            if pe.overrides(hook)
+        ]
+    figures = []
+    for hook in HOOK_TITLES:
+        if pe.overrides(hook):
+            distance, curves = relative_curves(pe, hook, length)
+            figures.append(HookFigure(hook, curves, distance))
+    return figures
+
+
+def draw(
+    pe: PositionalEncoding, out_dir: Path, length: int, notes: Mapping[str, str] = {}
+) -> list[Path]:
+    """Every figure that applies to ``pe``; returns the PNG paths. ``notes``: a line for the
+    title of a hook's figure, by figure name."""
+    out_dir.mkdir(parents=True, exist_ok=True)
     paths = []
     n = min(length, pe.dims.max_len)
-    if pe.overrides("embed"):
+    if pe.overrides("embed") and pe.position_dims == 2:
+        path = out_dir / "grid_cosine.png"
+        title = "cos(PE(row, col), PE(centre)); axes: offset from the centre"
+        plot_heatmaps(grid_cosine(pe, length // 2)[None], length // 2, title, path)
+        paths.append(path)
+    elif pe.overrides("embed"):
         table, fed = position_vectors(pe, n)
         plot_tables([(table, f"position vectors (embed of {fed})")], out_dir / "absolute.png")
         plot_cosine(table, out_dir / "cosine.png")
@@ -212,11 +252,10 @@ def draw(pe: PositionalEncoding, out_dir: Path, length: int) -> list[Path]:
             panels.append((signal - signal[0], f"block {layer}: minus its value at position 0"))
         plot_tables(panels, out_dir / "layer_input.png", columns=2)
         paths.append(out_dir / "layer_input.png")
-    for hook in HOOK_TITLES:
-        if pe.overrides(hook):
-            path = out_dir / f"relative_{hook}.png"
-            plot_relative(*relative_curves(pe, hook, length), hook, path)
-            paths.append(path)
+    for figure in hook_figures(pe, length):
+        path = out_dir / f"{figure.name}.png"
+        figure.plot(path, notes.get(figure.name, ""))
+        paths.append(path)
     if isinstance(pe, (SinusoidalPE, ScaledSinusoidalPE)):
         # many more positions than dims (4 d + 64), so that the fit is not underdetermined
         table = position_vectors(pe, 4 * pe.dims.d_model + 64)[0]
@@ -225,26 +264,92 @@ def draw(pe: PositionalEncoding, out_dir: Path, length: int) -> list[Path]:
     return paths
 
 
+def flat_at_start(pe: PositionalEncoding, length: int) -> dict[str, list[str]]:
+    """The hook figures of an untrained ``pe`` that are flat because learned parameters start
+    constant, by figure name, each with those parameters: the ones whose illustrative values
+    (``pelab.inspect.untrained``) make it vary. Empty for an encoding that draws no flat figure."""
+    flat = {figure.name for figure in hook_figures(pe, length) if is_flat(figure.values)}
+    causes: dict[str, list[str]] = {}
+    for name in constant_parameters(pe) if flat else {}:
+        for figure in hook_figures(illustrated(pe, [name])[0], length):
+            if figure.name in flat and not is_flat(figure.values):
+                causes.setdefault(figure.name, []).append(name)
+    return causes
+
+
+def starts(pe: PositionalEncoding, parameters: list[str]) -> str:
+    """``parameters`` of ``pe`` and the one value each starts at: ``bias.weight = 0``."""
+    values = constant_parameters(pe)
+    return ", ".join(f"{name} = {values[name]:g}" for name in parameters)
+
+
+def untrained_notice(pe: PositionalEncoding, causes: dict[str, list[str]], values: str) -> str:
+    """The console's line on the flat figures ``causes`` (``flat_at_start``) of an untrained
+    ``pe`` and their illustrations, which hold ``values``."""
+    figures = ", ".join(causes)
+    parameters = sorted({p for parameters in causes.values() for p in parameters})
+    shown = ", ".join(f"{figure}_illustrative.png" for figure in causes)
+    return (
+        f"note: pe={pe.pe_name} is untrained and {starts(pe, parameters)} everywhere, so "
+        f"{figures} {'is' if len(causes) == 1 else 'are'} flat: the encoding adds nothing there "
+        f"until trained. Drawn with illustrative values, not trained, in {shown}: {values}. "
+        "A trained run's encoding: inspect_pe.py "
+        "ckpt_path=<run dir>/checkpoints/best.ckpt"
+    )
+
+
+def draw_untrained(pe: PositionalEncoding, out_dir: Path, length: int) -> list[Path]:
+    """``draw`` for an untrained encoding: a figure left flat by parameters that start constant
+    says so in its title and in the console, and ``<figure>_illustrative.png`` beside it draws
+    the encoding with illustrative values of those parameters, titled as such."""
+    causes = flat_at_start(pe, length)
+    notes = {
+        figure: f"flat: untrained, {starts(pe, parameters)} everywhere "
+        f"(see {figure}_illustrative.png)"
+        for figure, parameters in causes.items()
+    }
+    paths = draw(pe, out_dir, length, notes)
+    if not causes:
+        return paths
+    shown, values = illustrated(pe, {p for parameters in causes.values() for p in parameters})
+    note = f"ILLUSTRATIVE, NOT TRAINED: {values}"
+    for figure in hook_figures(shown, length):
+        if figure.name in causes:
+            path = out_dir / f"{figure.name}_illustrative.png"
+            figure.plot(path, note)
+            paths.append(path)
+    print(untrained_notice(pe, causes, values))
+    return paths
+
+
 def check_options(cfg: DictConfig) -> None:
-    """``length`` a positive integer, ``wandb`` a boolean, ``threads`` auto or a positive
-    integer, else a ``ConfigError``."""
+    """``length`` a positive integer, ``wandb`` a boolean (true only with a W&B logger),
+    ``threads`` auto or a positive integer, else a ``ConfigError``."""
     if isinstance(cfg.length, bool) or not isinstance(cfg.length, int) or cfg.length < 1:
         raise ConfigError(f"length={cfg.length!r}: expected a positive integer (positions drawn)")
     if not isinstance(cfg.wandb, bool):
         raise ConfigError(f"wandb={cfg.wandb!r}: valid choices: true, false")
+    if cfg.wandb and OmegaConf.select(cfg, "logger.wandb") is None:
+        raise ConfigError(
+            "wandb=true logs the figures to W&B, but the logger is not W&B (logger=none or "
+            "csv): drop wandb=true, or use logger=wandb"
+        )
     check_threads(cfg.get("threads", "auto"))
 
 
-def log_to_wandb(paths: list[Path], pe_name: str, out_dir: Path, config: dict) -> None:
-    """One W&B run (``job_type=inspect``) with every figure as an image ``inspect/<name>``."""
+def log_to_wandb(
+    paths: list[Path], pe_name: str, out_dir: Path, config: dict, logger: DictConfig
+) -> None:
+    """One W&B run (``job_type=inspect``, in the project and mode of the W&B ``logger``
+    section) with every figure as an image ``inspect/<name>``."""
     import wandb
 
     run = wandb.init(
-        project="pelab",
+        project=logger.project,
         job_type="inspect",
         name=f"inspect-{pe_name}",
         dir=str(out_dir),
-        mode=wandb_mode(),
+        mode=logger.mode,
         config=config,
     )
     run.log({f"inspect/{path.stem}": wandb.Image(str(path)) for path in paths})
@@ -276,9 +381,10 @@ def attention_figures(trained: Run, out_dir: Path) -> list[Path]:
 
 def run(cfg: DictConfig) -> list[Path]:
     """Build the encoding of ``cfg`` (``configs/inspect.yaml``), draw it into ``cfg.out_dir``,
-    print and return the PNG paths; log them to W&B if ``cfg.wandb``. With ``ckpt_path`` the
-    encoding and model are the trained ones of that checkpoint's run (``pelab.load_run``), and
-    the attention maps are drawn too (``attention_figures``)."""
+    print and return the PNG paths; log them to W&B if ``cfg.wandb``. Untrained, a figure left
+    flat by parameters that start constant is said so and illustrated (``draw_untrained``).
+    With ``ckpt_path`` the encoding and model are the trained ones of that checkpoint's run
+    (``pelab.load_run``), and the attention maps are drawn too (``attention_figures``)."""
     check_options(cfg)
     out_dir = Path(cfg.out_dir)
     threads = cfg.get("threads", "auto")
@@ -290,13 +396,14 @@ def run(cfg: DictConfig) -> list[Path]:
         configure_threads(cfg, model.net.num_params()["total"])
     pe = model.net.pe.eval()  # as evaluation computes it (no training draws: abacus's offset)
     with torch.no_grad():
-        paths = draw(pe, out_dir, cfg.length)
-    if trained is not None:
-        paths += attention_figures(trained, out_dir)
+        if trained is None:
+            paths = draw_untrained(pe, out_dir, cfg.length)
+        else:
+            paths = draw(pe, out_dir, cfg.length) + attention_figures(trained, out_dir)
     for path in paths:
         print(path)
     if cfg.wandb:
         overrides = list(HydraConfig.get().overrides.task)
         config = {"pe": pe.pe_name, "overrides": overrides, "dims": asdict(pe.dims)}
-        log_to_wandb(paths, pe.pe_name, out_dir, config)
+        log_to_wandb(paths, pe.pe_name, out_dir, config, cfg.logger.wandb)
     return paths

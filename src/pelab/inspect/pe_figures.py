@@ -25,6 +25,11 @@ HOOK_TITLES = {
 }
 
 
+def titled(title: str, note: str) -> str:
+    """``title``, with ``note`` (what to know before reading the figure) on a line of its own."""
+    return f"{title}\n{note}" if note else title
+
+
 def plot_tables(panels: list[tuple[Tensor, str]], path: Path, columns: int = 1) -> None:
     """A positions x dims heatmap per ``(table [n, d], title)``, ``columns`` to a row, with
     colours centred on 0."""
@@ -65,13 +70,16 @@ def plot_cosine(table: Tensor, path: Path) -> None:
     plt.close(fig)
 
 
-def plot_relative(distance: Tensor, response: Tensor, hook: str, path: Path) -> None:
-    """One curve per head of ``response: [h, n]`` over ``distance: [n]`` (query minus key)."""
+def plot_relative(
+    distance: Tensor, response: Tensor, hook: str, path: Path, note: str = ""
+) -> None:
+    """One curve per head of ``response: [h, n]`` over ``distance: [n]`` (query minus key);
+    ``note``: a second line for the title."""
     title, ylabel = HOOK_TITLES[hook]
     fig, ax = plt.subplots(figsize=(8, 4.5))
     for head, curve in enumerate(response):
         ax.plot(distance, curve, marker=".", ms=3, label=f"head {head}")
-    ax.set(xlabel="distance i - j (query minus key)", ylabel=ylabel, title=title)
+    ax.set(xlabel="distance i - j (query minus key)", ylabel=ylabel, title=titled(title, note))
     ax.axvline(0, color="grey", lw=0.5)
     ax.legend(fontsize="small", ncol=2)
     fig.savefig(path, dpi=100, bbox_inches="tight")
@@ -108,8 +116,9 @@ def plot_linear_map(table: Tensor, path: Path, show_k: int = 4) -> None:
     plt.close(fig)
 
 
-def plot_heatmaps(maps: Tensor, radius: int, title: str, path: Path) -> None:
-    """One panel per map of ``maps: [panels, 2R+1, 2R+1]`` over ``(Δrow, Δcol)``."""
+def plot_heatmaps(maps: Tensor, radius: int, title: str, path: Path, note: str = "") -> None:
+    """One panel per map of ``maps: [panels, 2R+1, 2R+1]`` over ``(Δrow, Δcol)``; ``note``: a
+    second line for the title."""
     fig, axes = plt.subplots(1, len(maps), figsize=(4 * len(maps), 3.8), squeeze=False)
     extent = (-radius - 0.5, radius + 0.5, radius + 0.5, -radius - 0.5)
     for panel, (ax, values) in enumerate(zip(axes[0], maps, strict=True)):
@@ -117,7 +126,7 @@ def plot_heatmaps(maps: Tensor, radius: int, title: str, path: Path) -> None:
         label = f"head {panel}" if len(maps) > 1 else ""
         ax.set(xlabel="Δcol", ylabel="Δrow", title=label)
         fig.colorbar(image, ax=ax, fraction=0.046)
-    fig.suptitle(title)
+    fig.suptitle(titled(title, note))
     fig.savefig(path, dpi=100, bbox_inches="tight")
     plt.close(fig)
 
