@@ -1,5 +1,5 @@
 """Ablation tables and figures of a sweep: ``python scripts/make_table.py <sweep dir>
-[<more dirs>] [--out DIR] [--metric token_acc] [--filter KEY=VALUE] [--no-wandb]``; ``--help``
+[<more dirs>] [--out DIR] [--metric token_acc] [--filter KEY=VALUE] [--wandb]``; ``--help``
 lists the options (``pelab.analysis.report``). ``--baseline NAME`` (repeatable) tabulates the
 runs beside a baseline's shipped records once their protocols agree; ``--save-baseline SWEEP_DIR
 NAME`` ships a sweep's records as one (``baselines/``, ``pelab.analysis.baseline``)."""

@@ -22,9 +22,9 @@ Written to ``--out`` (default ``<first directory>/summary``; ``logs/summary/<pro
 - the same for the re-evaluations found (``scripts/eval.py``) in ``eval/``: one row per
   training setting and evaluation setting (e.g. ``pe.scaling``), with their chance levels;
 
-and logged as one W&B run (``job_type=summary``, the runs' project and group; offline unless
-you are logged in; ``pelab.analysis.wandb_summary``) unless ``--no-wandb``. Prints the task
-table (every metric side by side).
+and, with ``--wandb``, logged as one W&B run (``job_type=summary``, the runs' project and group;
+offline unless you are logged in; ``pelab.analysis.wandb_summary``). Prints the task table
+(every metric side by side).
 """
 
 from __future__ import annotations
@@ -133,8 +133,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def tables_and_figures(records: list[dict], out: Path, args: argparse.Namespace) -> list[Path]:
-    """The tables and figures of ``records`` (all of one job type) in ``out``, logged to W&B unless
-    ``--no-wandb``; prints the task table with every metric side by side."""
+    """The tables and figures of ``records`` (all of one job type) in ``out``, logged to W&B with
+    ``--wandb``; prints the task table with every metric side by side."""
     try:
         result = ablation(runs_frame(records), lengths_frame(records), args.metric, args.protocol)
     except ConfigError as error:
