@@ -247,7 +247,7 @@ def test_an_evaluation_sweep_is_summarised_and_tabulated_by_its_settings(
         )
     err = capsys.readouterr().err
     assert "4 jobs: 2 completed, 2 failed" in err and "no effect with pe.scaling=none" in err
-    assert make_table([str(sweep), "--no-wandb"]) == 0
+    assert make_table([str(sweep)]) == 0
     table = (sweep / "summary" / "eval" / "table_tasks.md").read_text()
     rows = [line.split("|")[2].strip() for line in table.splitlines() if line.startswith("| rope")]
     assert rows == ["linear", "ntk", "none", "none"] and "| pe.scaling" in table
