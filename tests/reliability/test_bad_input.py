@@ -29,6 +29,12 @@ def assert_refused_before_training(cfg, message: str) -> None:
     assert not Path(cfg.paths.output_dir, "checkpoints").exists()  # nothing was trained
 
 
+def test_a_refused_run_never_says_results_were_written(tiny_cfg, caplog):
+    with caplog.at_level("INFO", logger="pelab.record"):
+        assert_refused_before_training(tiny_cfg("task.eval_lengths=[16,32]"), "in-distribution")
+    assert "results written" not in caplog.text
+
+
 def test_a_sweeps_job_records_its_refusal(tiny_cfg, monkeypatch):
     monkeypatch.setattr("pelab.runner.in_sweep", lambda: True)
     cfg = tiny_cfg("task.eval_lengths=[16,32]")
