@@ -79,13 +79,16 @@ def test_the_progress_bar_shows_the_loss_last_logged_read_when_it_refreshes():
 def test_a_plain_progress_line_gives_step_loss_worst_in_distribution_rate_and_eta():
     from pelab.utils.plain_progress import progress_line
 
-    assert progress_line(400, 4000, 0.41234, (0.875, 1), 11.2) == (
+    assert progress_line(400, 4000, 0.41234, (0.875, 1, 1), 11.2) == (
         "step 400/4000: loss 0.412, worst in-distribution exact match 87.5% (validation), "
         "11.2 steps/s, ETA 5 min"
     )
-    assert progress_line(4000, 4000, None, (0.5, 3), 10.0) == (
+    assert progress_line(4000, 4000, None, (0.5, 3, 3), 10.0) == (
         "step 4000/4000: worst in-distribution exact match 50.0% (validation, worst of 3 "
         "members), 10 steps/s"
+    )
+    assert "(validation, worst of the 1 of 3 members still training)" in progress_line(
+        100, 200, None, (0.5, 1, 3), 1.0
     )
 
 

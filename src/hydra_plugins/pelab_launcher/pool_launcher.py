@@ -129,12 +129,14 @@ class PoolLauncher(Launcher):
         context = multiprocessing.get_context("forkserver")
         context.set_forkserver_preload(PRELOAD)
         waiting, running, returns = list(jobs), [], {}
-        clock = SweepClock(len(jobs))
+        clock: SweepClock | None = None
         previous_sigterm = signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
         try:
             while waiting or running:
                 while waiting and len(running) < self.n_jobs:
                     running.append(self._start(waiting.pop(0), context))
+                # timed from the first jobs' start: the fork server's start-up is paid once
+                clock = clock or SweepClock(len(jobs))
                 wait([job.process.sentinel for job in running])
                 for job in [j for j in running if j.process.exitcode is not None]:
                     running.remove(job)

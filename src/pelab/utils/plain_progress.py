@@ -53,9 +53,10 @@ class PlainProgress(Callback):
         )
 
 
-def worst_in_distribution(model: L.LightningModule) -> tuple[float, int] | None:
+def worst_in_distribution(model: L.LightningModule) -> tuple[float, int, int] | None:
     """The lowest exact match at an in-distribution length in the last validation, over the
-    members it scored, and how many it scored; None before any."""
+    members it scored (those still training), how many it scored and how many the run has;
+    None before any."""
     members = model.validated  # pelab.lit_module.SequenceModel's
     worst = [
         scores["exact_match"]
@@ -63,23 +64,27 @@ def worst_in_distribution(model: L.LightningModule) -> tuple[float, int] | None:
         for length, scores in model.member_scores[k].get("val", {}).items()
         if model.task.in_distribution(length)
     ]
-    return (min(worst), len(members)) if worst else None
+    return (min(worst), len(members), len(model.member_scores)) if worst else None
 
 
 def progress_line(
     step: int,
     max_steps: int,
     loss: float | None,
-    worst: tuple[float, int] | None,
+    worst: tuple[float, int, int] | None,
     rate: float,
 ) -> str:
     """``step 400/4000: loss 0.412, worst in-distribution exact match 87.5% (validation),
-    11.2 steps/s, ETA 5 min``; ``worst``: the exact match and the members it is the worst of
-    (more than one: said)."""
+    11.2 steps/s, ETA 5 min``; ``worst``: the exact match, the members it is the worst of and
+    the run's members (a stack: said)."""
     parts = [] if loss is None else [f"loss {loss:.3g}"]
     if worst is not None:
-        value, members = worst
-        among = f", worst of {members} members" if members > 1 else ""
+        value, scored, members = worst
+        among = ""
+        if members > 1:
+            among = f", worst of {members} members"
+            if scored < members:
+                among = f", worst of the {scored} of {members} members still training"
         parts.append(f"worst in-distribution exact match {value:.1%} (validation{among})")
     parts.append(f"{rate:.3g} steps/s")
     if rate > 0 and max_steps > step:
