@@ -1,6 +1,7 @@
 """Ablation tables: seed statistics by hand, failures and holes shown, best marked, files."""
 
 import math
+import warnings
 
 import pandas as pd
 import pytest
@@ -8,6 +9,7 @@ from scipy import stats as scipy_stats
 
 from pelab.analysis.collect import lengths_frame, runs_frame
 from pelab.analysis.table import (
+    ALPHA,
     NO_RUNS,
     ablation,
     cell_text,
@@ -281,6 +283,17 @@ def test_holm_adjusts_the_smallest_p_value_most_and_keeps_the_order():
     assert adjusted["a"] == pytest.approx(min(1.0, 2 * raw["a"]))
     assert adjusted["b"] == pytest.approx(min(1.0, max(raw["b"], 2 * raw["a"])))
     assert pd.isna(adjusted["c"]) and pd.isna(adjusted["best"])
+
+
+def test_a_cell_with_the_leaders_very_scores_is_not_different_and_tested_without_a_warning():
+    """A rerun of a deterministic run scores as it did: p = 1 (scipy's test would warn of
+    catastrophic cancellation on such samples)."""
+    scores = (0.9012, 0.9123, 0.8901)
+    cells = pd.Series({"best": scores, "rerun": tuple(reversed(scores)), "low": (0.1, 0.11, 0.09)})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        adjusted = significance(cells, "best")
+    assert adjusted["rerun"] == 1.0 and adjusted["low"] < ALPHA
 
 
 def test_the_steps_to_learn_table_averages_the_seeds_that_learned(tmp_path):

@@ -205,6 +205,9 @@ def significance(values: pd.Series, leader) -> pd.Series:
         cell = np.asarray(cell, dtype=float)
         if index == leader or len(cell) < 2 or len(reference) < 2:
             continue
+        if np.array_equal(np.sort(cell), np.sort(reference)):  # the same scores (a rerun of a
+            raw[index] = 1.0  # deterministic run): no difference, and scipy would warn
+            continue
         raw[index] = scipy_stats.ttest_ind(cell, reference, equal_var=False).pvalue
     tested = {i: p for i, p in raw.items() if not np.isnan(p)}
     adjusted = pd.Series(np.nan, index=values.index)

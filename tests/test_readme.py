@@ -1,0 +1,222 @@
+"""The README's commands, as a new user types them (issue 35, item 3).
+
+Every command in the README's code blocks and inline code is found and checked, after a tiny
+stand-in for ``make train`` (``TINY``), in a fresh working directory:
+
+- the cheap ones run verbatim, in-process (``scripts/*.py`` through ``runpy``): ``--help`` and
+  completion, ``make_table.py``, ``eval.py`` with RoPE scaling, ``inspect_pe.py``; ``<run dir>``
+  is the tiny run, ``<date>_<time>`` and ``<your sweep>`` its sweep;
+- the training commands, minutes to hours each, are composed job by job (``-m`` and a preset's
+  sweep expanded) and pass every check a run makes before it trains;
+- a ``make`` target must exist in the Makefile; the benchmark and the GPU check have their own
+  tests (``tests/test_benchmark.py``, ``tests/test_gpu_check.py``).
+
+A command none of these rules covers fails ``test_every_readme_command_is_checked``.
+"""
+
+from __future__ import annotations
+
+import re
+import runpy
+import shlex
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+README = REPO / "README.md"
+
+CODE_BLOCK = re.compile(r"```bash\n(.*?)```", re.S)
+FENCED = re.compile(r"```.*?```", re.S)  # every block, bash or output
+INLINE = re.compile(r"`([^`]+)`")  # may wrap a line
+BARE_SCRIPT = re.compile(r"^(\w+\.py) ")  # `make_table.py <your sweep> ...`: scripts/<name>
+SHELL_WRAPPER = re.compile(r'^eval "\$\((.*)\)"$')  # eval "$(python scripts/train.py -sc ...)"
+CHECKED_ELSEWHERE = {"scripts/benchmark.py", "scripts/gpu_check.py"}
+TRAINING = "scripts/train.py"
+CHEAP_FLAGS = {"--help", "-sc", "--cfg"}
+
+
+def readme_commands(text: str) -> list[str]:
+    """Every ``python ...`` and ``make ...`` command of the README, once, in order: the lines of
+    its ``bash`` blocks (comments dropped) and its inline code."""
+    found: list[str] = []
+    for block in CODE_BLOCK.findall(text):
+        for line in block.splitlines():
+            found.append(line.split("  #")[0].split(" # ")[0].strip())
+    prose = FENCED.sub("", text)
+    found += [" ".join(span.split()) for span in INLINE.findall(prose)]
+    commands = []
+    for command in found:
+        command = SHELL_WRAPPER.sub(r"\1", command.strip())
+        if BARE_SCRIPT.match(command) and (REPO / "scripts" / command.split()[0]).is_file():
+            command = "python scripts/" + command
+        if command.startswith(("python ", "make ")) and command not in commands:
+            commands.append(command)
+    return commands
+
+
+def kind(command: str) -> str:
+    """How ``command`` is checked: ``make``, ``elsewhere``, ``run`` or ``composed``."""
+    words = shlex.split(command)
+    if words[0] == "make":
+        return "make"
+    script = words[1]
+    if script in CHECKED_ELSEWHERE:
+        return "elsewhere"
+    if script == TRAINING and not CHEAP_FLAGS & set(words):
+        return "composed"
+    return "run"
+
+
+COMMANDS = readme_commands(README.read_text())
+
+
+def test_the_readme_has_commands_of_every_kind():
+    kinds = {kind(c) for c in COMMANDS}
+    assert kinds == {"make", "elsewhere", "run", "composed"}, kinds
+    assert "python scripts/train.py --help" in COMMANDS
+    assert any(c.startswith("python scripts/eval.py ckpt_path=<run dir>") for c in COMMANDS)
+
+
+def test_every_readme_command_is_checked():
+    """Every command maps to a check below: a new kind of command fails here until it has one."""
+    for command in COMMANDS:
+        words = shlex.split(command)
+        assert words[0] in {"python", "make"}, command
+        if words[0] == "python":
+            assert (REPO / words[1]).is_file(), f"{command}: no such script"
+
+
+@pytest.mark.parametrize("command", [c for c in COMMANDS if kind(c) == "make"])
+def test_a_make_target_the_readme_names_exists(command):
+    targets = set(re.findall(r"^([a-z-]+):", (REPO / "Makefile").read_text(), re.M))
+    for word in shlex.split(command)[1:]:
+        if "=" not in word:
+            assert word in targets, f"{command}: no target {word} in the Makefile"
+
+
+# ``make train``'s stand-in: the default run's settings but a tiny model and budget, as a sweep of
+# two encodings, so that the README's sweep commands have a sweep to read
+TINY = [
+    "model.net.d_model=16",
+    "model.net.n_heads=2",
+    "model.net.n_layers=1",
+    "trainer.max_steps=4",
+    "trainer.val_check_interval=2",
+    "task.n_val=8",
+    "task.n_test=8",
+    "data.batch_size=8",
+    "data.eval_batch_size=8",
+    "logger=csv",
+]
+
+
+def run_script(command: str) -> int:
+    """``command`` (``python scripts/<x>.py ...``) in this process, as its shell would run it;
+    its exit status."""
+    words = shlex.split(command)
+    script = str(REPO / words[1])
+    argv = sys.argv
+    sys.argv = [script, *words[2:]]
+    try:
+        runpy.run_path(script, run_name="__main__")
+    except SystemExit as exit_:
+        return 0 if exit_.code is None else exit_.code if isinstance(exit_.code, int) else 1
+    finally:
+        sys.argv = argv
+    return 0
+
+
+@dataclass
+class Workspace:
+    """A fresh working directory after the tiny ``make train``: its sweep, one of its runs, and
+    ``<your sweep>`` of ``experiment=ablation_cpu pe=<yours>`` (the shipped DAPE records)."""
+
+    where: Path
+    sweep: Path
+    run_dir: Path
+    your_sweep: Path
+
+    def fill_in(self, command: str) -> str:
+        """``command`` with its placeholders filled in: ``<run dir>``, the sweeps."""
+        command = command.replace("<run dir>", str(self.run_dir))
+        command = command.replace("<your sweep>", str(self.your_sweep))
+        return re.sub(r"logs/\w+/multiruns/<date>_<time>", str(self.sweep), command)
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory):
+    where = tmp_path_factory.mktemp("fresh_clone")
+    your_sweep = where / "your_sweep"
+    for job in (REPO / "baselines/ablation_cpu").glob("dape_*"):
+        shutil.copytree(job, your_sweep / job.name)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(where)
+        assert run_script("python scripts/train.py -m pe=rope,alibi " + " ".join(TINY)) == 0
+        (sweep,) = (where / "logs/train/multiruns").iterdir()
+        run_dir = next(p for p in sweep.iterdir() if p.name.startswith("rope_"))
+        yield Workspace(where, sweep, run_dir, your_sweep)
+
+
+# what a command leaves, beyond its exit status 0 and no error: a path (glob) under the workspace
+LEAVES = {
+    "scripts/eval.py": "{run_dir}/eval/*/results.json",
+    "scripts/inspect_pe.py pe=t5_bias": "logs/inspect/t5_bias/*_illustrative.png",
+    "scripts/inspect_pe.py ckpt_path": "{run_dir}/inspect/*.png",
+    "scripts/make_table.py logs/": "{sweep}/summary/report.html",
+    "scripts/make_table.py <your sweep>": "{your_sweep}/summary/report.html",
+}
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("command", [c for c in COMMANDS if kind(c) == "run"])
+def test_a_cheap_readme_command_runs_verbatim(command, workspace, capsys):
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(workspace.where)
+        status = run_script(workspace.fill_in(command))
+    out, err = capsys.readouterr()
+    assert status == 0, f"{command}\n{out[-2000:]}\n{err[-2000:]}"
+    assert "Error" not in err, err[-2000:]
+    for start, pattern in LEAVES.items():
+        if command.startswith(f"python {start}") and "--list" not in command:
+            found = pattern.format(**vars(workspace)).removeprefix(f"{workspace.where}/")
+            assert list(workspace.where.glob(found)), f"{command} left no {pattern}"
+
+
+class CheckedJobs:
+    """A launcher that runs nothing and counts the jobs it is given: the checked sweeper checks
+    every job before it launches any (``hydra_plugins.pelab_launcher.checked_sweeper``)."""
+
+    def __init__(self, counted: list[int]) -> None:
+        self.counted = counted
+
+    def launch(self, job_overrides, initial_job_idx):  # noqa: ANN001 (Hydra's Launcher API)
+        self.counted.append(len(job_overrides))
+        return []
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("command", [c for c in COMMANDS if kind(c) == "composed"])
+def test_a_training_command_of_the_readme_composes_and_passes_every_check(
+    command, tmp_path, monkeypatch
+):
+    """The command verbatim through the real command line, with each job's training replaced by
+    the checks its run makes before the first step (``check_training_job``): a single run's
+    in its job, a sweep's in the checked sweeper, for every job before the first would launch
+    (no job launches, and no run is summed up)."""
+    from hydra.core.plugins import Plugins
+
+    import pelab.train
+    from hydra_plugins.pelab_launcher.checked_sweeper import check_training_job
+    from pelab.analysis.sweep import SweepSummary
+
+    checked: list[int] = []
+    monkeypatch.setattr(pelab.train, "job", lambda cfg: checked.append(check_training_job(cfg)))
+    monkeypatch.setattr(Plugins, "instantiate_launcher", lambda *a, **k: CheckedJobs(checked))
+    monkeypatch.setattr(SweepSummary, "on_multirun_end", lambda *args, **kwargs: None)
+    monkeypatch.chdir(tmp_path)
+    assert run_script(command) == 0, command
+    assert checked, f"{command}: no job was checked"
