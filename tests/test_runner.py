@@ -66,6 +66,26 @@ def test_a_single_run_refused_for_its_config_leaves_no_directory(tmp_path, monke
     assert (resumed / "results.json").exists() and (broken / "eval.log").exists()
 
 
+def test_a_refused_run_removes_the_empty_directories_made_for_it_up_to_the_working_directory(
+    tmp_path, monkeypatch
+):
+    """``logs/eval/runs/<time>`` refused on a fresh clone: ``logs`` goes too; a directory that
+    holds anything else (``logs/train``) stays, and so does the working directory."""
+    monkeypatch.setattr(runner, "in_sweep", lambda: False)
+    monkeypatch.chdir(tmp_path)
+    for kept in ((), ("logs/train",)):
+        for name in kept:
+            (tmp_path / name).mkdir(parents=True)
+        directory = hydra_dir(tmp_path / "logs/eval/runs/2026-11-27_19-00-00")
+        monkeypatch.setattr(runner, "hydra_output_dir", lambda d=directory: d)
+        with pytest.raises(ConfigError):
+            runner.sweep_job(fail_with(ConfigError("bad value")), directory / "results.json")
+        assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == sorted(
+            {"logs", *kept} if kept else set()
+        )
+        assert tmp_path.is_dir()
+
+
 def test_a_refusal_propagates_from_the_checks_and_any_other_error_is_kept_for_the_record(
     monkeypatch,
 ):

@@ -85,8 +85,22 @@ def sweep_job(work: Callable[[], Any], record_path: str | Path) -> None:
         if not in_sweep():
             if fresh and refused(error):
                 shutil.rmtree(hydra_dir, ignore_errors=True)  # nothing ran
+                remove_empty_parents(hydra_dir, Path.cwd())
             raise
         log.exception("this job failed (recorded in %s); the sweep goes on", record_path)
+
+
+def remove_empty_parents(path: Path, stop: Path) -> None:
+    """Remove the directories above ``path`` that are empty (``logs/eval/runs``, made for a run
+    that was refused), up to ``stop``, which stays, as does every directory outside it."""
+    stop = stop.resolve()
+    for parent in path.resolve().parents:
+        if parent == stop or stop not in parent.parents:
+            return
+        try:
+            parent.rmdir()  # only an empty directory
+        except OSError:
+            return
 
 
 def hydra_output_dir() -> Path | None:
