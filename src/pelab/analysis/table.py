@@ -28,6 +28,7 @@ steps each encoding needed to learn each task.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -155,6 +156,15 @@ class Difference:
         )
 
 
+def welch_test(a, b):  # noqa: ANN201 (scipy's TtestResult)
+    """``scipy.stats.ttest_ind(a, b, equal_var=False)``, without scipy's warning of "precision
+    loss" for a side whose seeds all score the same (100% on every seed): its variance is
+    exactly 0, which Welch's test takes as it is."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "Precision loss occurred", RuntimeWarning)
+        return scipy_stats.ttest_ind(a, b, equal_var=False)
+
+
 def welch_difference(a, b) -> Difference:
     """The difference of two means over seeds, ``a - b``, with its 95% confidence interval
     (Welch-Satterthwaite degrees of freedom) and the two-sided p-value of Welch's t-test
@@ -166,7 +176,7 @@ def welch_difference(a, b) -> Difference:
     diff = a.mean() - b.mean()
     if a.var() == 0 and b.var() == 0:
         return Difference(diff, diff, diff, float(diff == 0), len(a), len(b))
-    test = scipy_stats.ttest_ind(a, b, equal_var=False)
+    test = welch_test(a, b)
     interval = test.confidence_interval(confidence_level=0.95)
     return Difference(diff, interval.low, interval.high, float(test.pvalue), len(a), len(b))
 
@@ -205,10 +215,7 @@ def significance(values: pd.Series, leader) -> pd.Series:
         cell = np.asarray(cell, dtype=float)
         if index == leader or len(cell) < 2 or len(reference) < 2:
             continue
-        if np.array_equal(np.sort(cell), np.sort(reference)):  # the same scores (a rerun of a
-            raw[index] = 1.0  # deterministic run): no difference, and scipy would warn
-            continue
-        raw[index] = scipy_stats.ttest_ind(cell, reference, equal_var=False).pvalue
+        raw[index] = welch_test(cell, reference).pvalue
     tested = {i: p for i, p in raw.items() if not np.isnan(p)}
     adjusted = pd.Series(np.nan, index=values.index)
     running = 0.0  # Holm: the k-th smallest p times (m - k + 1), kept monotone, capped at 1
