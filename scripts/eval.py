@@ -1,5 +1,5 @@
 """Re-evaluate a checkpoint: ``python scripts/eval.py ckpt_path=<run dir>/checkpoints/best.ckpt
-pe.scaling=yarn pe.scaling_factor=4 task.eval_lengths=[16,64,128]``; sweep with ``-m``
+pe.scaling=yarn pe.scaling_factor=4 task.eval_lengths=[8,16,64,128]``; sweep with ``-m``
 (``pe.scaling=none,linear,yarn``): a failing job is recorded and the sweep goes on."""
 
 import hydra
