@@ -10,7 +10,8 @@ checkpoint that in-distribution validation selected (``best.ckpt``), never durin
 
 The run record gets ``learned`` (``null`` without a criterion), ``steps_to_learn`` (the step of
 the first of those consecutive validations: when the model first met the criterion for good;
-``null`` when it never did) and ``stop_reason`` (``learned``, ``max_steps`` or ``failed``).
+``null`` when it never did) and ``stop_reason`` (``learned``, ``max_steps``, ``failed`` or
+``interrupted``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from lightning.pytorch.callbacks import Callback
 from pelab.errors import ConfigError
 from pelab.metrics import Scores
 from pelab.tasks.base import Task
+from pelab.utils.report import percent
 
 log = logging.getLogger(__name__)
 
@@ -87,10 +89,10 @@ class Competence:
         if self.streak >= self.patience:
             self.steps_to_learn = self.streak_start
             log.info(
-                "learned at step %d (exact match >= %g at every in-distribution length, %d "
-                "validations in a row)",
+                "learned at step %d on the validation set (exact match >= %s at every "
+                "in-distribution length, %d validations in a row)",
                 self.steps_to_learn,
-                self.learned_at,
+                percent(self.learned_at),
                 self.patience,
             )
         return self.learned

@@ -375,14 +375,14 @@ def mark_failed(output_dir: Path, reason: str, log_path: Path, tail: list[str]) 
     """Record in every ``results.json`` of ``output_dir`` (the job's, and each member's in a
     stack) still ``running`` that the job died: ``failed``, why, where its output is, and how to
     resume. Returns whether there was a record to update."""
-    from pelab.record import RESULTS, read_record, write_json_atomic
+    from pelab.record import FAILED, RESULTS, RUNNING, read_record, write_json_atomic
 
     paths = sorted(output_dir.rglob(RESULTS)) if output_dir.is_dir() else []
     resume = "re-run the same command (skip_completed=true) to resume from its last checkpoint"
     for path in paths:
         record = read_record(path)
-        if record["status"] == "running":
+        if record["status"] == RUNNING:
             error = f"{reason}; {resume}; output: {log_path}"
-            record.update(status="failed", error=error, log_tail=tail)
+            record.update(status=FAILED, error=error, log_tail=tail)
             write_json_atomic(path.resolve(), record)
     return bool(paths)

@@ -240,16 +240,23 @@ def mark_interrupted(
 ) -> list[Path]:
     """Every ``results.json`` of ``job_dir`` still ``running``: ``interrupted`` (``failed`` when
     not ``interrupted``), why, the command that resumes it, and the job's log."""
-    from pelab.record import RESULTS, read_record, write_json_atomic
+    from pelab.record import (
+        FAILED,
+        INTERRUPTED,
+        RESULTS,
+        RUNNING,
+        read_record,
+        write_json_atomic,
+    )
 
     marked = []
     for path in sorted(job_dir.rglob(RESULTS)) if job_dir.is_dir() else []:
         record = read_record(path)
-        if record.get("status") != "running":
+        if record.get("status") != RUNNING:
             continue
         log_note = f"; output: {output}" if output else ""
         record.update(
-            status="interrupted" if interrupted else "failed",
+            status=INTERRUPTED if interrupted else FAILED,
             error=f"{reason}; resume: {resume}{log_note}",
             resume_command=resume,
         )

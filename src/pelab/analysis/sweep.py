@@ -16,7 +16,11 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
+from pelab.record import COMPLETED, FAILED, INTERRUPTED
+from pelab.utils.console import duration
+
 NAMED = 5  # the not-learned runs a summary names; ``make_table.py --list`` shows every one
+ENDED = (FAILED, INTERRUPTED, COMPLETED)  # how a job can end, worst first (a stack: its worst)
 
 
 class SweepSummary(Callback):
@@ -36,8 +40,9 @@ class SweepSummary(Callback):
                 print(f"sweep progress: unknown ({error!r})", file=sys.stderr)
 
     def progress(self, sweep_dir: Path) -> None:
-        """``sweep progress: 12/66 jobs done (4 failed), ETA 9 min`` on stderr: the jobs of the
-        sweep's grid with a finished record, timed from the sweep's start (``multirun.yaml``)."""
+        """``sweep progress: 12/66 jobs done (4 failed), ETA 9 min`` on stderr (``(4 failed, 1
+        interrupted)`` when a job was interrupted): the jobs of the sweep's grid with a finished
+        record, timed from the sweep's start (``multirun.yaml``)."""
         from pelab.analysis.collect import directory_records, sweep_jobs
 
         multirun = sweep_dir / "multirun.yaml"
@@ -45,19 +50,18 @@ class SweepSummary(Callback):
         if OmegaConf.select(grid, "hydra.job.config_name", default="train") != "train":
             return  # an evaluation sweep: its jobs are not training runs
         total = len(sweep_jobs(grid))
-        status: dict[str, str] = {}  # job -> completed, failed (a stack: failed if any member)
+        status: dict[str, str] = {}  # job -> how it ended (a stack: its worst member's)
         for record in directory_records(sweep_dir):
-            if record["status"] in ("completed", "failed"):
+            if record["status"] in ENDED:
                 job = str(record.get("job"))
-                status[job] = (
-                    "failed"
-                    if "failed" in (status.get(job), record["status"])
-                    else (record["status"])
-                )
-        done, failed = len(status), sum(v == "failed" for v in status.values())
+                status[job] = min(status.get(job, COMPLETED), record["status"], key=ENDED.index)
+        done = len(status)
+        failed = sum(v == FAILED for v in status.values())
+        interrupted = sum(v == INTERRUPTED for v in status.values())
+        ended = f"{failed} failed" + (f", {interrupted} interrupted" if interrupted else "")
         elapsed = time.time() - multirun.stat().st_mtime
-        left = f", ETA {_duration(elapsed / done * (total - done))}" if 0 < done < total else ""
-        print(f"sweep progress: {done}/{total} jobs done ({failed} failed){left}", file=sys.stderr)
+        left = f", ETA {duration(elapsed / done * (total - done))}" if 0 < done < total else ""
+        print(f"sweep progress: {done}/{total} jobs done ({ended}){left}", file=sys.stderr)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         from pelab.analysis.collect import directory_records, eval_records, runs_frame
@@ -70,7 +74,7 @@ class SweepSummary(Callback):
         else:
             records = directory_records(sweep_dir)
         runs = runs_frame(records)
-        failed = runs[runs["status"] != "completed"]
+        failed = runs[runs["status"] != COMPLETED]
         counts = ", ".join(f"{n} {status}" for status, n in runs["status"].value_counts().items())
         # a job: its directory, or for one never started its overrides (one record per member)
         jobs = len(
@@ -86,7 +90,7 @@ class SweepSummary(Callback):
         for _, run in failed.iterrows():
             error = str(run["error"]).split("\n")[0]
             lines.append(f"  {run['status']}: {Path(run['source']).name}: {error}")
-        judged = runs[(runs["status"] == "completed") & runs["learned"].notna()]
+        judged = runs[(runs["status"] == COMPLETED) & runs["learned"].notna()]
         if not evaluation and len(judged):  # runs under a competence budget (learned_at)
             missed = judged[judged["learned"] == False]  # noqa: E712 (object column)
             shown = [_within(Path(source), sweep_dir) for source in missed["source"][:NAMED]]
@@ -109,7 +113,7 @@ def _unrecorded(sweep_dir: Path) -> list[dict[str, Any]]:
     that does not exist): their job directory has no ``results.json``."""
     return [
         {
-            "status": "failed",
+            "status": FAILED,
             "error": f"no record: it failed before evaluating (see {job / 'eval.log'})",
             "source": str(job),
         }
@@ -121,11 +125,3 @@ def _unrecorded(sweep_dir: Path) -> list[dict[str, Any]]:
 def _within(path: Path, sweep_dir: Path) -> str:
     """``path`` relative to the sweep (a member: ``<job>/seed_<k>``)."""
     return str(path.relative_to(sweep_dir)) if path.is_relative_to(sweep_dir) else path.name
-
-
-def _duration(seconds: float) -> str:
-    """``45 s``, ``9 min``, ``2 h 5 min``."""
-    if seconds < 60:
-        return f"{seconds:.0f} s"
-    minutes = round(seconds / 60)
-    return f"{minutes} min" if minutes < 60 else f"{minutes // 60} h {minutes % 60} min"
