@@ -13,7 +13,7 @@ from pelab.analysis.report import main as make_table
 from pelab.analysis.sweep import SweepSummary
 from pelab.assembly import build_model, build_task
 from pelab.errors import ConfigError
-from pelab.evaluate import eval_overrides, evaluate, job
+from pelab.evaluate import check_evaluation, eval_overrides, evaluate, job
 from pelab.record import SCHEMA_VERSION
 from pelab.train import run
 from tests.conftest import TINY, compose_config
@@ -168,6 +168,30 @@ def test_an_evaluation_without_an_in_distribution_length_is_refused_and_leaves_n
         evaluate(compose_eval(overrides, run_dir.parent))
     after = set((run_dir / "eval").glob("*")) if (run_dir / "eval").exists() else set()
     assert after == before
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(
+    ("overrides", "refusal"),
+    [
+        (["pe.scaling=yarnn"], r"unknown pe.scaling 'yarnn'; valid choices"),
+        (["pe.num_buckets=8"], r"pe.num_buckets=8 is not an option of .*RotaryPE"),
+        (["task.eval_lengths=[16,64]"], r"\[16, 64\] has no in-distribution length"),
+        (["pe.scaling=yarn", "pe.scaling_factor=4"], None),
+    ],
+)
+def test_an_evaluation_job_is_checked_before_it_runs_as_the_evaluation_would_refuse_it(
+    rope_ckpt, tmp_path, overrides, refusal
+):
+    """``check_evaluation``: what the checked sweeper asks of each job of ``eval.py -m``."""
+    cfg = compose_eval([f"ckpt_path='{rope_ckpt}'", *overrides], tmp_path)
+    if refusal is None:
+        check_evaluation(cfg)
+        return
+    with pytest.raises(ConfigError, match=refusal):
+        check_evaluation(cfg)
+    with pytest.raises(ConfigError, match=refusal):
+        evaluate(cfg)
 
 
 @pytest.mark.integration

@@ -155,6 +155,17 @@ def load_weights(model: torch.nn.Module, ckpt: Path) -> None:
         ) from None
 
 
+def check_evaluation(cfg: DictConfig) -> None:
+    """A ``ConfigError`` for what ``evaluate`` would refuse before it tests, from the settings
+    and the checkpoint's record alone: its options against the checkpoint's encoding, the
+    lengths against its task, and the model rebuilt with them (no weights: the checked
+    sweeper's check of an evaluation job)."""
+    _, train_record = training_record(cfg.get("ckpt_path"))
+    train_cfg = OmegaConf.create(train_record["config"])
+    merged = eval_config(cfg, train_cfg, Path(cfg.paths.output_dir))
+    build_model(merged, build_task(merged), trained_sizes(train_record, train_cfg))
+
+
 def evaluated_model(merged: DictConfig, sizes: dict[str, int], ckpt: Path) -> SequenceModel:
     """The checkpoint's model, rebuilt with the evaluation's settings and checked to fit its
     weights, threads and memory: a ``ConfigError`` here refuses the evaluation."""

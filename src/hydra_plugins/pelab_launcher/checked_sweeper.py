@@ -1,7 +1,9 @@
-"""``hydra/sweeper=checked`` (``configs/train.yaml``'s default): Hydra's basic sweeper, which
-first composes every job's config and checks it as the job itself would before training
-(``check_training_job``), and refuses the whole sweep, one line per bad job, before it makes the
-sweep directory or starts any job, with whatever launcher (basic, parallel, slurm, local).
+"""``hydra/sweeper=checked`` (the default of ``configs/train.yaml`` and ``configs/eval.yaml``):
+Hydra's basic sweeper, which first composes every job's config and checks it as the job itself
+would before training (``check_training_job``) or testing (``pelab.evaluate.check_evaluation``:
+the options against the checkpoint's encoding), and refuses the whole sweep, one line per bad
+job, before it makes the sweep directory or starts any job, with whatever launcher (basic,
+parallel, slurm, local).
 
 Hydra's own sweeper makes the directory first and composes job by job as it launches them, so a
 misspelt value left an empty sweep directory, and a bad value (``model.net.n_heads=5``) stopped
@@ -69,8 +71,8 @@ class CheckedSweeper(BasicSweeper):
 def refusals(hydra_context: HydraContext, config: DictConfig, jobs: list[list[str]]) -> list[str]:
     """``#<n> <its swept values>: <why>`` for each job whose config cannot be composed or that its
     run would refuse (``check_training_job``; an error that is no user's mistake is named by
-    its type, as the job would fail on it); an evaluation sweep's jobs are only composed (their
-    model is their checkpoint's)."""
+    its type, as the job would fail on it), or that its re-evaluation would refuse
+    (``check_evaluation``)."""
     from pelab.cli import user_message
 
     previous = HydraConfig.instance().cfg
@@ -81,8 +83,13 @@ def refusals(hydra_context: HydraContext, config: DictConfig, jobs: list[list[st
             try:
                 composed = job_config(hydra_context, config, overrides, num)
                 HydraConfig.instance().set_config(composed)  # ${hydra:...} resolves as in the job
+                job = run_config(composed, job_dir(composed))
                 if "model" in composed:
-                    check_training_job(run_config(composed, job_dir(composed)))
+                    check_training_job(job)
+                else:  # a re-evaluation: its model is its checkpoint's
+                    from pelab.evaluate import check_evaluation
+
+                    check_evaluation(job)
             except Exception as error:
                 message = user_message(error) or f"{type(error).__name__}: {error}"
                 named = [o for o in overrides if o.split("=", 1)[0] in swept] or overrides
