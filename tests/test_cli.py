@@ -1,6 +1,7 @@
 """The real command line, in subprocesses: sweeps through Hydra's launchers, a failing job, the
-table of a sweep, each app's --help. (Every task is run in-process by the task tests.) Every test
-here that starts a process is marked ``integration``."""
+table of a sweep, each app's --help; and, in-process, a sweep refused before any job. (Every
+task is run in-process by the task tests.) Every test here that starts a process is marked
+``integration``."""
 
 import json
 import os
@@ -17,6 +18,8 @@ from pelab import cli as pelab_cli
 from pelab.errors import ConfigError
 from pelab.pe import PE_REGISTRY
 from tests.conftest import compose_config
+from tests.hydra_plugins.test_checked_sweeper import sweeper
+from tests.reliability.runs import fault
 
 TINY = [
     "model.net.d_model=16",
@@ -57,75 +60,92 @@ def by_run(sweep: Path) -> dict[str, str]:
     return {name.rsplit("_", 1)[0]: r["status"] for name, r in results(sweep).items()}
 
 
-# One encoding per behaviour of a sweep over encodings on copy: a 1-D encoding completes, one that
-# indexes digits (copy has none) and one that reads 2-D positions fail with their error. Every
-# encoding runs in-process (tests/test_members.py, tests/test_configs.py, tests/pe/): a new one
-# adds no job here.
+# One encoding per behaviour of a sweep over encodings on copy: a 1-D encoding trains; one that
+# indexes digits (copy has none) and one that reads 2-D positions are refused before any job runs.
+# Every encoding runs in-process (tests/test_members.py, tests/test_configs.py, tests/pe/): a new
+# one adds no job here.
 SWEEP_PES = {"rope": "completed", "abacus": "digits", "rope_2d": "2-D"}
 
 
-@pytest.mark.integration
-def test_one_encoding_per_behaviour_in_one_parallel_sweep(tmp_path, repo_root):
-    """Encodings on copy with the parallel launcher (a process per job): the 1-D one trains and
-    logs to W&B; the 2-D one (grid tasks only) and the one that indexes digits (abacus: tasks
-    with numbers) fail with a clear error, recorded, while the other completes."""
+def test_encodings_that_cannot_read_the_task_refuse_the_sweep_before_any_job(tmp_path):
+    """Encodings on copy with the parallel launcher, through the default (checked) sweeper,
+    in-process: the one that indexes digits (abacus: tasks with numbers) and the 2-D one (grid
+    tasks only) refuse the whole sweep, one line each, with the message the command prints
+    after ``Error:`` (exit 1, no traceback: ``pelab.cli.run_script``), before any job is launched
+    and before the sweep directory is made."""
     encodings = sorted(SWEEP_PES)
     digits = {pe for pe in encodings if PE_REGISTRY[pe].needs_digit_tokens}
     flat = {pe for pe in encodings if PE_REGISTRY[pe].position_dims in (None, 1)} - digits
     assert flat == {"rope"} and digits == {"abacus"}  # the others read 2-D positions: rope_2d
+    checked = sweeper(tmp_path, "hydra/launcher=parallel")
+    with pytest.raises(ConfigError) as refused:
+        checked.sweep([f"pe={','.join(encodings)}", "task=copy", *TINY])
+    lines = pelab_cli.user_message(refused.value).splitlines()
+    assert lines[0] == "2 of 3 jobs of this sweep are refused, so none ran:"
+    assert re.match(r"  #0 pe=abacus: .*task=copy declares no digit tokens", lines[1])
+    assert re.match(r"  #2 pe=rope_2d: .*reads 2-D positions but the task gives 1-D", lines[2])
+    assert len(lines) == 3  # rope (#1) is not refused
+    assert checked.launcher.batches == []  # no job launched
+    assert not (tmp_path / "sweep").exists()  # no sweep directory left behind
+
+
+@pytest.mark.integration
+def test_a_parallel_sweep_records_a_job_failing_at_run_time_and_completes_the_other(
+    tmp_path, repo_root
+):
+    """rope on copy, seeds 0 and 1, with the parallel launcher (a process per job): seed 0 trains
+    and logs to W&B; seed 1 raises at its second step (an injected fault, a failure no check
+    before the sweep can see), is recorded failed with its error, and the sweep exits 1."""
     sweep = tmp_path / "sweep"
     proc = cli(
         repo_root,
         "scripts/train.py",
         "-m",
         "hydra/launcher=parallel",
-        f"pe={','.join(encodings)}",
+        "pe=rope",
+        "seed=0,1",
         "task=copy",
         *TINY,
+        *fault("raise", 1, seed=1),
         f"hydra.sweep.dir={sweep}",
         f"paths.cache_dir={tmp_path / 'cache'}",
     )
     runs = results(sweep)
-    assert len(runs) == len(encodings), proc.stderr[-3000:]
+    statuses = by_run(sweep)
+    assert statuses == {"rope_copy_s0": "completed", "rope_copy_s1": "failed"}, proc.stderr[-3000:]
     for name, res in runs.items():
-        pe = res["choices"]["pe"]
-        assert name.rsplit("_", 1)[0] == f"{pe}_copy_s0"
-        if pe in flat:
-            assert res["status"] == "completed", (name, res.get("error"))
+        assert name.rsplit("_", 1)[0] == f"rope_copy_s{res['config']['seed']}"
+        if res["status"] == "completed":
             assert list((sweep / name / "wandb").glob("offline-run-*/*.wandb")), name
-        elif pe in digits:
-            assert res["status"] == "failed"
-            assert "task=copy declares no digit tokens" in res["error"]
         else:
-            assert res["status"] == "failed"
-            assert "reads 2-D positions but the task gives 1-D" in res["error"]
+            assert "RuntimeError: injected fault at step 1" in res["error"]
     groups = {r["config"]["logger"]["wandb"]["group"] for r in runs.values()}
     assert len(groups) == 1 and groups.pop().startswith("train-")  # one W&B group: the sweep
-    failures = len(encodings) - len(flat)
-    assert proc.returncode == (1 if failures else 0)
-    assert f"{failures} of {len(encodings)} jobs did not complete" in proc.stderr
+    assert proc.returncode == 1
+    assert re.search(r"failed: rope_copy_s1_\w{8}: RuntimeError: injected fault", proc.stderr)
+    assert "1 of 2 jobs did not complete" in proc.stderr
 
 
 @pytest.fixture(scope="module")
 def tiny_grid(tmp_path_factory, repo_root):
-    """A 3 encodings x 2 seeds sweep whose rope jobs fail (head_dim 9 cannot be rotated), then
-    ``make_table.py`` on it, W&B offline."""
+    """A 3 encodings x 2 seeds sweep whose seed-1 jobs fail at their second step (an injected
+    fault: every job passes the sweep's check), then ``make_table.py --wandb`` on it, W&B
+    offline."""
     tmp = tmp_path_factory.mktemp("grid")
     sweep = tmp / "sweep"
-    tiny = [o for o in TINY if not o.startswith("model.net.d_model")]
     train = cli(
         repo_root,
         "scripts/train.py",
         "-m",
         "pe=none,alibi,rope",
         "seed=0,1",
-        "model.net.d_model=18",
-        *tiny,
+        *TINY,
+        *fault("raise", 1, seed=1),
         "logger=csv",
         f"hydra.sweep.dir={sweep}",
         f"paths.cache_dir={tmp / 'cache'}",
     )
-    table = cli(repo_root, "scripts/make_table.py", str(sweep))
+    table = cli(repo_root, "scripts/make_table.py", str(sweep), "--wandb")
     return sweep, train, table
 
 
@@ -134,17 +154,21 @@ def test_a_failing_job_is_recorded_and_the_sweep_goes_on_and_exits_1(tiny_grid):
     sweep, train, _ = tiny_grid
     assert by_run(sweep) == {
         "none_copy_s0": "completed",
-        "none_copy_s1": "completed",
+        "none_copy_s1": "failed",
         "alibi_copy_s0": "completed",
-        "alibi_copy_s1": "completed",
-        "rope_copy_s0": "failed",
+        "alibi_copy_s1": "failed",
+        "rope_copy_s0": "completed",
         "rope_copy_s1": "failed",
     }
     assert train.returncode == 1
-    assert "6 jobs: 4 completed, 2 failed" in train.stderr
-    assert re.search(
-        r"failed: rope_copy_s0_\w{8}: ConfigError: pe=rope rotates pairs", train.stderr
-    )
+    assert "6 jobs: 3 completed, 3 failed" in train.stderr
+    for pe in ("none", "alibi", "rope"):
+        assert re.search(
+            rf"failed: {pe}_copy_s1_\w{{8}}: RuntimeError: injected fault at step 1", train.stderr
+        ), pe
+
+
+METRICS = ("exact_match", "token_acc")
 
 
 @pytest.mark.integration
@@ -154,16 +178,28 @@ def test_the_table_of_a_sweep_has_every_run_and_shows_the_failed_ones(tiny_grid)
     out = sweep / "summary"
     cells = pd.read_csv(out / "table_tasks.csv")
     assert list(cells["pe"].unique()) == ["none", "alibi", "rope"]
-    done = cells[cells["pe"] != "rope"]
-    assert (done["n"] == 2).all() and (done["runs"] == 2).all()  # 2 encodings x 2 seeds
-    rope = cells[cells["pe"] == "rope"]
-    assert (rope["n"] == 0).all() and (rope["failed"] == 2).all()
+    assert sorted(cells["metric"].unique()) == list(METRICS)  # both metrics, side by side
+    assert len(cells) == 3 * 2 * 2  # encodings x (ID, OOD) x metrics
+    assert (cells["runs"] == 2).all()  # 2 seeds planned per cell, the failed one included
+    assert (cells["n"] == 1).all() and (cells["failed"] == 1).all()  # seed 1 failed everywhere
     markdown = (out / "table_tasks.md").read_text()
     assert markdown in table.stdout
-    rope_row = next(line for line in markdown.splitlines() if line.startswith("| rope"))
-    assert rope_row.count("failed (0/2)") == 2 and "copy ID" in markdown
-    assert "rope · copy · seed 0: failed: ConfigError" in markdown
-    for name in ("table_lengths.csv", "table_tasks.tex", "length_curves.pdf", "heatmap.png"):
+    for pe in ("none", "alibi", "rope"):
+        row = next(line for line in markdown.splitlines() if line.startswith(f"| {pe} "))
+        assert row.count("(1/2") == len(METRICS), row  # the ID cell of each metric: 1 of 2 seeds
+        assert f"{pe} · copy · seed 1: failed: RuntimeError" in markdown
+    assert "copy ID exact match" in markdown and "copy ID token acc" in markdown
+    for metric in METRICS:
+        alone = (out / f"table_tasks.{metric}.md").read_text()
+        assert alone.count("(1/2") == 3, metric  # one ID cell per encoding, once per metric
+    names = ["table_lengths.csv", "table_tasks.tex"]
+    names += [
+        f"{fig}.{m}.{ext}"
+        for fig in ("length_curves", "heatmap")
+        for m in METRICS
+        for ext in ("png", "pdf")
+    ]
+    for name in names:
         assert (out / name).stat().st_size > 0, name
     assert list((out / "wandb").glob("offline-run-*/*.wandb"))  # the summary, logged to W&B
 

@@ -18,6 +18,9 @@ ENCODING_USERS = {
     "pelab.assembly": "registers the encodings and builds the run's model",
     "pelab.evaluate": "describes the options every encoding takes (eval's pe.<option>)",
     "pelab.inspect.inspect_pe": "builds encodings to draw what they compute",
+    "pelab.inspect.untrained": (
+        "gives an untrained encoding's constant parameters illustrative values"
+    ),
 }
 LEAVES = ("pelab.errors", "pelab.tokens", "pelab.devices")
 MODEL_SIDE = ("pelab.pe", "pelab.models", "pelab.model_kinds", "pelab.lit_module", "pelab.train")
