@@ -54,4 +54,4 @@ def test_a_run_of_a_wandb_sweep_agent_is_tabulated(tiny_cfg, tmp_path, monkeypat
     runs = runs_frame([read])
     assert (runs.loc[0, "train_min"], runs.loc[0, "train_max"]) == tuple(record["train_lengths"])
     table = ablation(runs, lengths_frame([read]))
-    assert table.by_task["n"].tolist() == [1, 1]  # ID and OOD of copy, from the one run
+    assert table.by_task["n"].tolist() == [1] * 4  # ID and OOD of copy, each metric, one run
