@@ -26,6 +26,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import TINY
+
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
 
@@ -98,20 +100,9 @@ def test_a_make_target_the_readme_names_exists(command):
             assert word in targets, f"{command}: no target {word} in the Makefile"
 
 
-# ``make train``'s stand-in: the default run's settings but a tiny model and budget, as a sweep of
-# two encodings, so that the README's sweep commands have a sweep to read
-TINY = [
-    "model.net.d_model=16",
-    "model.net.n_heads=2",
-    "model.net.n_layers=1",
-    "trainer.max_steps=4",
-    "trainer.val_check_interval=2",
-    "task.n_val=8",
-    "task.n_test=8",
-    "data.batch_size=8",
-    "data.eval_batch_size=8",
-    "logger=csv",
-]
+# ``make train``'s stand-in: the default run's settings but a tiny model and budget
+# (``tests.conftest.TINY``), as a sweep of two encodings, so the README's sweep commands have one
+MAKE_TRAIN = "python scripts/train.py -m pe=rope,alibi " + " ".join([*TINY, "logger=csv"])
 
 
 def run_script(command: str) -> int:
@@ -155,7 +146,7 @@ def workspace(tmp_path_factory):
         shutil.copytree(job, your_sweep / job.name)
     with pytest.MonkeyPatch.context() as patch:
         patch.chdir(where)
-        assert run_script("python scripts/train.py -m pe=rope,alibi " + " ".join(TINY)) == 0
+        assert run_script(MAKE_TRAIN) == 0
         (sweep,) = (where / "logs/train/multiruns").iterdir()
         run_dir = next(p for p in sweep.iterdir() if p.name.startswith("rope_"))
         yield Workspace(where, sweep, run_dir, your_sweep)
