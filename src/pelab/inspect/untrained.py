@@ -61,9 +61,9 @@ def constant_parameters(pe: PositionalEncoding) -> dict[str, float]:
 def bucket_distances(num_buckets: int, max_distance: int, bidirectional: bool) -> Tensor:
     """``d_k``: the shortest distance ``|j - i|`` that falls into each of T5's buckets
     (``pelab.pe.bias.t5_bucket``), ``[num_buckets]``."""
-    offsets = torch.arange(-2 * max_distance, 2 * max_distance + 1)  # j - i
+    offsets = torch.arange(-2 * max_distance, 2 * max_distance + 1, device="cpu")  # j - i
     buckets = t5_bucket(offsets, bidirectional, num_buckets, max_distance)
-    start = torch.full((num_buckets,), 2.0 * max_distance)
+    start = torch.full((num_buckets,), 2.0 * max_distance, device="cpu")
     return start.scatter_reduce(0, buckets, offsets.abs().float(), "amin")
 
 
@@ -84,8 +84,8 @@ def illustrate(pe: PositionalEncoding, name: str, seed: int = 0) -> str:
         param.copy_(-reach[:, None] * alibi_slopes(param.shape[1])[None])
         return f"{name} = -(ALiBi slope of the head) x (shortest distance in the T5 bucket)"
     start, fan_in = param.flatten()[0].item(), param.shape[-1]
-    noise = torch.randn(param.shape, generator=torch.Generator().manual_seed(seed))
-    param.add_(noise * fan_in**-0.5)
+    noise = torch.randn(param.shape, generator=torch.Generator().manual_seed(seed), device="cpu")
+    param.add_(noise.to(param) * fan_in**-0.5)
     return f"{name} = {start:g} + N(0, 1/{fan_in}), seeded"
 
 
