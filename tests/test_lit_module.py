@@ -138,7 +138,8 @@ def test_metrics_per_length_and_in_out_of_distribution_means():
     assert logged["test/token_acc/len_8"] == pytest.approx(0.75)
     assert logged["test/id/exact_match"] == 1.0 and logged["test/ood/exact_match"] == 0.5
     assert logged["test/ood/token_acc"] == pytest.approx(0.75)
-    assert model.scores["test"][8] == {"exact_match": 0.5, "token_acc": pytest.approx(0.75)}
+    scores = model.member_scores[0]
+    assert scores["test"][8] == {"exact_match": 0.5, "token_acc": pytest.approx(0.75)}
 
 
 @pytest.mark.integration
@@ -171,7 +172,7 @@ def test_validation_can_score_only_some_lengths():
         prompt = torch.randint(3, 19, (4, length))
         model._evaluate("val", {"prompt": prompt, "answer": prompt}, 0, idx)
     model._end_epoch("val")
-    assert list(model.scores["val"]) == [2, 4]
+    assert list(model.member_scores[0]["val"]) == [2, 4]
 
 
 @pytest.mark.integration
@@ -206,7 +207,7 @@ def test_a_compile_that_fails_falls_back_to_eager_with_one_warning(
 def test_members_share_positions_only_from_a_sampler_that_shares_them():
     """A randomized sample of one sequence is ``[1, n]`` like contiguous positions, but each
     member's own: folded without comparing values on the device, by the sampler's ``shared``."""
-    from pelab.lit_module import fold_positions
+    from pelab.models.stacked import fold_positions
     from pelab.positions import ContiguousPositions, RandomizedPositions
 
     randomized = RandomizedPositions(64)

@@ -13,7 +13,8 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from pelab.analysis.collect import directory_records, lengths_frame, runs_frame
+from pelab.analysis.collect import directory_records
+from pelab.analysis.frames import lengths_frame, runs_frame
 from pelab.analysis.table import ablation
 from pelab.assembly import build_members, build_model, build_task, data_module
 from pelab.data.datamodule import TrainBatches
@@ -203,7 +204,7 @@ def test_a_stopped_member_no_longer_changes(tmp_path):
 def test_each_member_clips_its_own_gradient_norm(tmp_path):
     """``trainer.gradient_clip_val``: member ``k``'s gradient is scaled by its own norm, as
     ``torch.nn.utils.clip_grad_norm_`` scales its single run's."""
-    from pelab.lit_module import clip_member_norms
+    from pelab.models.stacked import clip_member_norms
 
     cfg = stack_config(tmp_path)
     stack = stack_of(cfg)

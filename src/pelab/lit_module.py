@@ -15,12 +15,18 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torchmetrics import MeanMetric
 
-from pelab.devices import to_device
 from pelab.metrics import METRICS, SELECTION_KEY, Scores, logged_values, mean_key, selection_score
 from pelab.model_kinds import ModelKind
-from pelab.models.stacked import MemberEncodings, Stacked, members_of, select
+from pelab.models.stacked import (
+    clip_member_norms,
+    fold,
+    fold_positions,
+    members_of,
+    scale_member_steps,
+    select,
+)
 from pelab.positions import ContiguousPositions, PositionSampler
-from pelab.reliability.checkpoints import ENGINE, ENGINE_KEY
+from pelab.reliability.checkpoints import ENGINE, ENGINE_KEY, MEMBERS_KEY, SCORES_KEY
 from pelab.tasks.base import Task
 
 log = logging.getLogger(__name__)
@@ -86,10 +92,9 @@ class SequenceModel(L.LightningModule):
     their own). A member that ``stopped`` (``LearnedStop``) is left out of the forward and keeps
     its weights. Each validation and test epoch scores every member on the same evaluation sets
     in one folded call, every ``pelab.metrics.METRICS`` per length; ``member_scores[k][split]``
-    keeps member ``k``'s last ``{length: {metric: value}}`` of each split (``scores``: member
-    0's). With K = 1 the loggers get them live; a stack keeps each member's ``history`` for its
-    own loggers. ``positions`` is the run's position sampler
-    (``pelab.positions.build_sampler``).
+    keeps member ``k``'s last ``{length: {metric: value}}`` of each split. With K = 1 the
+    loggers get them live; a stack keeps each member's ``history`` for its own loggers.
+    ``positions`` is the run's position sampler (``pelab.positions.build_sampler``).
     """
 
     def __init__(
@@ -152,15 +157,6 @@ class SequenceModel(L.LightningModule):
             "val": list(task.eval_lengths if val_lengths is None else val_lengths),
             "test": list(task.eval_lengths),
         }
-
-    @property
-    def seed(self) -> int:
-        return self.seeds[0]
-
-    @property
-    def scores(self) -> dict[str, Scores]:
-        """Member 0's scores (a single run's)."""
-        return self.member_scores[0]
 
     def selected(self, members: Sequence[int]) -> AbstractContextManager[None]:
         """Forwards inside run ``members`` only (``pelab.models.stacked.select``)."""
@@ -440,20 +436,9 @@ class SequenceModel(L.LightningModule):
         if rates is None:
             optimizer.step(closure=optimizer_closure)
             return
-        owners = member_parameters(self.net)
-        before = [p.detach().clone() for p, _ in owners]
+        before = [p.detach().clone() for p in self.net.parameters()]
         optimizer.step(closure=optimizer_closure)
-        weights = {}  # the rates on each parameter's device, in its dtype: [K]
-        with torch.no_grad():
-            for (p, owner), old in zip(owners, before, strict=True):
-                key = (p.device, p.dtype)
-                if key not in weights:
-                    weights[key] = to_device(
-                        torch.tensor(rates, dtype=p.dtype, device="cpu"), p.device
-                    )
-                rate = weights[key]
-                weight = rate.view(-1, *[1] * (p.dim() - 1)) if owner is None else rate[owner]
-                p.copy_(torch.lerp(old, p, weight))
+        scale_member_steps(self.net, before, rates)
 
     def configure_gradient_clipping(
         self,
@@ -478,57 +463,6 @@ class SequenceModel(L.LightningModule):
             "optimizer": optimizer,
             "lr_scheduler": {"scheduler": scheduler, "interval": "step"},
         }
-
-
-def fold(tensors: Sequence[Tensor]) -> Tensor:
-    """The members' batches ``[b, ...]`` as one folded batch ``[K b, ...]``, member-major."""
-    return tensors[0] if len(tensors) == 1 else torch.cat(list(tensors))
-
-
-def fold_positions(positions: Sequence[Tensor], shared: bool = False) -> Tensor:
-    """The members' positions ``[b|1, ...]`` folded: with ``shared`` positions (the sampler's
-    ``shared``: the same for every sequence and member) and a leading 1, member 0's, broadcast;
-    each member's rows otherwise."""
-    first = positions[0]
-    if len(positions) == 1 or (shared and all(p.shape == first.shape for p in positions)):
-        return first
-    rows = max(p.shape[0] for p in positions)
-    return torch.cat([p.expand(rows, *p.shape[1:]) for p in positions])
-
-
-def member_parameters(net: nn.Module) -> list[tuple[Tensor, int | None]]:
-    """Every parameter of ``net`` with its member: None for a stacked one (``[K, ...]``, every
-    member), ``k`` for one of member ``k`` alone (its own encoding; with one member, an
-    encoding's parameters are member 0's)."""
-    stacked = {id(p) for m in net.modules() if isinstance(m, Stacked) for p in m.parameters()}
-    owned = {}
-    for module in net.modules():
-        if isinstance(module, MemberEncodings):
-            for k, encoding in enumerate(module.encodings):
-                owned |= {id(p): k for p in encoding.parameters()}
-    return [(p, None if id(p) in stacked else owned.get(id(p), 0)) for p in net.parameters()]
-
-
-@torch.no_grad()
-def clip_member_norms(net: nn.Module, max_norm: float) -> None:
-    """``torch.nn.utils.clip_grad_norm_`` for each member on its own gradient: member ``k``'s
-    gradient times ``min(1, max_norm / (||g_k|| + 1e-6))``."""
-    owners = [(p, k) for p, k in member_parameters(net) if p.grad is not None]
-    if not owners:
-        return
-    squares = torch.zeros(members_of(net), device=owners[0][0].device)  # [K]
-    for p, k in owners:
-        if k is None:  # [K, ...]: each member's norm over its rows
-            squares += torch.linalg.vector_norm(p.grad.flatten(1), dim=1).square()
-        else:
-            squares[k] += torch.linalg.vector_norm(p.grad).square()
-    coef = (max_norm / (squares.sqrt() + 1e-6)).clamp(max=1.0)
-    for p, k in owners:
-        p.grad.mul_(coef.view(-1, *[1] * (p.dim() - 1)) if k is None else coef[k])
-
-
-MEMBERS_KEY = "pelab_members"  # the members' own state in a checkpoint
-SCORES_KEY = "pelab_scores"  # the last validation's scores in a checkpoint (one per member)
 
 
 def _state(metric: str, length: int) -> str:

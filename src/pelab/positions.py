@@ -101,7 +101,7 @@ class PositionSampler:
     ``generator``, so runs are reproducible; the caller's ``device`` gets a copy that does not
     block the host). ``shared``: its samples do not depend on the generator (contiguous
     positions, a task's coordinates), so the members of a stack share them
-    (``pelab.lit_module.fold_positions`` relies on this instead of comparing values on the
+    (``pelab.models.stacked.fold_positions`` relies on this instead of comparing values on the
     device); a randomized sample of one sequence, ``[1, n]`` too, is each member's own.
     ``max_position`` is the largest position it can give (0: none beyond the sequence), which
     sizes tables such as ``pe=learned``; ``check`` refuses a run it cannot serve.

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 import torch
 
-from pelab.reliability.callbacks import ResumeState
+from pelab.reliability.callbacks import InjectFault, ResumeState
 from pelab.train import run
 from tests.reliability.runs import checkpoint
 
@@ -61,3 +61,14 @@ def test_resume_state_reads_and_sets_only_the_runs_gpu(monkeypatch):
     cpu.load_state_dict(old)
     cpu.on_train_batch_start(None, SimpleNamespace(device=torch.device("cpu")), None, 0)
     assert len(written) == 2
+
+
+def test_a_fault_by_seed_fires_in_the_job_of_any_member_of_that_seed(tmp_path):
+    """``fault(..., seed=s)`` reaches member 1 of a stack as it reaches a single run of ``s``."""
+    marker = tmp_path / "fired"
+    fault = InjectFault(at_step=2, action="mark", marker=str(marker), seed=3)
+    trainer = SimpleNamespace(global_step=2)
+    fault.on_train_batch_start(trainer, SimpleNamespace(seeds=[0, 1]), None, 0)
+    assert not marker.exists()  # no member of seed 3
+    fault.on_train_batch_start(trainer, SimpleNamespace(seeds=[0, 3]), None, 0)
+    assert marker.exists()  # member 1 is of seed 3

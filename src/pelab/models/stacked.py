@@ -339,3 +339,65 @@ def load_member(net: nn.Module, k: int, state: dict[str, Tensor]) -> None:
         raise KeyError(f"a member's state lacks {', '.join(missing[:5])}")
     for key, tensor in own.items():
         tensor.copy_(state[key])
+
+
+def fold(tensors: Sequence[Tensor]) -> Tensor:
+    """The members' batches ``[b, ...]`` as one folded batch ``[K b, ...]``, member-major."""
+    return tensors[0] if len(tensors) == 1 else torch.cat(list(tensors))
+
+
+def fold_positions(positions: Sequence[Tensor], shared: bool = False) -> Tensor:
+    """The members' positions ``[b|1, ...]`` folded: with ``shared`` positions (the sampler's
+    ``shared``: the same for every sequence and member) and a leading 1, member 0's, broadcast;
+    each member's rows otherwise."""
+    first = positions[0]
+    if len(positions) == 1 or (shared and all(p.shape == first.shape for p in positions)):
+        return first
+    rows = max(p.shape[0] for p in positions)
+    return torch.cat([p.expand(rows, *p.shape[1:]) for p in positions])
+
+
+def member_parameters(net: nn.Module) -> list[tuple[Tensor, int | None]]:
+    """Every parameter of ``net`` with its member: None for a stacked one (``[K, ...]``, every
+    member), ``k`` for one of member ``k`` alone (its own encoding; with one member, an
+    encoding's parameters are member 0's)."""
+    stacked = {id(p) for m in net.modules() if isinstance(m, Stacked) for p in m.parameters()}
+    owned = {}
+    for module in net.modules():
+        if isinstance(module, MemberEncodings):
+            for k, encoding in enumerate(module.encodings):
+                owned |= {id(p): k for p in encoding.parameters()}
+    return [(p, None if id(p) in stacked else owned.get(id(p), 0)) for p in net.parameters()]
+
+
+@torch.no_grad()
+def clip_member_norms(net: nn.Module, max_norm: float) -> None:
+    """``torch.nn.utils.clip_grad_norm_`` for each member on its own gradient: member ``k``'s
+    gradient times ``min(1, max_norm / (||g_k|| + 1e-6))``."""
+    owners = [(p, k) for p, k in member_parameters(net) if p.grad is not None]
+    if not owners:
+        return
+    squares = torch.zeros(members_of(net), device=owners[0][0].device)  # [K]
+    for p, k in owners:
+        if k is None:  # [K, ...]: each member's norm over its rows
+            squares += torch.linalg.vector_norm(p.grad.flatten(1), dim=1).square()
+        else:
+            squares[k] += torch.linalg.vector_norm(p.grad).square()
+    coef = (max_norm / (squares.sqrt() + 1e-6)).clamp(max=1.0)
+    for p, k in owners:
+        p.grad.mul_(coef.view(-1, *[1] * (p.dim() - 1)) if k is None else coef[k])
+
+
+@torch.no_grad()
+def scale_member_steps(net: nn.Module, before: Sequence[Tensor], rates: Sequence[float]) -> None:
+    """Scale each member's part of the optimizer step just taken by ``rates[k]``: every
+    parameter of ``net`` moves from its value ``before`` the step by that fraction of it (0
+    keeps a member's weights; the rates are host numbers, copied once per device and dtype)."""
+    weights = {}  # the rates on each parameter's device, in its dtype: [K]
+    for (p, owner), old in zip(member_parameters(net), before, strict=True):
+        key = (p.device, p.dtype)
+        if key not in weights:
+            weights[key] = to_device(torch.tensor(rates, dtype=p.dtype, device="cpu"), p.device)
+        rate = weights[key]
+        weight = rate.view(-1, *[1] * (p.dim() - 1)) if owner is None else rate[owner]
+        p.copy_(torch.lerp(old, p, weight))

@@ -34,11 +34,15 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from pelab.lit_module import SCORES_KEY
 from pelab.metrics import selection_score
 from pelab.models.stacked import load_member, member_state
 from pelab.reliability import requeue
-from pelab.reliability.checkpoints import IDENTITY_KEY, AtomicCheckpointIO, read_checkpoint
+from pelab.reliability.checkpoints import (
+    IDENTITY_KEY,
+    SCORES_KEY,
+    AtomicCheckpointIO,
+    read_checkpoint,
+)
 
 log = logging.getLogger(__name__)
 
@@ -409,8 +413,10 @@ class InjectFault(Callback):
         during: str = "train",
     ) -> None:
         """``marker``: a file created when the fault fires, for a test to wait on; ``seed``: fire
-        only in the run of this seed (one job of a sweep); ``during``: ``train`` (before
-        training step ``at_step``) or ``test`` (before test batch ``at_step``)."""
+        only in the job that trains a member of this seed (one job of a sweep, or the stack
+        whose ``seeds`` hold it: the fault ends the job, every member with it);
+        ``during``: ``train`` (before training step ``at_step``) or ``test`` (before test batch
+        ``at_step``)."""
         if action not in FAULTS:
             raise ValueError(f"unknown fault {action!r}; valid choices: {FAULTS}")
         if during not in ("train", "test"):
@@ -429,7 +435,7 @@ class InjectFault(Callback):
             self._fire(pl_module)
 
     def _fire(self, pl_module) -> None:
-        if self.seed is not None and getattr(pl_module, "seed", None) != self.seed:
+        if self.seed is not None and self.seed not in pl_module.seeds:
             return
         log.warning("injecting fault %r at step %d", self.action, self.at_step)
         if self.marker:

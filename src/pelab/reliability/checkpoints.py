@@ -44,6 +44,8 @@ IDENTITY_KEY = "pelab"  # checkpoint["callbacks"]["pelab"]: the run's identity a
 # checkpoint["pelab_engine"]: written by the stacked engine (every run a stack of K >= 1 members,
 # ``pelab.lit_module``), whose weights carry the member dimension; older ones cannot resume
 ENGINE_KEY, ENGINE = "pelab_engine", 2
+MEMBERS_KEY = "pelab_members"  # the members' own state (stopped, history, decay_from)
+SCORES_KEY = "pelab_scores"  # the last validation's scores (one per member)
 HPC_CHECKPOINT = re.compile(r"hpc_ckpt_(\d+)\.ckpt")  # Lightning's SLURM requeue checkpoints
 
 
