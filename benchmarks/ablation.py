@@ -9,7 +9,8 @@ import time
 from pathlib import Path
 
 from benchmarks.common import Setup
-from pelab.analysis.collect import directory_records, runs_frame
+from pelab.analysis.collect import directory_records
+from pelab.analysis.frames import runs_frame
 
 
 def ablation_wall_time(out: Path) -> dict:

@@ -7,16 +7,10 @@ from types import SimpleNamespace
 import pytest
 from omegaconf import OmegaConf
 
-from pelab.analysis.collect import (
-    NOT_SET,
-    directory_records,
-    lengths_frame,
-    load_records,
-    matches,
-    runs_frame,
-    sweep_jobs,
-    wandb_record,
-)
+from pelab.analysis.collect import directory_records, load_records, matches
+from pelab.analysis.frames import NOT_SET, lengths_frame, runs_frame
+from pelab.analysis.sweep_grid import sweep_jobs
+from pelab.analysis.wandb_records import wandb_record
 from pelab.errors import ConfigError
 from tests.analysis.records import CHOICES, record, write_job, write_multirun
 

@@ -1,5 +1,5 @@
 """The table experiments: their grids are every registered 1-D encoding (a glob over configs/pe/,
-expanded as Hydra's sweeper and the missing-job detection of ``pelab.analysis.collect`` expand
+expanded as Hydra's sweeper and the missing-job detection of ``pelab.analysis.sweep_grid`` expand
 it), they compose job by job, and their W&B sweep configs are that grid written out."""
 
 import logging
@@ -12,7 +12,8 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig, OmegaConf
 
 from pelab.analysis import wandb_sweep
-from pelab.analysis.collect import directory_records, sweep_jobs
+from pelab.analysis.collect import directory_records
+from pelab.analysis.sweep_grid import sweep_jobs
 from pelab.pe import PE_REGISTRY
 from tests.conftest import CONFIG_DIR, compose_config
 from tests.test_configs import options

@@ -5,7 +5,7 @@ import base64
 import re
 from html.parser import HTMLParser
 
-from pelab.analysis.collect import lengths_frame, runs_frame
+from pelab.analysis.frames import lengths_frame, runs_frame
 from pelab.analysis.html_report import write_html
 from pelab.analysis.plots import length_curves, save
 from pelab.analysis.table import ablation

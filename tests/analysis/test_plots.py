@@ -7,7 +7,7 @@ from matplotlib.colors import same_color, to_rgba, to_rgba_array
 from matplotlib.patches import Rectangle
 
 from pelab.analysis.baseline import BASELINES
-from pelab.analysis.collect import lengths_frame, runs_frame
+from pelab.analysis.frames import lengths_frame, runs_frame
 from pelab.analysis.plots import GREY, heatmap, length_curves, read_published, save
 from pelab.analysis.table import ablation
 from pelab.errors import ConfigError

@@ -7,21 +7,11 @@ import pandas as pd
 import pytest
 from scipy import stats as scipy_stats
 
-from pelab.analysis.collect import lengths_frame, runs_frame
-from pelab.analysis.table import (
-    ALPHA,
-    NO_RUNS,
-    ablation,
-    cell_text,
-    column_notes,
-    complete,
-    pivot,
-    row_axes,
-    significance,
-    welch_difference,
-    welch_test,
-    write_tables,
-)
+from pelab.analysis.cells import NO_RUNS, cell_text, column_notes, pivot
+from pelab.analysis.frames import lengths_frame, runs_frame
+from pelab.analysis.render import write_tables
+from pelab.analysis.statistics import ALPHA, significance, welch_difference, welch_test
+from pelab.analysis.table import ablation, complete, row_axes
 from pelab.errors import ConfigError
 from tests.analysis.records import CHOICES, record
 

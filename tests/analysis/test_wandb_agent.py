@@ -9,8 +9,9 @@ import wandb
 import yaml
 from wandb.sdk.wandb_summary import SummaryDict
 
-from pelab.analysis.collect import lengths_frame, runs_frame, wandb_record
+from pelab.analysis.frames import lengths_frame, runs_frame
 from pelab.analysis.table import ablation
+from pelab.analysis.wandb_records import wandb_record
 from pelab.train import run
 
 

@@ -5,8 +5,9 @@ import pytest
 import wandb
 
 from pelab.analysis import report, wandb_summary
-from pelab.analysis.collect import lengths_frame, runs_frame
-from pelab.analysis.table import ablation, write_tables
+from pelab.analysis.frames import lengths_frame, runs_frame
+from pelab.analysis.render import write_tables
+from pelab.analysis.table import ablation
 from tests.analysis.records import CHOICES, record, write_job
 
 

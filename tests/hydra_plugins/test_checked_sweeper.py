@@ -10,7 +10,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.core.plugins import Plugins
 from hydra.types import HydraContext
 
-from pelab.analysis.collect import sweep_jobs
+from pelab.analysis.sweep_grid import sweep_jobs
 from pelab.errors import ConfigError
 from tests.conftest import CONFIG_DIR, TINY
 

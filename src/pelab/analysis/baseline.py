@@ -208,7 +208,7 @@ def origin(source: Any) -> str:
 
 
 def with_origin(runs: pd.DataFrame) -> pd.DataFrame:
-    """``runs`` (``collect.runs_frame``) with the ``ORIGIN`` column when any run comes from a
+    """``runs`` (``frames.runs_frame``) with the ``ORIGIN`` column when any run comes from a
     baseline: a setting of its own, so the table's rows say whose runs they are."""
     if not len(runs):
         return runs

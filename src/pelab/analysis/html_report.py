@@ -15,15 +15,9 @@ from typing import Any
 
 import pandas as pd
 
-from pelab.analysis.table import (
-    LEGEND,
-    Ablation,
-    column_header,
-    column_notes,
-    metric_name,
-    not_completed,
-    pivot,
-)
+from pelab.analysis.cells import column_header, column_notes, metric_name, pivot
+from pelab.analysis.render import LEGEND, not_completed
+from pelab.analysis.table import Ablation
 
 STYLE = (
     "body{font-family:sans-serif;margin:2em;max-width:1400px}"
@@ -58,7 +52,7 @@ def table_html(stats: pd.DataFrame, rows: list[str], cols: list[str]) -> str:
     """A table as HTML, its best cells bold (as in the Markdown table), the row labels as
     columns (no header row of index names), one header row per column key in words (task,
     split or length, metric); under it, the columns without a bold cell and why
-    (``table.column_notes``)."""
+    (``cells.column_notes``)."""
     table, best = pivot(stats, rows, cols)
     table = table.map(html.escape).where(~best, "<b>" + table.map(html.escape) + "</b>")
     table.columns = pd.MultiIndex.from_tuples([column_header(c, stats) for c in table.columns])

@@ -29,14 +29,8 @@ from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
 from pelab.analysis.baseline import ORIGIN, YOURS  # noqa: E402
-from pelab.analysis.collect import NOT_SET  # noqa: E402
-from pelab.analysis.table import (  # noqa: E402
-    NO_RUNS,
-    NOT_LEARNED,
-    NOTHING_MEASURED,
-    metric_name,
-    no_score,
-)
+from pelab.analysis.cells import NO_RUNS, NO_SCORE_MEANINGS, metric_name, no_score  # noqa: E402
+from pelab.analysis.frames import NOT_SET  # noqa: E402
 from pelab.errors import ConfigError  # noqa: E402
 
 COLORS = plt.get_cmap("tab10").colors
@@ -254,18 +248,10 @@ def _overlay(ax, points: pd.DataFrame, rows: list[str], styles: dict[object, Sty
         )
 
 
-# what a grey heatmap cell means, by the word it shows (the tables' words)
-GREY_MEANINGS = {
-    NOT_LEARNED: "no seed learned the task in distribution, so its score here measures nothing",
-    NO_RUNS: "no run of this setting",
-    NOTHING_MEASURED: "its runs had nothing to measure",
-}
-
-
 def heatmap(stats: pd.DataFrame, rows: list[str], metric: str) -> Figure:
     """One panel per task of ``stats`` (``Ablation.by_length``), rows x evaluation lengths, for
     ``metric``: the mean over seeds in percent, coloured by ``above_chance`` (red below the
-    column's chance level, white at it, blue above); a cell without a score (``table.no_score``,
+    column's chance level, white at it, blue above); a cell without a score (``cells.no_score``,
     or ``NO_RUNS``) is grey and shows the tables' word, and the legend says what each means."""
     cells = stats[stats["metric"] == metric]
     tasks = list(dict.fromkeys(cells["task"]))
@@ -298,7 +284,9 @@ def heatmap(stats: pd.DataFrame, rows: list[str], metric: str) -> Figure:
     if words:
         fig.legend(
             handles=[
-                Patch(facecolor=NO_SCORE_GREY, label=f"{w}: {GREY_MEANINGS.get(w, 'no result')}")
+                Patch(
+                    facecolor=NO_SCORE_GREY, label=f"{w}: {NO_SCORE_MEANINGS.get(w, 'no result')}"
+                )
                 for w in sorted(words)
             ],
             title="grey: no score",

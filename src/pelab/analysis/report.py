@@ -34,10 +34,12 @@ import sys
 from pathlib import Path
 
 from pelab.analysis.browse import run_list
-from pelab.analysis.collect import WANDB_PREFIX, lengths_frame, load_records, runs_frame
+from pelab.analysis.collect import WANDB_PREFIX, load_records
+from pelab.analysis.frames import lengths_frame, runs_frame
 from pelab.analysis.html_report import write_html
 from pelab.analysis.plots import heatmap, length_curves, read_published, save
-from pelab.analysis.table import PROTOCOLS, ablation, write_tables
+from pelab.analysis.render import write_tables
+from pelab.analysis.table import PROTOCOLS, ablation
 from pelab.analysis.wandb_summary import log_summary
 from pelab.errors import ConfigError
 from pelab.metrics import METRICS

@@ -43,7 +43,8 @@ class SweepSummary(Callback):
         """``sweep progress: 12/66 jobs done (4 failed), ETA 9 min`` on stderr (``(4 failed, 1
         interrupted)`` when a job was interrupted): the jobs of the sweep's grid with a finished
         record, timed from the sweep's start (``multirun.yaml``)."""
-        from pelab.analysis.collect import directory_records, sweep_jobs
+        from pelab.analysis.collect import directory_records
+        from pelab.analysis.sweep_grid import sweep_jobs
 
         multirun = sweep_dir / "multirun.yaml"
         grid = OmegaConf.load(multirun)
@@ -64,7 +65,8 @@ class SweepSummary(Callback):
         print(f"sweep progress: {done}/{total} jobs done ({ended}){left}", file=sys.stderr)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        from pelab.analysis.collect import directory_records, eval_records, runs_frame
+        from pelab.analysis.collect import directory_records, eval_records
+        from pelab.analysis.frames import runs_frame
         from pelab.record import job_key
 
         sweep_dir = Path(config.hydra.sweep.dir)

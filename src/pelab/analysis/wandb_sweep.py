@@ -20,7 +20,7 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from hydra.errors import HydraException
 
-from pelab.analysis.collect import sweep_jobs
+from pelab.analysis.sweep_grid import sweep_jobs
 from pelab.errors import ConfigError
 
 PROGRAM = "scripts/train.py"

@@ -1,0 +1,115 @@
+"""An ablation's tables as files (``write_tables``): each as Markdown (with its caption, why a
+column has no bold, the legend and every run that did not complete), LaTeX (bold cells in
+``\\textbf``) and CSV (every cell's statistics, one row each: the mean, the standard deviation,
+the unclipped interval, the best seed, ``n``, ``learned``, ``p_vs_top``); the steps to learn as
+Markdown and CSV.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from pelab.analysis.cells import column_header, column_label, column_notes, pivot, steps_text
+from pelab.analysis.table import Ablation
+
+
+def to_markdown(stats: pd.DataFrame, rows: list[str], cols: list[str]) -> str:
+    table, best = pivot(stats, rows, cols)
+    table = table.where(~best, "**" + table + "**")
+    table.columns = [column_label(c, stats) for c in table.columns]
+    return table.reset_index().to_markdown(index=False, disable_numparse=True)
+
+
+def to_latex(stats: pd.DataFrame, rows: list[str], cols: list[str], caption: str) -> str:
+    table, best = pivot(stats, rows, cols)
+    table.columns = pd.MultiIndex.from_tuples([column_header(c, stats) for c in table.columns])
+    styler = table.style.format(escape="latex")
+    styler = styler.format_index(escape="latex", axis=0).format_index(escape="latex", axis=1)
+    styler = styler.apply(lambda _: np.where(best, "textbf:--rwrap;", ""), axis=None)
+    return styler.to_latex(
+        hrules=True, caption=latex_escape(caption), multicol_align="c", position_float="centering"
+    )
+
+
+def latex_escape(text: str) -> str:
+    """Escape LaTeX's special characters in plain text (captions)."""
+    special = {"\\": r"\textbackslash{}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
+    special |= {c: "\\" + c for c in "&%$#_{}"}
+    return "".join(special.get(c, c) for c in text)
+
+
+def not_completed(runs: pd.DataFrame, rows: list[str]) -> list[str]:
+    """One line per run that did not complete: its setting, status, error and where it lies."""
+    lines = []
+    for _, run in runs[runs["status"] != "completed"].iterrows():
+        name = " · ".join(str(run[c]) for c in [*rows, "task"])
+        error = str(run["error"]).strip().splitlines()[0] if run["error"] else ""
+        where = f" ({run['source']})" if isinstance(run["source"], str) and run["source"] else ""
+        lines.append(f"{name} · seed {run['seed']}: {run['status']}: {error[:200]}{where}")
+    return lines
+
+
+def write_tables(result: Ablation, out_dir: Path) -> list[Path]:
+    """Each table (``Ablation.side_by_side``, ``Ablation.per_metric``) as ``.md`` (with its
+    caption, why a column has no bold, the legend and every run that did not complete),
+    ``.tex`` and ``.csv`` (the cell statistics, one row per cell) in ``out_dir``."""
+    problems = not_completed(result.runs, result.rows)
+    notes = [LEGEND, ""]
+    if problems:
+        notes += [f"Not completed ({len(problems)} of {len(result.runs)} runs):", ""]
+        notes += [f"- {p}" for p in problems]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for table in [*result.side_by_side(), *result.per_metric()]:
+        markdown = to_markdown(table.stats, result.rows, table.cols)
+        why = column_notes(table.stats, table.cols)
+        text = "\n".join([markdown, "", table.caption, "", *why, *([""] if why else []), *notes])
+        written.append(_write(out_dir / f"{table.stem}.md", text + "\n"))
+        latex = to_latex(table.stats, result.rows, table.cols, table.caption)
+        written.append(_write(out_dir / f"{table.stem}.tex", latex))
+        table.stats.drop(columns="values").to_csv(out_dir / f"{table.stem}.csv", index=False)
+        written.append(out_dir / f"{table.stem}.csv")
+    if result.steps is not None:
+        table = steps_markdown(result.steps, result.rows)
+        written.append(_write(out_dir / "table_steps.md", f"{table}\n\n{STEPS_LEGEND}\n"))
+        result.steps.to_csv(out_dir / "table_steps.csv", index=False)
+        written.append(out_dir / "table_steps.csv")
+    return written
+
+
+LEGEND = (
+    "Metrics: exact match, the whole answer right; token acc, the share of answer tokens right "
+    "(both greedy). Cells: mean over seeds in percent, with its 95% confidence interval "
+    "(Student's t-interval over the seeds, clipped to [0, 100]; [–]: one seed) (k/n: seeds with "
+    "a result / seeds in the grid; learned k/n: seeds that learned the task in distribution, "
+    "under a competence budget). **Bold**: the best mean of the column and every cell not "
+    "significantly different from it (Welch's t-test, two-sided, α = 0.05, Holm's correction "
+    "over the column; a cell or a best with one seed cannot be told apart and stays bold); in "
+    "an OOD column only cells whose seeds all learned the task compete; a column whose "
+    "competing cells all show one value (e.g. 0.0) has no bold. ID: mean over the evaluation "
+    "lengths inside the training range; OOD: over the longer ones; not learned: no seed "
+    "learned the task, so its OOD score measures nothing (its ID mean is shown); not run: no "
+    "run of this setting. The CSV files hold every number (metric, mean, std, ci95_low, "
+    "ci95_high, n, learned, p_vs_top)."
+)
+STEPS_LEGEND = (
+    "Steps to learn (competence budget, `learned_at`): the training step at which in-distribution "
+    "validation first met the criterion for good, mean ± standard deviation over the seeds that "
+    "learned (k/n: seeds that learned / seeds with a criterion); not learned: none did within "
+    "trainer.max_steps."
+)
+
+
+def steps_markdown(steps: pd.DataFrame, rows: list[str]) -> str:
+    """The steps-to-learn table, rows x tasks."""
+    texts = steps.assign(text=steps.apply(steps_text, axis=1))
+    table = texts.pivot(index=rows, columns="task", values="text")
+    return table.reset_index().to_markdown(index=False, disable_numparse=True)
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
