@@ -22,7 +22,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.types import HydraContext
 from omegaconf import DictConfig
 
-from hydra_plugins.pelab_launcher.pool_launcher import job_config, job_dir, run_config
+from hydra_plugins.pelab_launcher.job_config import job_config, job_dir, run_config
 from pelab.errors import ConfigError
 
 log = logging.getLogger(__name__)

@@ -35,8 +35,10 @@ from hydra.core.singleton import Singleton
 from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrides, setup_globals
 from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig
 
+from hydra_plugins.pelab_launcher import worker
+from hydra_plugins.pelab_launcher.job_config import job_config, job_dir, run_config
 from hydra_plugins.pelab_launcher.job_lines import SweepClock, outcome
 from pelab.errors import ConfigError
 from pelab.threads import available_cores
@@ -212,13 +214,12 @@ class PoolLauncher(Launcher):
         return job
 
     def _start(self, job: _Job, context: Any) -> _Job:
-        from hydra_plugins.pelab_launcher.worker import main
         from pelab.reliability.memory import run_device
 
         # a job on the CPU opens no CUDA context: its allocator needs no share
         fraction = self.gpu_fraction if run_device(job.config) == "cuda" else None
         job.process = context.Process(
-            target=main,
+            target=worker.main,
             args=(job.call_path, job.result_path, job.log_path, self.threads, fraction),
         )
         job.process.start()
@@ -261,35 +262,6 @@ class PoolLauncher(Launcher):
         returned.status = JobStatus.COMPLETED  # accounted for: the summary reports its failure
         returned.return_value = None
         return returned
-
-
-def job_config(
-    hydra_context: HydraContext, config: DictConfig, overrides: list[str], num: int
-) -> DictConfig:
-    """Job ``num``'s config, as Hydra's launchers make it: the sweep's config with the job's
-    overrides, and its ``hydra.job.id`` and ``hydra.job.num`` (a job directory may use them)."""
-    sweep_config = hydra_context.config_loader.load_sweep_config(config, overrides)
-    with open_dict(sweep_config):
-        sweep_config.hydra.job.id = f"{sweep_config.hydra.job.name}_{num}"
-        sweep_config.hydra.job.num = num
-    return sweep_config
-
-
-def job_dir(config: DictConfig) -> Path:
-    """The directory of the job whose composed config is ``config`` (``job_config``)."""
-    sweep = OmegaConf.select(config, "hydra.sweep")
-    return Path(str(sweep.dir)) / str(sweep.subdir)
-
-
-def run_config(config: DictConfig, output_dir: Path) -> DictConfig:
-    """The run's settings (Hydra's node removed) of a job's composed config, with the output
-    directory it will have: what the job's run checks, measures and builds. Call it with
-    ``HydraConfig`` set to ``config`` so that ``${hydra:...}`` resolves as in the job."""
-    cfg = config.copy()
-    with open_dict(cfg):
-        cfg.paths.output_dir = str(output_dir)
-        del cfg["hydra"]
-    return cfg
 
 
 def jobs_at_once(free: int, need: int, cores: int, jobs: int) -> int:

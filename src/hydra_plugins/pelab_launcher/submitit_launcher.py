@@ -112,7 +112,7 @@ class _PelabSubmitit(BaseSubmititLauncher):
         return wait_all(jobs, job_overrides, job_dirs, resume, self._POLL_S)
 
     def _job_dir(self, overrides: list[str], num: int) -> Path:
-        from hydra_plugins.pelab_launcher.pool_launcher import job_config, job_dir
+        from hydra_plugins.pelab_launcher.job_config import job_config, job_dir
 
         assert self.config is not None and self.hydra_context is not None
         return job_dir(job_config(self.hydra_context, self.config, overrides, num))
@@ -282,7 +282,7 @@ class SlurmLauncher(_PelabSubmitit):
     ) -> dict[str, Any]:
         """``null`` resources from the runs (the largest over the array's jobs), checked
         against the partition's limits (a ``ConfigError`` naming each exceeded one)."""
-        from hydra_plugins.pelab_launcher.pool_launcher import job_config
+        from hydra_plugins.pelab_launcher.job_config import job_config
         from pelab.errors import ConfigError
         from pelab.reliability.slurm import job_resources, partition_limits, unfit
 

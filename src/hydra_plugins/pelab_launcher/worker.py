@@ -21,7 +21,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.core.singleton import Singleton
 from hydra.core.utils import run_job, setup_globals
 
-from hydra_plugins.pelab_launcher.pool_launcher import job_config
+from hydra_plugins.pelab_launcher.job_config import job_config
 from pelab.errors import ConfigError
 from pelab.threads import check_threads, set_threads, share_cores
 

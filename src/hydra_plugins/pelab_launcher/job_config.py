@@ -1,0 +1,36 @@
+"""A sweep job's config as Hydra's launchers compose it, its directory, and the run's settings
+in it: what the sweeper checks, the launchers size and place, and the worker runs."""
+
+from pathlib import Path
+
+from hydra.types import HydraContext
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+
+def job_config(
+    hydra_context: HydraContext, config: DictConfig, overrides: list[str], num: int
+) -> DictConfig:
+    """Job ``num``'s config, as Hydra's launchers make it: the sweep's config with the job's
+    overrides, and its ``hydra.job.id`` and ``hydra.job.num`` (a job directory may use them)."""
+    sweep_config = hydra_context.config_loader.load_sweep_config(config, overrides)
+    with open_dict(sweep_config):
+        sweep_config.hydra.job.id = f"{sweep_config.hydra.job.name}_{num}"
+        sweep_config.hydra.job.num = num
+    return sweep_config
+
+
+def job_dir(config: DictConfig) -> Path:
+    """The directory of the job whose composed config is ``config`` (``job_config``)."""
+    sweep = OmegaConf.select(config, "hydra.sweep")
+    return Path(str(sweep.dir)) / str(sweep.subdir)
+
+
+def run_config(config: DictConfig, output_dir: Path) -> DictConfig:
+    """The run's settings (Hydra's node removed) of a job's composed config, with the output
+    directory it will have: what the job's run checks, measures and builds. Call it with
+    ``HydraConfig`` set to ``config`` so that ``${hydra:...}`` resolves as in the job."""
+    cfg = config.copy()
+    with open_dict(cfg):
+        cfg.paths.output_dir = str(output_dir)
+        del cfg["hydra"]
+    return cfg
