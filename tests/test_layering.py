@@ -17,7 +17,7 @@ PLUGINS = SOURCE / "hydra_plugins"
 ENCODING_USERS = {
     "pelab.models.attention": "calls the hooks of the encoding interface",
     "pelab.models.transformer": "builds the encoding from the model's dimensions",
-    "pelab.models.encoder_decoder": "builds one encoding per stack",
+    "pelab.models.encoder_decoder": "builds one encoding for the encoder, one for the decoder",
     "pelab.models.stacked": "holds an encoding with parameters once per member",
     "pelab.assembly": "registers the encodings and builds the run's model",
     "pelab.inspect.inspect_pe": "builds encodings to draw what they compute",

@@ -109,7 +109,7 @@ def test_every_call_is_recorded_in_order_while_decoding_with_a_cache():
     assert full.shape == (1, 6, 12)
 
 
-def test_an_encoder_decoder_records_each_stack_and_its_cross_attention():
+def test_an_encoder_decoder_records_its_encoder_decoder_and_cross_attention():
     torch.manual_seed(0)
     net = EncoderDecoder(12, 16, PE_REGISTRY["t5_bias"], d_model=16, n_heads=2, n_layers=2)
     source, target = torch.randint(0, 12, (2, 7)), torch.randint(0, 12, (2, 5))

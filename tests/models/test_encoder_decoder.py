@@ -29,13 +29,13 @@ def build(name: str, **kwargs) -> EncoderDecoder:
     return net.eval()
 
 
-def test_each_stack_has_its_own_encoding_built_for_its_attention():
+def test_the_encoder_and_the_decoder_each_have_an_encoding_built_for_their_attention():
     net = build("t5_bias")
     encoder, decoder = net.encoder.pe, net.decoder.pe
     assert encoder is not decoder and type(encoder) is type(decoder) is PE_REGISTRY["t5_bias"]
     assert not encoder.dims.causal and decoder.dims.causal
     assert encoder.bidirectional and not decoder.bidirectional  # T5 buckets per direction
-    # shared by the layers of its own stack only
+    # shared by the layers of the encoder, or of the decoder, only
     assert all(block.attn.pe is encoder for block in net.encoder.blocks)
     assert all(block.attn.pe is decoder for block in net.decoder.blocks)
 
@@ -47,13 +47,13 @@ def test_cross_attention_carries_no_encoding():
     assert all(block.cross is None for block in net.encoder.blocks)
 
 
-def test_parameter_counts_add_both_stacks_and_both_encodings():
+def test_parameter_counts_add_the_encoder_the_decoder_and_both_encodings():
     d, v, layers, heads = 16, VOCAB, 2, 2
     net = build("t5_bias", n_layers=layers)
     norm, attention, mlp = 2 * d, 4 * d * d, (d * 4 * d + 4 * d) + (4 * d * d + d)
     encoder = layers * (2 * norm + attention + mlp) + norm
     decoder = layers * (3 * norm + 2 * attention + mlp) + norm  # + cross-attention and its norm
-    encodings = 2 * 32 * heads  # one T5 table (32 buckets x heads) per stack
+    encodings = 2 * 32 * heads  # one T5 table (32 buckets x heads) each
     counts = net.num_params()
     assert counts["pe"] == encodings
     assert counts["total"] == v * d + encoder + decoder + encodings + d * v  # + embedding, head
@@ -134,12 +134,13 @@ def test_encoder_decoder_trains_and_evaluates_end_to_end(tiny_cfg, pe):
         assert res["params"]["pe"] == TINY_PE_PARAMS[pe]
 
 
-# encoding parameters of both stacks at the tiny size (d_model 16, 2 heads, 1 layer per stack)
+# encoding parameters of the encoder and the decoder at the tiny size (d_model 16, 2 heads, 1
+# layer each)
 TINY_PE_PARAMS = {
     "none": 0,
     "sinusoidal": 0,
     "rope": 0,
-    "t5_bias": 2 * 32 * 2,  # a 32-bucket table per head, per stack
+    "t5_bias": 2 * 32 * 2,  # a 32-bucket table per head, in the encoder and the decoder
     # key and value tables of head_dim 8 per offset: 2k + 1 = 33 offsets in the encoder,
     # k + 1 = 17 in the decoder (k = 16)
     "shaw": 2 * 33 * 8 + 2 * 17 * 8,

@@ -6,22 +6,23 @@ target and predicts its next token at every position.
 
 Where positions act:
 
-- Each stack has its **own encoding instance**, built from the same ``pe=`` factory with its own
-  ``ModelDims`` (``causal=False`` for the encoder, ``True`` for the decoder), so a learned table,
-  T5 bias or Shaw table of the encoder is not the decoder's, and an encoding defined for causal
-  models only (``xpos``) refuses the encoder with a ``ConfigError``.
-- Inside each stack the encoding acts exactly as in the one-stack ``Transformer``: ``embed`` on
-  the stack's inputs, ``layer_input`` at its blocks, the attention hooks on its self-attention.
-- **Cross-attention carries no encoding** (``NoPE``): positions reach it only through the two
-  stacks' representations, as in the original Transformer (sinusoids on the inputs of each stack
-  only) and in T5 (relative bias on self-attention only). A relative offset between a decoder
-  query and an encoder key would compare positions of two different sequences, which none of the
-  encodings defines; cross-attention is therefore invariant to permuting the encoder's outputs
-  (tested).
+- The encoder and the decoder each have their **own encoding instance**, built from the same
+  ``pe=`` factory with its own ``ModelDims`` (``causal=False`` for the encoder, ``True`` for the
+  decoder), so a learned table, T5 bias or Shaw table of the encoder is not the decoder's, and an
+  encoding defined for causal models only (``xpos``) refuses the encoder with a ``ConfigError``.
+- Inside the encoder or the decoder the encoding acts exactly as in ``Transformer`` (encoder- or
+  decoder-only): ``embed`` on its inputs, ``layer_input`` at its blocks, the attention hooks on
+  its self-attention.
+- **Cross-attention carries no encoding** (``NoPE``): positions reach it only through the
+  representations of the encoder and the decoder, as in the original Transformer (sinusoids on
+  the inputs of each only) and in T5 (relative bias on self-attention only). A relative offset
+  between a decoder query and an encoder key would compare positions of two different sequences,
+  which none of the encodings defines; cross-attention is therefore invariant to permuting the
+  encoder's outputs (tested).
 
-Sizes (``d_model``, ``n_heads``, ``n_layers`` per stack, ``d_ff``) are those of ``Transformer``.
-The token embedding is shared by both stacks (one vocabulary; the paper, section 3.4, shares
-it); the output projection is separate, as in pelab's one-stack models.
+Sizes (``d_model``, ``n_heads``, ``n_layers`` each for the encoder and the decoder, ``d_ff``) are
+those of ``Transformer``. The token embedding is shared by both (one vocabulary; the paper,
+section 3.4, shares it); the output projection is separate, as in ``Transformer``.
 """
 
 from __future__ import annotations
@@ -38,8 +39,8 @@ from pelab.pe.base import ModelDims, PositionalEncoding
 from pelab.positions import Positions
 
 
-class LayerStack(nn.Module):
-    """One layer stack (the encoder or the decoder): its own encoding, ``n_layers`` blocks and a
+class Layers(nn.Module):
+    """The encoder's or the decoder's layers: its own encoding, ``n_layers`` blocks and a
     final LayerNorm; ``[b, n, d_model]`` token embeddings -> ``[b, n, d_model]``."""
 
     def __init__(
@@ -110,12 +111,10 @@ class EncoderDecoder(nn.Module):
         self.dims = dims(True)  # the decoder's; the encoder's differ only in ``causal``
         self.tok_emb = stacked.Embedding(vocab_size, d_model)
         try:
-            self.encoder = LayerStack(
-                dims(False), pe, d_ff, dropout, attn_impl, cross_attention=False
-            )
+            self.encoder = Layers(dims(False), pe, d_ff, dropout, attn_impl, cross_attention=False)
         except ConfigError as error:
             raise ConfigError(f"the encoder of model=encoder_decoder: {error}") from None
-        self.decoder = LayerStack(dims(True), pe, d_ff, dropout, attn_impl, cross_attention=True)
+        self.decoder = Layers(dims(True), pe, d_ff, dropout, attn_impl, cross_attention=True)
         self.head = stacked.Linear(d_model, vocab_size, bias=False)
         init_weights(self, n_layers)
 

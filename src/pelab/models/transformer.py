@@ -43,10 +43,10 @@ class Block(nn.Module):
     then ``x + mlp(norm(x))``: the pre-norm form of Vaswani et al. 2017's encoder and decoder
     layers.
 
-    Cross-attention gets ``NoPE``: positions reach it only through the representations of each
-    stack, as in the original Transformer and in T5 (whose relative bias acts on self-attention
-    only). A relative offset between a decoder query and an encoder key compares positions of two
-    different sequences, which no encoding defines.
+    Cross-attention gets ``NoPE``: positions reach it only through the representations of the
+    encoder and the decoder, as in the original Transformer and in T5 (whose relative bias acts
+    on self-attention only). A relative offset between a decoder query and an encoder key
+    compares positions of two different sequences, which no encoding defines.
     """
 
     def __init__(
@@ -101,8 +101,9 @@ def run_blocks(
     cache: KVCache | None = None,
     memory: Memory | None = None,
 ) -> Tensor:
-    """The body of every stack: ``pe.embed`` once, then each block after ``pe.layer_input``.
-    ``x: [b, n, d_model]`` token embeddings -> ``[b, n, d_model]`` (before the final norm)."""
+    """The body of a ``Transformer`` and of an encoder-decoder's encoder and decoder:
+    ``pe.embed`` once, then each block after ``pe.layer_input``. ``x: [b, n, d_model]`` token
+    embeddings -> ``[b, n, d_model]`` (before the final norm)."""
     x = pe.embed(x, tokens, pos)
     for layer, block in enumerate(blocks):
         x = block(pe.layer_input(x, pos, layer), pos, cache, memory)
