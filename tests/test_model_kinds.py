@@ -134,7 +134,7 @@ def test_encoder_decoder_sequences_start_the_decoder_at_sep():
 @pytest.mark.parametrize(
     ("canonical", "source", "target"),
     [
-        # contiguous: each stack counts from 0, as in the original Transformer
+        # contiguous: the encoder and the decoder each count from 0, as in the original Transformer
         ([0, 1, 2, 3, 4, 5, 6, 7], [0, 1, 2, 3, 4], [0, 1, 2]),
         # randomized: the decoder keeps its gaps and starts where BOS sits
         ([0, 5, 9, 14, 20, 21, 30, 41], [0, 5, 9, 14, 20], [0, 1, 10]),

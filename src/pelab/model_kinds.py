@@ -200,13 +200,13 @@ class EncoderDecoderKind:
     Positions: the encoder gets the canonical positions of its tokens, ``positions[:, :n+2]``.
     The decoder gets those of its tokens, ``positions[:, n+1 : n+m+1]``, shifted so that its
     start token sits where ``BOS`` sits: ``- positions[SEP] + positions[BOS]``. With contiguous
-    positions each stack thus counts from 0 (``0..n+1`` and ``0..m-1``), as in the original
-    Transformer, where each stack's sinusoids start at its first token; with randomized positions
-    the decoder keeps the sampled gaps between its tokens and starts at the encoder's first
-    position, so both stacks stay inside ``[0, max_position)`` and see the same distribution of
-    offsets. (Continuing the canonical positions into the decoder instead would make every
-    answer position depend on the prompt length, which the encoder–decoder separates.) k-D
-    positions are shifted per coordinate.
+    positions the encoder and the decoder thus each count from 0 (``0..n+1`` and ``0..m-1``), as
+    in the original Transformer, where the sinusoids of each start at its first token; with
+    randomized positions the decoder keeps the sampled gaps between its tokens and starts at the
+    encoder's first position, so both stay inside ``[0, max_position)`` and see the same
+    distribution of offsets. (Continuing the canonical positions into the decoder instead would
+    make every answer position depend on the prompt length, which the encoder–decoder
+    separates.) k-D positions are shifted per coordinate.
     """
 
     net_options: ClassVar[dict[str, bool]] = {}  # bidirectional encoder, causal decoder

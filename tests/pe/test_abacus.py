@@ -184,6 +184,6 @@ def test_a_tiny_addition_run_completes_in_every_model_kind(tiny_cfg, model):
     record = json.loads((Path(cfg.paths.output_dir) / "results.json").read_text())
     assert record["status"] == "completed", record.get("error")
     rows = record["model_dims"]["max_len"] + 100 + 1
-    stacks = 2 if model == "encoder_decoder" else 1  # one table per stack
-    assert record["params"]["pe"] == stacks * rows * cfg.model.net.d_model
+    tables = 2 if model == "encoder_decoder" else 1  # the encoder's and the decoder's
+    assert record["params"]["pe"] == tables * rows * cfg.model.net.d_model
     assert record["model_dims"]["digit_tokens"] == list(DIGITS)
