@@ -9,11 +9,9 @@ import tempfile
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
-from hydra import compose, initialize_config_dir
 
-from benchmarks.common import Setup, seconds_per_call
-from pelab.assembly import build_model, build_task
+from benchmarks.common import PelabStep, Setup, pelab_config, seconds_per_call
+from pelab.assembly import build_task
 from pelab.tasks import TASK_REGISTRY
 
 DATA_LENGTHS = (64, 512)
@@ -24,8 +22,9 @@ MAX_STEP_TOKENS = 4096  # longer sequences: generation is timed, the training st
 def generation_vs_training(
     name: str, variant: dict, length: int, quick: bool, scratch: Path
 ) -> dict:
-    """Samples/s that ``task.sample`` generates and that a training step of the default model
-    (configs/train.yaml: decoder, RoPE, batch ``data.batch_size``) consumes, at ``length``."""
+    """Samples/s that ``task.sample`` generates and that pelab's training step of the default
+    model (configs/train.yaml: decoder, RoPE, batch ``data.batch_size``) consumes, at
+    ``length``."""
     settings = {**TASK_REGISTRY[name].settings_at(length, scratch), **variant}
     overrides = [
         f"task={name}",
@@ -34,7 +33,7 @@ def generation_vs_training(
         *(f"task.{k}={json.dumps(v)}" for k, v in settings.items()),
     ]
     try:
-        cfg = compose("train", overrides=overrides)
+        cfg = pelab_config(*overrides)
         task = build_task(cfg)
     except Exception as error:  # a task that cannot be built at this length is skipped
         return {"note": f"skipped: {type(error).__name__}: {str(error).splitlines()[0]}"}
@@ -47,21 +46,11 @@ def generation_vs_training(
     if tokens > MAX_STEP_TOKENS:
         return {**row, "note": f"training step not timed: {tokens} tokens per sequence"}
     try:
-        model = build_model(cfg, task)
+        step = PelabStep(cfg, task)
     except Exception as error:
         return {**row, "note": f"no default model: {type(error).__name__}: {error}"}
-    optimizer = torch.optim.AdamW(model.net.parameters(), lr=1e-3)
-    prompt, answer = task.sample(batch, length, generator)
-
-    def step() -> None:  # what SequenceModel.training_step and the optimizer do
-        positions = model.sequence_positions(prompt, answer.shape[1])
-        logits = model.kind.answer_logits(model.net, prompt, answer, positions)
-        loss = F.cross_entropy(logits.flatten(0, 1), answer.flatten())
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-
-    step_s = seconds_per_call(step, 0.0, 1 if quick else 2)
+    samples = [task.sample(batch, length, generator)]
+    step_s = seconds_per_call(lambda: step(samples), 0.0, 1 if quick else 2)
     row.update(trained_per_s=round(batch / step_s, 1), ratio=round(step_s / sample_s, 1))
     return row
 
@@ -70,12 +59,8 @@ def data_generation(quick: bool) -> dict[str, dict]:
     """Every registered task and declared variant at lengths 64 and 512 (16 only with
     ``--quick``; a task with a bounded length axis at most at its ``max_length``): generated vs
     consumed samples/s; the target is a ratio >= 10."""
-    config_dir = str(Path(__file__).resolve().parents[1] / "configs")
     rows = {}
-    with (
-        initialize_config_dir(config_dir=config_dir, version_base="1.3"),
-        tempfile.TemporaryDirectory() as scratch,
-    ):
+    with tempfile.TemporaryDirectory() as scratch:
         for name in sorted(TASK_REGISTRY):
             for variant in ({}, *TASK_REGISTRY[name].variants):
                 label = " ".join([name, *(f"{k}={v}" for k, v in variant.items())])

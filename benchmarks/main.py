@@ -2,12 +2,14 @@
 
 1. pelab against a minimal hand-written PyTorch loop and (RoPE; ``pip install -e .[bench]``)
    against x-transformers: all train the same decoder shape on the same copy batches, pelab
-   through its LightningModule and Trainer, the others in a plain loop (fused attention, AdamW,
-   clipping, LR schedule). The sides run in alternating rounds; we report the median tokens/s
-   over timing windows after warm-up. The full mode adds pelab's RoPE run with
-   ``trainer.precision=bf16-mixed`` and with ``model.compile=true``.
-2. Every registered encoding's training step (forward, backward, AdamW) relative to ``none`` on
-   the same model and batches, in interleaved rounds, with its parameter count.
+   through its LightningModule and Trainer (``pelab.runner.make_trainer``), the others in a
+   plain loop (fused attention, AdamW, clipping, LR schedule): the yardsticks. The sides run in
+   alternating rounds; we report the median tokens/s over timing windows after warm-up. The
+   full mode adds pelab's RoPE run with ``trainer.precision=bf16-mixed`` and with
+   ``model.compile=true``.
+2. Every registered encoding's training step (pelab's own, ``common.PelabStep``, as in sections
+   3, 5 and 6) relative to ``none`` on the same model and batches, in interleaved rounds, with
+   its parameter count.
 3. Data generation: samples/s that every registered task (and declared variant) generates at
    lengths 64 and 512, against the samples/s a training step of the default model consumes at
    the same length (target: at least 10x, so generation never limits training).
@@ -37,7 +39,8 @@
 
 One file per section in this folder (``throughput``, ``encodings``, ``data``, ``greedy``,
 ``members``, ``threads``, ``startup``, ``ablation``), each with ``section(args, setup) -> dict``:
-its part of the JSON report, printed as a table; ``common`` holds the shared setup. This module
+its part of the JSON report, printed as a table; ``common`` holds the shared setup and pelab's
+training step. This module
 parses the command line and runs the sections in order.
 """
 

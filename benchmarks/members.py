@@ -3,7 +3,8 @@ K = 1, 2, 4, 8 members in one stacked network (``pelab.models.stacked``) against
 models stepped one after another (same models, same batches; one torch thread, as one job per
 core runs), for ``none``, ``rope``, ``alibi``, ``t5_bias`` (parameters held per member) and
 ``shaw`` (eager attention), at the CPU presets' shape (d_model 64, 2 layers, batch 32, copy at
-lengths 1-8), beside the bound: one model with K times the batch."""
+lengths 1-8), beside the bound: one model with K times the batch. Every side takes pelab's own
+training step (``benchmarks.common.PelabStep``)."""
 
 from __future__ import annotations
 
@@ -12,20 +13,12 @@ import subprocess
 import sys
 import tempfile
 import time
-from functools import partial
 from pathlib import Path
 
-import lightning as L
 import torch
 
-from benchmarks.common import Setup
-from pelab.data.datamodule import TrainBatches
-from pelab.lit_module import SequenceModel, clip_member_norms
-from pelab.model_kinds import DecoderKind
-from pelab.models.stacked import MemberEncodings, stack_members
-from pelab.models.transformer import Transformer
-from pelab.pe import PE_REGISTRY
-from pelab.tasks import TASK_REGISTRY
+from benchmarks.common import PelabStep, Setup, pelab_config, shape_overrides
+from pelab.models.stacked import MemberEncodings
 from pelab.threads import set_threads
 
 MEMBER_ENCODINGS = ("none", "rope", "alibi", "t5_bias", "shaw")  # t5_bias: parameters per member
@@ -38,7 +31,6 @@ def member_throughput(quick: bool) -> dict[str, dict]:
     stepped one after another and the bound (one model, K x the batch), interleaved by round,
     one torch thread (as one job per core runs)."""
     threads = torch.get_num_threads()
-    task = TASK_REGISTRY["copy"](train_lengths=[1, 8], eval_lengths=[8])
     set_threads(1, None)
     encodings, counts = (("none", "rope"), (1, 2)) if quick else (MEMBER_ENCODINGS, MEMBER_COUNTS)
     steps, rounds = (2, 1) if quick else (20, 3)
@@ -47,80 +39,59 @@ def member_throughput(quick: bool) -> dict[str, dict]:
         for pe in encodings:
             results[pe] = {}
             for k in counts:
-                results[pe][k] = _member_sides(task, pe, k, steps, rounds)
+                results[pe][k] = _member_sides(pe, k, steps, rounds)
         if not quick:  # the default run's shape: batch 64, copy at lengths 1-16, seeds=[0,1,2]
-            default = TASK_REGISTRY["copy"](train_lengths=[1, 16], eval_lengths=[16])
-            results[DEFAULT_RUN] = {3: _member_sides(default, "rope", 3, steps, rounds, 64)}
+            results[DEFAULT_RUN] = {3: _member_sides("rope", 3, steps, rounds, 64, (1, 16))}
     finally:
         set_threads(threads, None)
     return results
 
 
-def _members_model(task, pe: str, seeds: list[int]) -> SequenceModel:
-    """The CPU presets' decoder (d_model 64, 2 layers) of ``seeds``, stacked as training
-    stacks them (each member seeded, then built)."""
-    nets = []
-    for seed in seeds:
-        L.seed_everything(seed, verbose=False)
-        nets.append(
-            Transformer(
-                task.vocab_size,
-                task.max_sequence_length(),
-                True,
-                partial(PE_REGISTRY[pe]),
-                d_model=64,
-            )
+def _member_step(pe: str, seeds: list[int], batch: int, lengths: tuple[int, int]) -> PelabStep:
+    """pelab's step of the CPU presets' decoder (d_model 64, 2 layers) of ``seeds``, stacked as
+    training stacks them (one member: a plain run), on copy at ``lengths``."""
+    low, high = lengths
+    return PelabStep(
+        pelab_config(
+            *shape_overrides(64, 2, batch),
+            f"pe={pe}",
+            f"task.train_lengths=[{low},{high}]",
+            f"task.eval_lengths=[{high}]",
+            f"seeds=[{','.join(map(str, seeds))}]",
         )
-    optimizer = partial(torch.optim.AdamW, lr=1e-3, betas=(0.9, 0.98), weight_decay=0.01)
-    return SequenceModel(stack_members(nets), DecoderKind, task, optimizer, seeds=seeds)
+    )
 
 
-def _member_sides(task, pe: str, k: int, steps: int, rounds: int, batch: int = 32) -> dict:
+def _member_sides(
+    pe: str, k: int, steps: int, rounds: int, batch: int = 32, lengths: tuple[int, int] = (1, 8)
+) -> dict:
     seeds = list(range(k))
     sides = {
-        "stacked": [(_members_model(task, pe, seeds), seeds, batch)],
-        "sequential": [(_members_model(task, pe, [seed]), [seed], batch) for seed in seeds],
-        "bound": [(_members_model(task, pe, [0]), [0], batch * k)],
-    }
-    steppers = {
-        name: [_stepper(task, *model) for model in models] for name, models in sides.items()
+        "stacked": [_member_step(pe, seeds, batch, lengths)],
+        "sequential": [_member_step(pe, [seed], batch, lengths) for seed in seeds],
+        "bound": [_member_step(pe, [0], batch * k, lengths)],
     }
     times: dict[str, list[float]] = {name: [] for name in sides}
     for _ in range(rounds):  # the sides alternate, so drifts of the machine hit them alike
-        for name, stepped in steppers.items():
+        for name, stepped in sides.items():
             for step in stepped:
-                step(0)  # warm-up
+                step(step.batch(0))  # warm-up
             for i in range(1, steps + 1):
+                batches = [step.batch(i) for step in stepped]
                 start = time.perf_counter()
-                for step in stepped:
-                    step(i)
+                for step, batch in zip(stepped, batches, strict=True):
+                    step(batch)
                 times[name].append(time.perf_counter() - start)
     per_s = {name: k / statistics.median(t) for name, t in times.items()}
     return {
         "stacked_encodings": sum(
-            isinstance(m, MemberEncodings) for m in sides["stacked"][0][0].modules()
+            isinstance(m, MemberEncodings) for m in sides["stacked"][0].model.modules()
         ),
         **{f"{name}_member_steps_per_s": round(v, 1) for name, v in per_s.items()},
         "stacked_vs_sequential": round(per_s["stacked"] / per_s["sequential"], 3),
         "bound_vs_sequential": round(per_s["bound"] / per_s["sequential"], 3),
         "stacked_vs_bound": round(per_s["stacked"] / per_s["bound"], 3),
     }
-
-
-def _stepper(task, model: SequenceModel, seeds: list[int], batch: int):
-    """One training step of ``model`` as the engine takes it: each member's batch (a shared
-    length), the members' summed losses, each member's gradient clipped, AdamW."""
-    data = [TrainBatches(task, batch, 10_000, seed, "tokens") for seed in seeds]
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-
-    def step(i: int) -> None:
-        losses = model.member_losses([d[i] for d in data], i)
-        optimizer.zero_grad(set_to_none=True)
-        torch.stack(list(losses.values())).sum().backward()
-        clip_member_norms(model.net, 1.0)
-        optimizer.step()
-
-    return step
 
 
 STACK_RUN = [  # the default run (pe=rope task=copy), a fixed budget, nothing logged

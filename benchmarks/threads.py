@@ -1,9 +1,10 @@
-"""Section 6 (``--only threads``): Threads: median ms per training step (forward, backward, AdamW)
-of the decoder Transformer (RoPE, copy at length 16) at d_model/layers/batch 64/2/32 (the CPU
-presets), 64/2/64 (the default run), 128/4/64, 256/4/64 and 512/6/64, with 1, 2, 4, ... torch
-threads up to this machine's cores, in interleaved rounds, and each count's speed-up over one
-thread; on the machine as it is, then busy (beside another torch process): what
-``pelab.threads`` chooses by (docs/performance.md, "Threads")."""
+"""Section 6 (``--only threads``): Threads: median ms per training step (pelab's own,
+``benchmarks.common.PelabStep``: forward, backward, clipping, AdamW) of the decoder Transformer
+(RoPE, copy at length 16) at d_model/layers/batch 64/2/32 (the CPU presets), 64/2/64 (the
+default run), 128/4/64, 256/4/64 and 512/6/64, with 1, 2, 4, ... torch threads up to this
+machine's cores, in interleaved rounds, and each count's speed-up over one thread; on the
+machine as it is, then busy (beside another torch process): what ``pelab.threads`` chooses by
+(docs/performance.md, "Threads")."""
 
 from __future__ import annotations
 
@@ -12,21 +13,16 @@ import statistics
 import subprocess
 import sys
 import time
-from functools import partial
 
 import torch
-import torch.nn.functional as F
 
-from benchmarks.common import Setup
-from pelab.model_kinds import DecoderKind
-from pelab.models.transformer import Transformer
-from pelab.pe import PE_REGISTRY
-from pelab.tasks import TASK_REGISTRY
+from benchmarks.common import PelabStep, Setup, pelab_config, shape_overrides
 from pelab.threads import available_cores, choose_threads, set_threads
 
 # (d_model, n_layers, batch): the CPU presets, the default run, then larger models
 THREAD_SIZES = ((64, 2, 32), (64, 2, 64), (128, 4, 64), (256, 4, 64), (512, 6, 64))
 THREAD_LENGTH = 16  # copy at its longest default training length: 34 tokens per sequence
+BATCHES = 8  # the batches a size cycles through
 # "busy": another torch process computing beside the timed one, at torch's default threads (one
 # per core), as another job or a test suite would
 COMPETITOR = (
@@ -67,19 +63,14 @@ def _thread_pass(
     round times at least ``steps`` steps and ``min_seconds`` of them, after one warm-up step."""
     times: dict[tuple, dict[int, list[float]]] = {size: {n: [] for n in counts} for size in models}
     for _ in range(rounds):
-        for size, (net, opt, data) in models.items():
+        for size, step in models.items():
             for n in counts:
-                set_threads(n, net.num_params()["total"])
+                set_threads(n, step.model.net.num_params()["total"])
                 timed, i = 0.0, 0
                 while i <= steps or timed < min_seconds:
-                    prompt, answer = data[i % len(data)]
+                    batch = step.batch(i % BATCHES)
                     start = time.perf_counter()
-                    inputs, answer_slice = DecoderKind.teacher_forcing(prompt, answer)
-                    logits = net(inputs)[:, answer_slice]
-                    loss = F.cross_entropy(logits.flatten(0, 1), answer.flatten())
-                    opt.zero_grad(set_to_none=True)
-                    loss.backward()
-                    opt.step()
+                    step(batch)
                     if i:  # step 0 warms up
                         times[size][n].append(time.perf_counter() - start)
                         timed += times[size][n][-1]
@@ -91,7 +82,7 @@ def _thread_pass(
 
 
 def thread_step_times(quick: bool) -> dict:
-    """Median ms per training step (forward, backward, AdamW) of the decoder Transformer (RoPE,
+    """Median ms per training step (pelab's own) of the decoder Transformer (RoPE,
     copy at ``THREAD_LENGTH``) at each of ``THREAD_SIZES`` with each of ``thread_counts`` torch
     threads, interleaved by round (so a drift of the machine's load hits every count alike), and
     each count's speed-up over one thread: on the machine as it is, then ``busy``, beside a
@@ -101,24 +92,10 @@ def thread_step_times(quick: bool) -> dict:
     counts = thread_counts(cores)[: 2 if quick else None]
     sizes = THREAD_SIZES[:1] if quick else THREAD_SIZES
     # (rounds, steps, seconds) of a count in a round: idle, then busy
-    idle, busy_pass = ((1, 2, 0.0), (1, 2, 0.0)) if quick else ((3, 5, 0.5), (2, 3, 2.0))
-    task = TASK_REGISTRY["copy"](
-        train_lengths=[THREAD_LENGTH, THREAD_LENGTH], eval_lengths=[THREAD_LENGTH]
-    )
-    models = {}
-    for d, layers, batch in sizes:
-        torch.manual_seed(0)
-        net = Transformer(
-            task.vocab_size,
-            task.max_sequence_length(),
-            True,
-            partial(PE_REGISTRY["rope"]),
-            d_model=d,
-            n_layers=layers,
-        )
-        generator = torch.Generator().manual_seed(0)
-        data = [task.sample(batch, THREAD_LENGTH, generator) for _ in range(8)]
-        models[(d, layers, batch)] = (net, torch.optim.AdamW(net.parameters(), lr=1e-3), data)
+    idle, busy_pass = ((1, 1, 0.0), (1, 1, 0.0)) if quick else ((3, 5, 0.5), (2, 3, 2.0))
+    n = THREAD_LENGTH
+    lengths = (f"task.train_lengths=[{n},{n}]", f"task.eval_lengths=[{n}]")
+    models = {size: PelabStep(pelab_config(*shape_overrides(*size), *lengths)) for size in sizes}
     try:
         as_is = _thread_pass(models, counts, *idle)
         with competing_process():
@@ -126,9 +103,9 @@ def thread_step_times(quick: bool) -> dict:
     finally:
         set_threads(previous, None)
     rows = {}
-    for size, (net, _, _) in models.items():
+    for size, step in models.items():
         d, layers, batch = size
-        params = net.num_params()["total"]
+        params = step.model.net.num_params()["total"]
         auto = str(choose_threads("auto", params, cores)[0])
         rows[f"d_model={d} n_layers={layers} batch={batch}"] = {
             "params": params,

@@ -1,28 +1,26 @@
 """Section 1 (``--only throughput``): pelab against a minimal hand-written PyTorch loop and (RoPE;
 ``pip install -e .[bench]``) against x-transformers: all train the same decoder shape on the
-same copy batches, pelab through its LightningModule and Trainer, the others in a plain loop
-(fused attention, AdamW, clipping, LR schedule). The sides run in alternating rounds; we report
-the median tokens/s over timing windows after warm-up. The full mode adds pelab's RoPE run with
-``trainer.precision=bf16-mixed`` and with ``model.compile=true``."""
+same copy batches, pelab as ``scripts/train.py`` trains it (its model, data and Trainer from
+``pelab.assembly`` and ``pelab.runner.make_trainer``), the others in a plain loop (fused
+attention, AdamW, clipping, LR schedule): the yardsticks. The sides run in alternating rounds;
+we report the median tokens/s over timing windows after warm-up. The full mode adds pelab's
+RoPE run with ``trainer.precision=bf16-mixed`` and with ``model.compile=true``."""
 
 from __future__ import annotations
 
 import statistics
 import time
-from functools import partial
-from pathlib import Path
 
 import lightning as L
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from benchmarks.common import Setup
-from pelab.data.datamodule import TaskData
-from pelab.lit_module import SequenceModel, warmup_cosine
+from benchmarks.common import Setup, pelab_config
+from pelab.assembly import build_model, data_module
+from pelab.lit_module import warmup_cosine
 from pelab.model_kinds import DecoderKind
-from pelab.models.transformer import Transformer
-from pelab.pe import PE_REGISTRY
+from pelab.runner import make_trainer
 
 
 class MinimalBlock(nn.Module):
@@ -129,45 +127,27 @@ class Stamps(L.Callback):
 
 
 def pelab_loop(
-    task,
-    shape,
-    pe: str,
-    steps: int,
-    window: int,
-    tmp: Path,
-    precision: str = "32-true",
-    compile: bool = False,
+    setup: Setup, pe: str, precision: str = "32-true", compile: bool = False
 ) -> list[float]:
-    L.seed_everything(0, verbose=False)
-    net = Transformer(
-        task.vocab_size,
-        task.max_sequence_length(),
-        True,
-        partial(PE_REGISTRY[pe]),
-        d_model=shape["d"],
-        n_heads=shape["heads"],
-        n_layers=shape["layers"],
+    """pelab's run of ``pe`` at the setup's shape, as ``scripts/train.py`` trains it: its model
+    (``pelab.assembly``), data and Trainer (``pelab.runner.make_trainer``, with its configured
+    callbacks), for ``setup.steps`` steps with no validation; timestamps every window."""
+    cfg = pelab_config(
+        *setup.overrides,
+        f"pe={pe}",
+        f"trainer.precision={precision}",
+        f"model.compile={compile}",
+        f"trainer.max_steps={setup.steps}",
+        "+trainer.limit_val_batches=0",
+        "trainer.enable_progress_bar=false",
+        "learned_at=null",
     )
-    optimizer = partial(torch.optim.AdamW, lr=1e-3, betas=(0.9, 0.98), weight_decay=0.01)
-    module = SequenceModel(net, DecoderKind, task, optimizer, compile=compile)
-    data = TaskData(task, shape["batch"], steps, seeds=0)
-    stamps = Stamps(window)
-    trainer = L.Trainer(
-        max_steps=steps,
-        accelerator="cpu",
-        precision=precision,
-        logger=False,
-        callbacks=[stamps],
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        limit_val_batches=0,
-        gradient_clip_val=1.0,
-        default_root_dir=str(tmp),
-    )
-    trainer.fit(module, datamodule=data)
-    if compile and module.train_logits.failed:  # it fell back to eager: that is no measurement
-        raise RuntimeError(f"torch.compile failed: {module.train_logits.failed}")
+    model = build_model(cfg, setup.task)
+    stamps = Stamps(setup.window)
+    trainer = make_trainer(cfg, model.net.num_params(), [], [stamps], loggers=False)
+    trainer.fit(model, datamodule=data_module(cfg, setup.task))
+    if compile and model.train_logits.failed:  # it fell back to eager: that is no measurement
+        raise RuntimeError(f"torch.compile failed: {model.train_logits.failed}")
     return stamps.stamps
 
 
@@ -176,42 +156,24 @@ def tokens_per_second(stamps: list[float], window: int, tokens: int, warmup: int
     return [window * tokens / g for g in gaps]
 
 
-def throughput(
-    task,
-    shape: dict,
-    batches,
-    steps: int,
-    window: int,
-    warmup: int,
-    tokens: int,
-    rounds: int,
-    quick: bool,
-    tmp: Path,
-) -> dict[str, dict]:
+def throughput(setup: Setup) -> dict[str, dict]:
     """Section 1: pelab against the minimal loop and x-transformers (and pelab's options)."""
-    vocab = task.vocab_size
+    batches, steps, window = setup.batches, setup.steps, setup.window
+    shape = {**setup.shape, "vocab": setup.vocab}
     results: dict[str, dict] = {}
     sides = {"none": ("pelab", "minimal"), "rope": ("pelab", "minimal", "x-transformers")}
-    if not quick:  # pelab's options, on the same RoPE run
+    if not setup.quick:  # pelab's options, on the same RoPE run
         sides["rope"] += ("pelab bf16-mixed", "pelab compile")
     for pe, names in sides.items():
         speeds: dict[str, list[float]] = {name: [] for name in names}
         failed: dict[str, str] = {}
-        for _ in range(rounds):  # the sides alternate, so drifts of the machine hit them alike
+        for _ in range(setup.rounds):  # alternating sides: drifts of the machine hit them alike
             loops = {
-                "pelab": lambda pe=pe: pelab_loop(task, shape, pe, steps, window, tmp),
-                "minimal": lambda pe=pe: minimal_loop(
-                    batches, {**shape, "vocab": vocab}, pe == "rope", steps, window
-                ),
-                "x-transformers": lambda: xtransformers_loop(
-                    batches, {**shape, "vocab": vocab}, steps, window
-                ),
-                "pelab bf16-mixed": lambda pe=pe: pelab_loop(
-                    task, shape, pe, steps, window, tmp, precision="bf16-mixed"
-                ),
-                "pelab compile": lambda pe=pe: pelab_loop(
-                    task, shape, pe, steps, window, tmp, compile=True
-                ),
+                "pelab": lambda pe=pe: pelab_loop(setup, pe),
+                "minimal": lambda pe=pe: minimal_loop(batches, shape, pe == "rope", steps, window),
+                "x-transformers": lambda: xtransformers_loop(batches, shape, steps, window),
+                "pelab bf16-mixed": lambda pe=pe: pelab_loop(setup, pe, precision="bf16-mixed"),
+                "pelab compile": lambda pe=pe: pelab_loop(setup, pe, compile=True),
             }
             for name in names:
                 if name in failed:
@@ -227,7 +189,7 @@ def throughput(
                     print(f"{pe} · {name}: failed ({failed[name]}); skipped")
                     continue
                 if stamps is not None:
-                    speeds[name] += tokens_per_second(stamps, window, tokens, warmup)
+                    speeds[name] += tokens_per_second(stamps, window, setup.tokens, setup.warmup)
         med = {k: statistics.median(v) for k, v in speeds.items() if v}
         results[pe] = {
             **{f"{k.replace('-', '')}_tokens_per_s": round(v) for k, v in med.items()},
@@ -264,16 +226,4 @@ REQUIRED = ("pelab", "minimal")  # the comparison itself; the other sides are op
 
 def section(args, setup: Setup) -> dict:
     """``results``: per encoding (none, rope), each side's tokens/s and pelab's ratios."""
-    results = throughput(
-        setup.task,
-        setup.shape,
-        setup.batches,
-        setup.steps,
-        setup.window,
-        setup.warmup,
-        setup.tokens,
-        setup.rounds,
-        setup.quick,
-        setup.tmp,
-    )
-    return {"results": results}
+    return {"results": throughput(setup)}
