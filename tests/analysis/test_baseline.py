@@ -2,24 +2,18 @@
 them when the protocols agree, refused with the differing keys when they do not."""
 
 import json
-import runpy
-from pathlib import Path
 
 import pandas as pd
 import pytest
 from omegaconf import OmegaConf
 
 from pelab.analysis import baseline
+from pelab.analysis.report import main as make_table
 from pelab.errors import ConfigError
 from tests.analysis.records import record, write_job
 from tests.conftest import compose_config
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "make_table.py"
 SEEDS = [0, 1, 2]
-
-
-def make_table(argv):
-    return runpy.run_path(str(SCRIPT))["run"](argv)
 
 
 def compare(mine, out, name="ablation_cpu"):

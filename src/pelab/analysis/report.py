@@ -25,6 +25,10 @@ Written to ``--out`` (default ``<first directory>/summary``; ``logs/summary/<pro
 and, with ``--wandb``, logged as one W&B run (``job_type=summary``, the runs' project and group;
 offline unless you are logged in; ``pelab.analysis.wandb_summary``). Prints the task table
 (every metric side by side).
+
+``--baseline NAME`` (repeatable) tabulates the runs beside a baseline's shipped records once
+their protocols agree; ``--save-baseline SWEEP_DIR NAME`` ships a sweep's records as one
+(``baselines/``, ``pelab.analysis.baseline``).
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from pelab.analysis import baseline
 from pelab.analysis.browse import run_list
 from pelab.analysis.collect import WANDB_PREFIX, load_records
 from pelab.analysis.frames import lengths_frame, runs_frame
@@ -107,9 +112,69 @@ def default_out(source: str) -> Path:
     return Path(source) / "summary"
 
 
+def baseline_options() -> argparse.ArgumentParser:
+    """``--baseline`` and ``--save-baseline``, read before the tables' options (``parse``) and
+    listed before them by ``--help``."""
+    parser = argparse.ArgumentParser(add_help=False, usage=argparse.SUPPRESS)
+    group = parser.add_argument_group("baselines (baselines/README.md)")
+    group.add_argument(
+        "--baseline",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="put the runs beside the shipped runs of baselines/NAME (e.g. ablation_cpu) in one "
+        "table; refused when their protocols differ",
+    )
+    group.add_argument(
+        "--save-baseline",
+        nargs=2,
+        metavar=("SWEEP_DIR", "NAME"),
+        help="copy the results.json files of SWEEP_DIR into baselines/NAME (replacing it), "
+        "machine paths made relative, and write nothing else",
+    )
+    return parser
+
+
 def main(argv: list[str] | None = None) -> int:
     """The command line of ``scripts/make_table.py`` (``argv``: its arguments, default
-    ``sys.argv[1:]``); returns the exit status: 0, or 2 when no run was found."""
+    ``sys.argv[1:]``): ``--save-baseline``, else the tables beside ``--baseline``'s (``compare``),
+    else the tables (``tabulate``). Returns the exit status: 0, or 2 when no run was found or a
+    baseline was refused."""
+    extra, rest = baseline_options().parse_known_args(argv)
+    if {"-h", "--help"} & set(rest):
+        baseline_options().print_help()
+    try:
+        if extra.save_baseline:
+            sweep, name = extra.save_baseline
+            written = baseline.save(sweep, name)
+            print(f"{len(written)} records written to {baseline.BASELINES / name}")
+            return 0
+        if extra.baseline:
+            return compare(rest, extra.baseline)
+    except ConfigError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    return tabulate(rest)
+
+
+def compare(argv: list[str], names: list[str]) -> int:
+    """The tables of the training runs of ``argv``'s sources (``--filter`` selects among them)
+    beside those of the baselines ``names``, in ``--out`` (default: beside the first source)."""
+    args = parse(argv)
+    records = load_records(args.sources, dict(args.filter))
+    if not records:
+        raise ConfigError(f"no training runs (results.json) under {' '.join(args.sources)}")
+    shipped = [r for name in names for r in baseline.check(records, name)]
+    out = args.out or default_out(args.sources[0])
+    written = tables_and_figures([*records, *shipped], out, args)
+    print(f"{len(written)} files written to {out}")
+    return 0
+
+
+def tabulate(argv: list[str]) -> int:
+    """The tables and figures of ``argv``'s sources (or, with ``--list``, their run list): the
+    training runs' in ``--out``, the re-evaluations' in ``<out>/eval``; 2 when no run was
+    found."""
     args = parse(argv)
     try:
         if args.published:
