@@ -74,7 +74,7 @@ def test_a_sweep_of_good_jobs_is_launched_as_hydras_basic_sweeper_launches_it(tm
 
 
 def test_a_presets_grid_is_checked_as_the_sweeps_record_expands_it(tmp_path):
-    """``experiment=ablation_cpu``: the jobs checked are those ``pelab.analysis.collect``
+    """``experiment=ablation_cpu``: the jobs checked are those ``pelab.analysis.sweep_grid``
     expands from the sweep's ``multirun.yaml`` (the missing-run detection), and a grid key on
     the command line narrows them."""
     checked = sweeper(tmp_path, "experiment=ablation_cpu")
