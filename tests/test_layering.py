@@ -99,21 +99,11 @@ def test_results_analysis_knows_no_model():
             assert not wrong, f"{name} imports {wrong}"
 
 
-SCORES_KEY_MOVING = pytest.mark.xfail(
-    reason="callbacks imports SCORES_KEY from lit_module until it moves beside ENGINE_KEY "
-    "(reliability/checkpoints.py; issue 36, item 3)"
-)
-RELIABILITY = [
-    pytest.param(n, marks=SCORES_KEY_MOVING) if n == "pelab.reliability.callbacks" else n
-    for n in sorted(MODULES)
-    if within(n, "pelab.reliability")
-]
-
-
-@pytest.mark.parametrize("name", RELIABILITY)
+@pytest.mark.parametrize("name", sorted(n for n in MODULES if within(n, "pelab.reliability")))
 def test_reliability_never_imports_the_lightning_module(name):
     """Checkpoints, callbacks and memory checks serve the LightningModule: the names both use
-    (the checkpoint format's keys) live in ``pelab.reliability``."""
+    (the checkpoint format's keys) live in ``pelab.reliability`` (callbacks once imported
+    ``SCORES_KEY`` from ``pelab.lit_module``)."""
     assert not any(within(i, "pelab.lit_module") for i in MODULES[name])
 
 
