@@ -10,10 +10,10 @@ from pelab import cli, config_files  # noqa: F401 (config_files: eval.yaml's eva
 
 @hydra.main(version_base="1.3", config_path="../configs", config_name="eval")
 def main(cfg: DictConfig) -> None:
-    from pelab.evaluate import job  # here, not above: --help, --cfg and a bad override answer
+    from pelab import evaluate  # here, not above: --help, --cfg and a bad override answer
     # before torch and Lightning load (issue 35, item 9)
 
-    job(cfg)
+    evaluate.main(cfg)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Train one model: ``python scripts/train.py pe=rope task=copy``; sweep with ``-m``.
 
 A single run that fails exits with status 1 and its error. In a sweep (``-m``) a failing job is
-recorded and the sweep goes on (``pelab.train.job``); at the end
+recorded and the sweep goes on (``pelab.runner.sweep_task``); at the end
 ``pelab.analysis.sweep.SweepSummary`` lists every job that did not complete and the sweep exits
 with status 1.
 """
@@ -18,10 +18,10 @@ from pelab import cli  # noqa: E402
 
 @hydra.main(version_base="1.3", config_path="../configs", config_name="train")
 def main(cfg: DictConfig) -> None:
-    from pelab.train import job  # here, not above: --help, --cfg and a bad override answer
+    from pelab import train  # here, not above: --help, --cfg and a bad override answer
     # before torch and Lightning load (issue 35, item 9)
 
-    job(cfg)
+    train.main(cfg)
 
 
 if __name__ == "__main__":

@@ -128,7 +128,7 @@ def test_the_criterion_is_the_worst_length_at_consecutive_validations():
         stop.on_validation_end(trainer, module)
         stopped.append(trainer.should_stop)
     assert stopped == [False, False, False, False, True]
-    assert stop.outcome() == {"learned": True, "steps_to_learn": 400, "stop_reason": "learned"}
+    assert stop.fields() == {"learned": True, "steps_to_learn": 400, "stop_reason": "learned"}
 
 
 def test_the_streak_is_saved_and_a_learned_run_stops_when_resumed():
@@ -145,7 +145,7 @@ def test_the_streak_is_saved_and_a_learned_run_stops_when_resumed():
 
 
 def test_each_member_stops_on_its_own_and_training_when_all_have():
-    stop = LearnedStop(0.9, patience=1)
+    stop = LearnedStop(0.9, patience=1, members=2)
     good, bad = (
         {4: {"exact_match": 1.0}, 8: {"exact_match": 1.0}},
         {4: {"exact_match": 0.1}, 8: {"exact_match": 0.1}},
@@ -157,5 +157,5 @@ def test_each_member_stops_on_its_own_and_training_when_all_have():
     trainer.global_step = 200
     stop.on_validation_end(trainer, module)
     assert module.stopped == [True, True] and trainer.should_stop
-    assert [stop.outcome(k)["steps_to_learn"] for k in (0, 1)] == [100, 200]
+    assert [stop.fields(k)["steps_to_learn"] for k in (0, 1)] == [100, 200]
     assert stop.member_state(1) == {"members": [stop.competence[1].state_dict()]}

@@ -13,7 +13,7 @@ from pelab.analysis.report import main as make_table
 from pelab.analysis.sweep import SweepSummary
 from pelab.assembly import build_model, build_task
 from pelab.errors import ConfigError
-from pelab.evaluate import check_evaluation, eval_overrides, evaluate, job
+from pelab.evaluate import check_evaluation, eval_overrides, evaluate, main
 from pelab.record import SCHEMA_VERSION
 from pelab.train import run
 from tests.conftest import TINY, compose_config
@@ -256,7 +256,7 @@ def test_an_evaluation_sweep_is_summarised_and_tabulated_by_its_settings(
         ckpt = rope_ckpt if scaling != "early failure" else tmp_path / "absent.ckpt"
         overrides = [f"ckpt_path='{ckpt}'", "pe.scaling_factor=2", "task.eval_lengths=[8,16]"]
         cfg = compose_eval([*overrides, f"pe.scaling={scaling.split()[0]}"], tmp_path)
-        job(cfg)  # none with a factor fails inside its job: recorded, and the sweep goes on
+        main(cfg)  # none with a factor fails inside its job: recorded, and the sweep goes on
     assert eval_overrides(cfg) == [
         "pe.scaling=early",
         "pe.scaling_factor=2",

@@ -3,12 +3,14 @@ from functools import partial
 import pytest
 import torch
 
-from pelab.lit_module import DECAY_KEY, SequenceModel, warmup_cosine
+from pelab.lit_module import SequenceModel
+from pelab.member_log import DECAY_KEY
 from pelab.model_kinds import DecoderKind
 from pelab.models.stacked import stack_members
 from pelab.models.transformer import Transformer
 from pelab.pe import PE_REGISTRY
 from pelab.positions import contiguous
+from pelab.schedule import warmup_cosine
 from pelab.tasks import TASK_REGISTRY
 
 
@@ -41,7 +43,13 @@ def make_model(task, members=1, **options):
     net = stack_members([make_net(task) for _ in range(members)])
     seeds = list(range(members))
     return SequenceModel(
-        net, DecoderKind, task, optimizer=partial(torch.optim.AdamW), seeds=seeds, **options
+        net,
+        DecoderKind,
+        task,
+        optimizer=partial(torch.optim.AdamW),
+        seeds=seeds,
+        live=members == 1,
+        **options,
     )
 
 

@@ -20,7 +20,8 @@ from pelab.assembly import build_members, build_model, build_task, data_module
 from pelab.data.datamodule import TrainBatches
 from pelab.errors import ConfigError
 from pelab.evaluate import load_weights
-from pelab.members import check_learning_rates, check_seeds, member_configs
+from pelab.member_log import MemberLog
+from pelab.members import Job, check_learning_rates, check_seeds, member_configs
 from pelab.models.stacked import MemberEncodings, member_state
 from pelab.pe.base import PE_REGISTRY
 from pelab.reliability.callbacks import BestCheckpoints
@@ -86,6 +87,40 @@ def test_each_member_config_is_its_single_run_in_its_own_directory(tmp_path):
         Path(cfg.paths.output_dir) / "seed_0",
         Path(cfg.paths.output_dir) / "seed_3",
     ]
+
+
+def test_a_job_is_its_members_and_streams_live_only_as_a_plain_run(tmp_path):
+    """``seeds=[3]`` is one member, in its own directory, whose logs are buffered (not live)."""
+    plain = Job.of(compose_config(STACK, tmp_path))
+    assert plain.live and plain.member_of() is None
+    assert [(m.index, m.seed, m.directory) for m in plain.members] == [(0, 0, plain.directory)]
+    one = Job.of(stack_config(tmp_path, "seeds=[3]"))
+    assert not one.live and one.seeds == [3]
+    assert one.members[0].directory == one.directory / "seed_3"
+    assert one.member_of() == {"seeds": [3], "learning_rates": None, "dir": str(one.directory)}
+    grid = Job.of(stack_config(tmp_path, "seeds=[0,1]", "learning_rates=[0.01,0.001]"))
+    assert [(m.index, m.seed, m.learning_rate) for m in grid.members] == [
+        (0, 0, 0.01),
+        (1, 1, 0.01),
+        (2, 0, 0.001),
+        (3, 1, 0.001),
+    ]
+    assert grid.member_of()["learning_rates"] == [0.01, 0.001]
+    assert [m.config.model.optimizer.lr for m in grid.members] == [0.01, 0.01, 0.001, 0.001]
+
+
+def test_the_logging_sink_streams_one_member_live_or_buffers_each():
+    logged = {}
+    module = SimpleNamespace(log=lambda key, value, **k: logged.__setitem__(key, value))
+    live = MemberLog(1, live=True)
+    live.training_step(module, 3, {0: torch.tensor(2.0)}, {0: 5}, None)
+    assert logged == {"train/loss": torch.tensor(2.0), "train/length": 5.0}
+    assert live.history == [[]]
+    buffered = MemberLog(1, live=False)  # a job of seeds=[3]: its member replays afterwards
+    buffered.training_step(module, 3, {0: torch.tensor(2.0)}, {0: 5}, None)
+    assert buffered.history == [[(3, {"train/loss": 2.0, "train/length": 5})]]
+    with pytest.raises(ValueError, match="2 members cannot stream"):
+        MemberLog(2, live=True)
 
 
 def stack_of(cfg):

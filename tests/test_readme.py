@@ -194,7 +194,7 @@ def test_a_training_command_of_the_readme_composes_and_passes_every_check(
     from tests.hydra_plugins.test_checked_sweeper import RecordingLauncher
 
     checked, launcher = [], RecordingLauncher()
-    monkeypatch.setattr(pelab.train, "job", lambda cfg: checked.append(check_training_job(cfg)))
+    monkeypatch.setattr(pelab.train, "main", lambda cfg: checked.append(check_training_job(cfg)))
     monkeypatch.setattr(Plugins, "instantiate_launcher", lambda *args, **kwargs: launcher)
     monkeypatch.setattr(SweepSummary, "on_multirun_end", lambda *args, **kwargs: None)
     monkeypatch.chdir(tmp_path)

@@ -44,7 +44,7 @@ def hydra_dir(root: Path, *files: str) -> Path:
 
 
 def fail_with(error: Exception):
-    def work():
+    def work(*cfg):
         raise error
 
     return work
@@ -61,7 +61,7 @@ def test_a_single_run_refused_for_its_config_leaves_no_directory(tmp_path, monke
         hydra_dir(directory, *files)
         monkeypatch.setattr(runner, "hydra_output_dir", lambda d=directory: d)
         with pytest.raises(type(error)):
-            runner.sweep_job(fail_with(error), directory / "results.json")
+            runner.sweep_task(fail_with(error))(None)
     assert not fresh.exists()
     assert (resumed / "results.json").exists() and (broken / "eval.log").exists()
 
@@ -79,7 +79,7 @@ def test_a_refused_run_removes_the_empty_directories_made_for_it_up_to_the_worki
         directory = hydra_dir(tmp_path / "logs/eval/runs/2026-11-27_19-00-00")
         monkeypatch.setattr(runner, "hydra_output_dir", lambda d=directory: d)
         with pytest.raises(ConfigError):
-            runner.sweep_job(fail_with(ConfigError("bad value")), directory / "results.json")
+            runner.sweep_task(fail_with(ConfigError("bad value")))(None)
         assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == sorted(
             {"logs", *kept} if kept else set()
         )

@@ -7,8 +7,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from pelab.runner import PER_LENGTH_COLUMNS, W_AND_B_RECORD, per_length_rows
 from pelab.train import run
+from pelab.wandb_finish import PER_LENGTH_COLUMNS, W_AND_B_RECORD, per_length_rows
 
 
 def read_results(cfg) -> dict:

@@ -39,15 +39,19 @@ def build_model(cfg: DictConfig, task: Task, sizes: dict[str, int] | None = None
     passes those of the training run, from its ``model_dims``); default: this run's longest
     sequence (and the sampler's largest position) and its longest training sequence.
     """
-    return build_members([cfg], task, sizes)
+    return build_members([cfg], task, sizes, live=True)
 
 
 def build_members(
-    configs: Sequence[DictConfig], task: Task, sizes: dict[str, int] | None = None
+    configs: Sequence[DictConfig],
+    task: Task,
+    sizes: dict[str, int] | None = None,
+    live: bool = False,
 ) -> SequenceModel:
     """The LightningModule of the members ``configs`` (``pelab.members.member_configs``; one
     config: a plain run): each member's network initialised as its single run's (seeded with
-    its ``seed``, then built), stacked into one (``pelab.models.stacked.stack_members``)."""
+    its ``seed``, then built), stacked into one (``pelab.models.stacked.stack_members``).
+    ``live``: it logs to its loggers as it trains (``pelab.members.Job.live``)."""
     cfg = configs[0]
     kind = get_model_kind(cfg.model.kind)
     positions = build_sampler(instantiate(cfg.positions), task)
@@ -82,6 +86,7 @@ def build_members(
         val_lengths=validation_lengths(task, cfg.get("learned_at")),
         seeds=[c.seed for c in configs],
         learning_rates=None if len(set(rates)) == 1 else rates,
+        live=live,
         **cfg.model.schedule,
     )
 

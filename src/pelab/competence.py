@@ -97,7 +97,7 @@ class Competence:
             )
         return self.learned
 
-    def outcome(self) -> dict[str, Any]:
+    def fields(self) -> dict[str, Any]:
         return {
             "learned": self.learned,
             "steps_to_learn": self.steps_to_learn,
@@ -114,31 +114,21 @@ class LearnedStop(Callback):
     it learned resumes into the test, and one killed mid-streak counts on exactly.
     """
 
-    def __init__(self, learned_at: float, patience: int = 2) -> None:
+    def __init__(self, learned_at: float, patience: int = 2, members: int = 1) -> None:
+        """``members``: the job's (``pelab.members.Job``)."""
         check_budget(learned_at, patience)
-        self.learned_at, self.patience = learned_at, patience
-        self.competence: list[Competence] = []
-        self.fitted: list[dict[str, Any]] | None = None  # the outcomes when fitting ended
+        self.competence = [Competence(learned_at, patience) for _ in range(members)]
+        self.fitted: list[dict[str, Any]] | None = None  # the record fields when fitting ended
 
     @property
     def state_key(self) -> str:
         return "pelab_learned_stop"
 
-    def members(self, k: int) -> None:
-        """Make room for ``k`` members (once)."""
-        if not self.competence:
-            self.competence = [Competence(self.learned_at, self.patience) for _ in range(k)]
-
-    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        self.members(len(pl_module.seeds))
-
     def state_dict(self) -> dict[str, Any]:
         return {"members": [c.state_dict() for c in self.competence]}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        saved = state_dict["members"]
-        self.members(len(saved))
-        for competence, state in zip(self.competence, saved, strict=True):
+        for competence, state in zip(self.competence, state_dict["members"], strict=True):
             competence.load_state_dict(state)
 
     def member_state(self, k: int) -> dict[str, Any]:
@@ -146,10 +136,9 @@ class LearnedStop(Callback):
         return {"members": [self.competence[k].state_dict()]}
 
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self.fitted = [c.outcome() for c in self.competence]
+        self.fitted = [c.fields() for c in self.competence]
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self.members(len(pl_module.seeds))
         for k, competence in enumerate(self.competence):  # resumed once some had learned
             if competence.learned:
                 pl_module.stopped[k] = True
@@ -159,7 +148,6 @@ class LearnedStop(Callback):
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if trainer.sanity_checking:
             return
-        self.members(len(pl_module.seeds))
         for k in pl_module.active:
             scores = pl_module.member_scores[k]["val"]
             if self.competence[k].update(trainer.global_step, scores, pl_module.task):
@@ -167,18 +155,15 @@ class LearnedStop(Callback):
         if not pl_module.active:
             trainer.should_stop = True
 
-    def outcome(self, k: int = 0) -> dict[str, Any]:
-        """Member ``k``'s competence fields for its record."""
-        if self.fitted is not None:
-            return self.fitted[k]
-        if not self.competence:  # never trained (train=false): nothing was learned here
-            return Competence(self.learned_at, self.patience).outcome()
-        return self.competence[k].outcome()
+    def fields(self, k: int = 0) -> dict[str, Any]:
+        """Member ``k``'s competence fields for its record (never trained, ``train=false``:
+        nothing learned here)."""
+        return self.competence[k].fields() if self.fitted is None else self.fitted[k]
 
 
-def budget_outcome(stop: LearnedStop | None, k: int = 0) -> dict[str, Any]:
+def competence_fields(stop: LearnedStop | None, k: int = 0) -> dict[str, Any]:
     """The record's competence fields of member ``k`` of a finished training run (``stop``: its
     callback, None without a criterion)."""
     if stop is None:
         return {"learned": None, "steps_to_learn": None, "stop_reason": "max_steps"}
-    return stop.outcome(k)
+    return stop.fields(k)

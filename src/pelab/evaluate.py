@@ -39,7 +39,7 @@ from pelab.record import RESULTS, read_record
 from pelab.reliability.checkpoints import check_integrity
 from pelab.reliability.memory import check_eval_memory
 from pelab.reliability.validate import check_types
-from pelab.runner import checked, execute, make_trainer, scored_outcome, sweep_job, sweep_job_dir
+from pelab.runner import checked, execute, make_trainer, scored_outcome, sweep_job_dir, sweep_task
 from pelab.threads import check_threads, configure_threads
 
 log = logging.getLogger(__name__)
@@ -227,8 +227,8 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     )
 
 
-def job(cfg: DictConfig) -> None:
-    """One job of ``scripts/eval.py``: ``evaluate(cfg)``, a failure in a sweep recorded and the
-    sweep going on (``runner.sweep_job``)."""
-    where = Path(str(cfg.get("ckpt_path"))).parent.parent / "eval"
-    sweep_job(lambda: evaluate(cfg), f"{where}/, if it got that far")
+@sweep_task
+def main(cfg: DictConfig) -> None:
+    """One job of ``scripts/eval.py``: ``evaluate(cfg)``; its record is in
+    ``<ckpt_path's run>/eval/``, if it got that far."""
+    evaluate(cfg)

@@ -4,7 +4,6 @@ with warmup + cosine decay, per-length metrics per member."""
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
@@ -15,7 +14,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torchmetrics import MeanMetric
 
-from pelab.metrics import METRICS, SELECTION_KEY, Scores, logged_values, mean_key, selection_score
+from pelab.compiled import CompiledOrEager
+from pelab.member_log import MemberLog
+from pelab.metrics import METRICS, SELECTION_KEY, Scores, logged_values, selection_score
 from pelab.model_kinds import ModelKind
 from pelab.models.stacked import (
     clip_member_norms,
@@ -27,58 +28,10 @@ from pelab.models.stacked import (
 )
 from pelab.positions import ContiguousPositions, PositionSampler
 from pelab.reliability.checkpoints import ENGINE, ENGINE_KEY, MEMBERS_KEY, SCORES_KEY
+from pelab.schedule import cosine, scheduled, warmup_cosine
 from pelab.tasks.base import Task
 
 log = logging.getLogger(__name__)
-
-# under ``decay_at``: each model's learning-rate factor (the optimizer's, ``lr-AdamW``, holds)
-DECAY_KEY = "train/lr_decay"
-
-
-class CompiledOrEager:
-    """``torch.compile(fn)``, falling back to ``fn`` itself, with one warning, the first time
-    compiling fails (e.g. TorchInductor's ``CppCompileError`` when the machine's compiler cannot
-    build the generated kernel): the run goes on eagerly, with the same function. An error of
-    ``fn`` itself is raised again by the eager call. ``failed`` holds the compile error."""
-
-    def __init__(self, fn: Callable[..., Tensor]) -> None:
-        self.fn, self.compiled = fn, torch.compile(fn)
-        self.failed: str | None = None
-
-    def __call__(self, *args: Any) -> Tensor:
-        if self.failed is None:
-            try:
-                return self.compiled(*args)
-            except Exception as error:  # compiling failed: torch.compile has no narrower type
-                self.failed = f"{type(error).__name__}: {str(error).splitlines()[0][:300]}"
-                log.warning(
-                    "model.compile=true: torch.compile failed (%s); training goes on without "
-                    "compiling (set model.compile=false to skip the attempt)",
-                    self.failed,
-                )
-        return self.fn(*args)
-
-
-def cosine(progress: float, min_ratio: float) -> float:
-    """``min_ratio + (1 - min_ratio) (1 + cos(pi p)) / 2`` at ``p = min(progress, 1)``: 1 at
-    ``p = 0``, ``min_ratio`` from ``p = 1`` on."""
-    return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
-
-
-def warmup_cosine(
-    warmup_steps: int, total_steps: int | None, min_ratio: float
-) -> Callable[[int], float]:
-    """LR multiplier: linear warmup to 1, then cosine decay to ``min_ratio`` at ``total_steps``
-    (None: stay at 1, the stable phase of ``decay_at``)."""
-
-    def factor(step: int) -> float:
-        if step < warmup_steps:
-            return (step + 1) / warmup_steps
-        if total_steps is None:
-            return 1.0
-        return cosine((step - warmup_steps) / max(1, total_steps - warmup_steps), min_ratio)
-
-    return factor
 
 
 class SequenceModel(L.LightningModule):
@@ -92,8 +45,9 @@ class SequenceModel(L.LightningModule):
     their own). A member that ``stopped`` (``LearnedStop``) is left out of the forward and keeps
     its weights. Each validation and test epoch scores every member on the same evaluation sets
     in one folded call, every ``pelab.metrics.METRICS`` per length; ``member_scores[k][split]``
-    keeps member ``k``'s last ``{length: {metric: value}}`` of each split. With K = 1 the
-    loggers get them live; a stack keeps each member's ``history`` for its own loggers.
+    keeps member ``k``'s last ``{length: {metric: value}}`` of each split. ``live``: the loggers
+    get them as they come (a job that streams live, ``Job.live``, of one member); otherwise
+    ``log_sink`` (``pelab.member_log``) keeps each member's ``history`` for its own loggers.
     ``positions`` is the run's position sampler (``pelab.positions.build_sampler``).
     """
 
@@ -113,6 +67,7 @@ class SequenceModel(L.LightningModule):
         seed: int = 0,
         seeds: Sequence[int] | None = None,
         learning_rates: Sequence[float] | None = None,
+        live: bool = False,
     ) -> None:
         super().__init__()
         self.net, self.kind, self.task = net, kind, task
@@ -142,16 +97,12 @@ class SequenceModel(L.LightningModule):
             for _ in self.seeds
         )
         self.member_scores: list[dict[str, Scores]] = [{} for _ in self.seeds]
-        # the loggers follow training as it goes (a plain run); a stack's members log afterwards,
-        # each to its own loggers, from ``history``
-        self.live = len(self.seeds) == 1
+        self.log_sink = MemberLog(len(self.seeds), live)
         self.stopped = [False] * len(self.seeds)
         # the last training step's loss of each member (on the device) and its batch's length
         self.step_losses: dict[int, Tensor] = {}
         self.step_lengths: dict[int, int] = {}
         self.validated: list[int] = []  # the members the last validation scored
-        # per member of a stack: (step, {logger key: value}) of each logged step and validation
-        self.history: list[list[tuple[int, dict[str, float]]]] = [[] for _ in self.seeds]
         # the lengths each split scores, in the order of its data loaders
         self.lengths = {
             "val": list(task.eval_lengths if val_lengths is None else val_lengths),
@@ -184,19 +135,8 @@ class SequenceModel(L.LightningModule):
         step = self.global_step - 1  # the optimizer has stepped
         if not self.logging_step(step):
             return
-        losses, lengths = self.step_losses, self.step_lengths
-        if self.live:
-            self.log("train/loss", losses[0])
-            self.log("train/length", float(lengths[0]))
-            if self.decay_at is not None:
-                self.log(DECAY_KEY, self.decay(0))
-            return
-        self.log("train/loss", torch.stack(list(losses.values())).mean())  # the progress bar's
-        for k, loss in losses.items():
-            values = {"train/loss": float(loss), "train/length": lengths[k]}
-            if self.decay_at is not None:
-                values[DECAY_KEY] = self.decay(k)
-            self.history[k].append((step, values))
+        decay = None if self.decay_at is None else self.decay
+        self.log_sink.training_step(self, step, self.step_losses, self.step_lengths, decay)
 
     def logging_step(self, step: int) -> bool:
         """Whether training step ``step`` (from 0) logs, as Lightning's loggers decide after its
@@ -332,17 +272,12 @@ class SequenceModel(L.LightningModule):
         members = self.active if split == "val" else list(range(len(self.seeds)))
         if split == "val":
             self.validated = members  # the members this validation scored
-        for k in members:
-            values = self.epoch_scores(split, k)
-            if split == "val":
+        scored = {k: self.epoch_scores(split, k) for k in members}
+        if split == "val":
+            for k in members:
                 self.start_decay(k)
-            if self.live:
-                shown = mean_key(split, "id", "exact_match")
-                for key, value in values.items():
-                    self.log(key, value, prog_bar=key == shown)
-            else:
-                self.history[k].append((self.global_step, values))
-        if not self.live and split == "val":
+        self.log_sink.epoch(self, split, scored)
+        if not self.log_sink.live and split == "val":
             self.log("val/members_active", float(len(self.active)), prog_bar=True)
 
     def start_decay(self, k: int) -> None:
@@ -385,7 +320,7 @@ class SequenceModel(L.LightningModule):
         checkpoint[ENGINE_KEY] = ENGINE
         checkpoint[MEMBERS_KEY] = {
             "stopped": self.stopped,
-            "history": self.history,
+            "history": self.log_sink.history,
             "decay_from": self.decay_from,
         }
         checkpoint[SCORES_KEY] = [
@@ -403,7 +338,7 @@ class SequenceModel(L.LightningModule):
         state = checkpoint.get(MEMBERS_KEY)
         if state is not None and len(state["stopped"]) == len(self.seeds):
             self.stopped = list(state["stopped"])
-            self.history = [[(s, dict(v)) for s, v in h] for h in state["history"]]
+            self.log_sink.history = [[(s, dict(v)) for s, v in h] for h in state["history"]]
             self.decay_from = list(state.get("decay_from", self.decay_from))
 
     def configure_optimizers(self):  # noqa: ANN201 (Lightning's union of return types)
@@ -414,7 +349,8 @@ class SequenceModel(L.LightningModule):
         member's decay is its own, in ``member_rates``)."""
         options = {} if self.learning_rates is None else {"lr": max(self.learning_rates)}
         optimizer = self.optimizer_factory(self.net.parameters(), **options)
-        return self.scheduled(optimizer, None if self.decay_at else self.trainer.max_steps)
+        total = None if self.decay_at else self.trainer.max_steps
+        return scheduled(optimizer, warmup_cosine(self.warmup_steps, total, self.min_lr_ratio))
 
     def member_rates(self) -> list[float] | None:
         """Each member's step as a fraction of the optimizer's: 0 once stopped, its learning
@@ -451,18 +387,6 @@ class SequenceModel(L.LightningModule):
             self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
             return
         clip_member_norms(self.net, gradient_clip_val)
-
-    def scheduled(
-        self, optimizer: torch.optim.Optimizer, total_steps: int | None
-    ) -> dict[str, Any]:
-        """``optimizer`` with the warmup + cosine schedule over ``total_steps`` (None: warmup,
-        then constant), stepped every step, as ``configure_optimizers`` returns it."""
-        schedule = warmup_cosine(self.warmup_steps, total_steps, self.min_lr_ratio)
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
-        return {
-            "optimizer": optimizer,
-            "lr_scheduler": {"scheduler": scheduler, "interval": "step"},
-        }
 
 
 def _state(metric: str, length: int) -> str:

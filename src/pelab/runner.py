@@ -5,6 +5,7 @@ chance levels on the same test sets, and close their W&B run with their outcome.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import shutil
@@ -27,7 +28,6 @@ from pelab.lit_module import SequenceModel
 from pelab.metrics import Scores, summary
 from pelab.record import (
     CHOICE_GROUPS,
-    COMPETENCE_KEYS,
     COMPLETED,
     RESULTS,
     ended_status,
@@ -40,6 +40,7 @@ from pelab.tasks.base import Task
 from pelab.utils.console import interactive, route_console
 from pelab.utils.report import print_results
 from pelab.utils.wandb_mode import run_id, wandb_choice
+from pelab.wandb_finish import finish_wandb
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +58,7 @@ class Outcome:
     resumed_from: str | None = None
     resumed_from_step: int | None = None
     warnings: list[str] = field(default_factory=list)
-    competence: dict[str, Any] | None = None  # training: pelab.competence.budget_outcome
+    competence: dict[str, Any] | None = None  # training: pelab.competence.competence_fields
 
 
 def in_sweep() -> bool:
@@ -70,24 +71,30 @@ def sweep_job_dir() -> Path | None:
     return Path(HydraConfig.get().runtime.output_dir) if in_sweep() else None
 
 
-def sweep_job(work: Callable[[], Any], record_path: str | Path) -> None:
-    """One job of a script: ``work()``. A single run's failure propagates (exit status 1), and a
-    single run ``refused`` before any work leaves no directory behind (Hydra's, when it holds
-    nothing else); in a sweep (``-m``) a failed job is recorded (its ``results.json`` at
-    ``record_path`` says ``failed`` and why, its log has the traceback) and the sweep goes on.
-    The console shows the run's own lines (``pelab.utils.console``)."""
-    route_console()
-    hydra_dir = hydra_output_dir()
-    fresh = hydra_dir is not None and _fresh(hydra_dir)
-    try:
-        work()
-    except Exception as error:
-        if not in_sweep():
-            if fresh and refused(error):
-                shutil.rmtree(hydra_dir, ignore_errors=True)  # nothing ran
-                remove_empty_parents(hydra_dir, Path.cwd())
-            raise
-        log.exception("this job failed (recorded in %s); the sweep goes on", record_path)
+def sweep_task(job: Callable[[DictConfig], Any]) -> Callable[[DictConfig], None]:
+    """A job of a script (``scripts/train.py``, ``scripts/eval.py``), as the Lightning-Hydra
+    template's ``task_wrapper``: a single run's failure propagates (exit status 1), and a single
+    run ``refused`` before any work leaves no directory behind (Hydra's, when it holds nothing
+    else); in a sweep (``-m``) a failed job is recorded (its ``results.json`` says ``failed`` and
+    why, if it got that far; its log has the traceback) and the sweep goes on. The console shows
+    the run's own lines (``pelab.utils.console``)."""
+
+    @functools.wraps(job)
+    def wrapped(cfg: DictConfig) -> None:
+        route_console()
+        hydra_dir = hydra_output_dir()
+        fresh = hydra_dir is not None and _fresh(hydra_dir)
+        try:
+            job(cfg)
+        except Exception as error:
+            if not in_sweep():
+                if fresh and refused(error):
+                    shutil.rmtree(hydra_dir, ignore_errors=True)  # nothing ran
+                    remove_empty_parents(hydra_dir, Path.cwd())
+                raise
+            log.exception("this job failed (its results.json says why); the sweep goes on")
+
+    return wrapped
 
 
 def remove_empty_parents(path: Path, stop: Path) -> None:
@@ -147,6 +154,7 @@ def execute(
     work: Callable[[], Outcome],
     since: float | None = None,
     earlier: list[float] | None = None,
+    job_dir: str | Path | None = None,
     **extra: Any,
 ) -> dict[str, Any]:
     """Run ``work`` inside its record: ``results.json`` in ``output_dir`` is written on entry
@@ -154,14 +162,14 @@ def execute(
     is re-raised); the per-length table is printed and the W&B run is closed either way.
     ``since``: the ``time.perf_counter()`` the record's ``wall_time_s`` counts from (default:
     now; a member of a run counts from the run's start); ``earlier``: the wall times of the
-    attempts a resumed training run continues (``record.earlier_wall_times``). An interrupted
+    attempts a resumed training run continues (``record.earlier_wall_times``); ``job_dir``: the
+    directory of the job a member's run belongs to (default: ``output_dir``). An interrupted
     training run records and logs the command that resumes it (``record.resume_command``)."""
     record = new_record(job_type, choices, config) | extra
     resume = None
     if job_type == "train":
         overrides = list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
-        job = (extra.get("member_of") or {}).get("dir") or output_dir
-        resume = resume_command(job_type, overrides, job)
+        resume = resume_command(job_type, overrides, job_dir or output_dir)
     try:
         with recorded(Path(output_dir) / RESULTS, record, since, resume, earlier):
             try:
@@ -292,77 +300,3 @@ def choices(cfg: DictConfig) -> dict[str, Any]:
     """The config-group choices of this run (model, pe, task, ...) and its seed."""
     picked = dict(HydraConfig.get().runtime.choices) if HydraConfig.initialized() else {}
     return {**{k: picked.get(k) for k in CHOICE_GROUPS}, "seed": cfg.seed}
-
-
-def finish_wandb(record: dict[str, Any], results: Path | None = None) -> None:
-    """Close this job's W&B run with its outcome, which ``make_table.py wandb:<project>`` reads:
-    ``status``, ``error``, the command-line ``overrides``, a member's ``member_of`` and the
-    record's ``metrics`` section (as data) in the summary, the chance levels of the means beside
-    ``test/id/*`` and ``test/ood/*``, and exit code 1 for a failure (W&B then shows the run as
-    failed). For a reader of the run: the test per length as a table (``test/per_length``) and
-    its exact match against length as a chart, and ``results`` (``results.json``) saved with
-    the run as ``W_AND_B_RECORD``."""
-    import wandb
-
-    if wandb.run is None:
-        return
-    overrides = list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
-    metrics = record.get("metrics", {})
-    competence = {k: record[k] for k in COMPETENCE_KEYS if k in record}
-    chance = {
-        f"{split}/{metric}": value
-        for split in ("chance_id", "chance_ood")
-        for metric, value in metrics.get(split, {}).items()
-    }
-    if metrics.get("test"):
-        table = wandb.Table(columns=list(PER_LENGTH_COLUMNS), data=per_length_rows(record))
-        chart = wandb.plot.line(table, "length", "exact_match", title="test exact match by length")
-        wandb.log({"test/per_length": table, "test/exact_match_by_length": chart})
-    if results is not None and results.is_file():  # named apart: local tools read results.json
-        copy = Path(wandb.run.dir) / W_AND_B_RECORD
-        shutil.copyfile(results, copy)
-        wandb.save(str(copy), base_path=wandb.run.dir, policy="now")
-    wandb.run.summary.update(
-        {
-            "status": record["status"],
-            "error": record.get("error", ""),
-            "overrides": overrides,
-            "metrics": metrics,
-            "train_lengths": record.get("train_lengths"),
-            **competence,
-            **({"member_of": record["member_of"]} if "member_of" in record else {}),
-            **chance,
-        }
-    )
-    wandb.finish(exit_code=0 if record["status"] == COMPLETED else 1)
-
-
-# the run record's name among a W&B run's files (not results.json, which the local tools collect)
-W_AND_B_RECORD = "pelab_record.json"
-# the W&B table of a run's test, one row per length
-PER_LENGTH_COLUMNS = (
-    "length",
-    "split",
-    "exact_match",
-    "token_acc",
-    "chance_exact",
-    "chance_token",
-)
-
-
-def per_length_rows(record: dict[str, Any]) -> list[list[Any]]:
-    """A completed record's test, one row per length (``PER_LENGTH_COLUMNS``; chance None where
-    the record has none)."""
-    lo, hi = record["train_lengths"]
-    chance = record["metrics"].get("chance", {})
-    return [
-        [
-            int(length),
-            "ID" if lo <= int(length) <= hi else "OOD",
-            values["exact_match"],
-            values["token_acc"],
-            chance.get(length, {}).get("exact_match"),
-            chance.get(length, {}).get("token_acc"),
-        ]
-        for length, values in record["metrics"]["test"].items()
-    ]

@@ -1,0 +1,64 @@
+"""Where a job's members log, decided once per job (``pelab.members.Job.live``): a job that
+streams live sends its one member's values to the LightningModule's loggers as it trains; a
+stack buffers each member's in its ``history``, which ``pelab.train`` replays to the member's
+own loggers (its own W&B run) once training ends."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import lightning as L
+import torch
+from torch import Tensor
+
+from pelab.metrics import mean_key
+
+# under ``decay_at``: each member's learning-rate factor (the optimizer's, ``lr-AdamW``, holds)
+DECAY_KEY = "train/lr_decay"
+
+# per member: (step, {logger key: value}) of each logged step and validation
+History = list[list[tuple[int, dict[str, float]]]]
+
+
+class MemberLog:
+    """The logging sink of ``members`` members: ``live`` (one member only) or buffered."""
+
+    def __init__(self, members: int, live: bool) -> None:
+        if live and members != 1:
+            raise ValueError(f"a job of {members} members cannot stream to one live run")
+        self.live = live
+        self.history: History = [[] for _ in range(members)]
+
+    def training_step(
+        self,
+        module: L.LightningModule,
+        step: int,
+        losses: dict[int, Tensor],
+        lengths: dict[int, int],
+        decay: Callable[[int], float] | None,
+    ) -> None:
+        """A logging step's losses (on the device) and batch lengths, per member."""
+        if self.live:
+            module.log("train/loss", losses[0])  # no host read here: Lightning's, at logging
+            module.log("train/length", float(lengths[0]))
+            if decay is not None:
+                module.log(DECAY_KEY, decay(0))
+            return
+        module.log("train/loss", torch.stack(list(losses.values())).mean())  # the progress bar's
+        for k, loss in losses.items():
+            values = {"train/loss": float(loss), "train/length": lengths[k]}
+            if decay is not None:
+                values[DECAY_KEY] = decay(k)
+            self.history[k].append((step, values))
+
+    def epoch(
+        self, module: L.LightningModule, split: str, scored: dict[int, dict[str, float]]
+    ) -> None:
+        """The end of an epoch of ``split``: the values each scored member logs."""
+        for k, values in scored.items():
+            if self.live:
+                shown = mean_key(split, "id", "exact_match")
+                for key, value in values.items():
+                    module.log(key, value, prog_bar=key == shown)
+            else:
+                self.history[k].append((module.global_step, values))
