@@ -52,7 +52,7 @@ def check_budget(learned_at: float | None, patience: int) -> None:
 class Competence:
     """The criterion of one model: fed its in-distribution validation scores after each
     validation (``update``), it says when the model has learned (see the module docstring).
-    ``LearnedStop`` applies it to each member of a run."""
+    ``LearnedStop`` applies it to each member of a job."""
 
     def __init__(self, learned_at: float, patience: int = 2) -> None:
         check_budget(learned_at, patience)
@@ -106,7 +106,7 @@ class Competence:
 
 
 class LearnedStop(Callback):
-    """Stops each member of a run once it has learned its task (``Competence``, one per member:
+    """Stops each member of a job once it has learned its task (``Competence``, one per member:
     ``SequenceModel.stopped``); training ends when every member has stopped.
 
     Reads the validation scores as data (``SequenceModel.member_scores``). Its state (each
@@ -162,7 +162,7 @@ class LearnedStop(Callback):
 
 
 def competence_fields(stop: LearnedStop | None, k: int = 0) -> dict[str, Any]:
-    """The record's competence fields of member ``k`` of a finished training run (``stop``: its
+    """The record's competence fields of member ``k`` of a finished training job (``stop``: its
     callback, None without a criterion)."""
     if stop is None:
         return {"learned": None, "steps_to_learn": None, "stop_reason": "max_steps"}

@@ -110,7 +110,7 @@ class SequenceModel(L.LightningModule):
         }
 
     def selected(self, members: Sequence[int]) -> AbstractContextManager[None]:
-        """Forwards inside run ``members`` only (``pelab.models.stacked.select``)."""
+        """Forwards inside compute only ``members`` (``pelab.models.stacked.select``)."""
         if list(members) == list(range(len(self.seeds))):
             return nullcontext()
         return select(self.net, members)

@@ -1,4 +1,4 @@
-"""The members a run asks for: ``seeds=[0,1,2]`` trains one model per seed, all in one training
+"""The members a job asks for: ``seeds=[0,1,2]`` trains one model per seed, all in one training
 step; ``learning_rates=[1e-3,3e-3]`` one per learning rate (both: one per seed and learning
 rate). A plain run is one member.
 

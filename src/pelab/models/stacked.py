@@ -1,11 +1,12 @@
 """The member dimension: K models of one architecture trained as one network.
 
-Every run is a stack of K >= 1 *members* (``seeds=[...]``, ``learning_rates=[...]``; a plain run
-is K = 1). The layers that hold weights store them stacked, ``[K, ...]``, and run once for every
-member: ``Linear`` with one ``bmm`` over K, ``LayerNorm`` and ``Embedding`` with a member's own
-row of their tables. Everything else (attention, the positional encodings, the loss) sees the
-members folded into the batch, member-major: ``[K b, ...]`` holds member 0's ``b`` sequences,
-then member 1's, and so on. Attention never mixes sequences, so it needs no member dimension.
+Every job is a stack of K >= 1 *members* (``seeds=[...]``, ``learning_rates=[...]``; a plain
+run is a job of K = 1). The layers that hold weights store them stacked, ``[K, ...]``, and run
+once for every member: ``Linear`` with one ``bmm`` over K, ``LayerNorm`` and ``Embedding`` with a
+member's own row of their tables. Everything else (attention, the positional encodings, the
+loss) sees the members folded into the batch, member-major: ``[K b, ...]`` holds member 0's ``b``
+sequences, then member 1's, and so on. Attention never mixes sequences, so it needs no member
+dimension.
 
 With K = 1 each layer calls the kernel of its ``torch.nn`` namesake on the one member's weights
 (a view: its backward copies nothing),
