@@ -270,15 +270,12 @@ class SequenceModel(L.LightningModule):
 
     def _end_epoch(self, split: str) -> None:
         members = self.active if split == "val" else list(range(len(self.seeds)))
-        if split == "val":
-            self.validated = members  # the members this validation scored
         scored = {k: self.epoch_scores(split, k) for k in members}
         if split == "val":
+            self.validated = members  # the members this validation scored
             for k in members:
                 self.start_decay(k)
         self.log_sink.epoch(self, split, scored)
-        if not self.log_sink.live and split == "val":
-            self.log("val/members_active", float(len(self.active)), prog_bar=True)
 
     def start_decay(self, k: int) -> None:
         """Member ``k``'s decay begins at this step once the exact match at its worst

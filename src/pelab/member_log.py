@@ -54,11 +54,15 @@ class MemberLog:
     def epoch(
         self, module: L.LightningModule, split: str, scored: dict[int, dict[str, float]]
     ) -> None:
-        """The end of an epoch of ``split``: the values each scored member logs."""
-        for k, values in scored.items():
-            if self.live:
-                shown = mean_key(split, "id", "exact_match")
+        """The end of an epoch of ``split``: the values each scored member logs (a stack's
+        progress bar shows how many members its validation scored, those still training)."""
+        if self.live:
+            shown = mean_key(split, "id", "exact_match")
+            for values in scored.values():  # its one member's, unless it stopped
                 for key, value in values.items():
                     module.log(key, value, prog_bar=key == shown)
-            else:
-                self.history[k].append((module.global_step, values))
+            return
+        for k, values in scored.items():
+            self.history[k].append((module.global_step, values))
+        if split == "val":
+            module.log("val/members_active", float(len(scored)), prog_bar=True)
