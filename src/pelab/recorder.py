@@ -12,34 +12,47 @@ from omegaconf import OmegaConf
 from pelab.members import Job, Member
 from pelab.record import RESULTS, earlier_wall_times, new_record, write_json_atomic
 from pelab.reliability.slurm import peak_rss_mb
-from pelab.runner import Outcome, choices, execute
+from pelab.runner import Outcome, choices, execute, refused
 
 
 class Recorder:
-    """The K run records of ``job``: ``with Recorder(job) as recorder:`` writes each member's
-    ``running`` record on entry; ``recorder.completed(outcome)`` each member's ``completed``
-    record with ``outcome(member)`` (one member after the other: each closes its own W&B run);
-    an error out of the block every member's ``failed`` or ``interrupted`` record, with the
-    error, which goes on. ``since``: the ``time.perf_counter()`` the wall times count from (the
-    job's start, before its checks)."""
+    """The K run records of ``job``, around its checks and its one training, from the job's
+    start (its wall time counts from entry):
 
-    def __init__(self, job: Job, since: float | None = None) -> None:
-        self.job, self.start = job, time.perf_counter() if since is None else since
+        with Recorder(job) as recorder:
+            prepared = prepare(job)  # a refusal (``runner.refused``) leaves no record
+            recorder.started()  # each member's record says ``running``
+            fitted = train(job, prepared)
+            recorder.completed(outcome)  # each member's ``completed`` record, outcome(member)
+
+    An error out of the block ends every member's record ``failed`` or ``interrupted`` with
+    the error, which goes on. Members close one after the other: each closes its own W&B
+    run."""
+
+    def __init__(self, job: Job) -> None:
+        self.job, self.start = job, time.perf_counter()
         self.member_of = job.member_of()
-        self.earlier: list[list[float]] = []
+        self.earlier: list[list[float]] | None = None  # once started
         self.closed = False
 
     def __enter__(self) -> Recorder:
-        # the times of the attempts a resume continues (the records below replace theirs)
+        return self
+
+    def started(self) -> None:
+        """Each member's ``running`` record, replacing an earlier attempt's."""
+        # the times of the attempts a resume continues
         self.earlier = [earlier_wall_times(m.directory / RESULTS) for m in self.job.members]
         for member in self.job.members:
             record = new_record("train", choices(member.config), config(member))
             write_json_atomic(member.directory / RESULTS, record | self.extra())
-        return self
 
     def __exit__(self, kind: type | None, error: BaseException | None, traceback: Any) -> None:
         if error is None or self.closed:
             return
+        if self.earlier is None:
+            if refused(error):  # refused before any work: the one-line error says it all
+                return
+            self.started()
         try:
             self.close(lambda member: _raise(error))
         except BaseException as recorded:

@@ -11,7 +11,6 @@ members and tests each on its best checkpoint."""
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,7 +33,6 @@ from pelab.reliability.lock import run_lock
 from pelab.reliability.memory import check_eval_memory
 from pelab.runner import (
     Outcome,
-    checked,
     instantiate_all,
     make_trainer,
     scored_outcome,
@@ -162,11 +160,9 @@ def run(job: Job | DictConfig) -> dict[str, Any] | list[dict[str, Any]]:
     # one writer per job directory, for the job's life (a second process waits or is refused)
     with run_lock(job.directory, job.config.get("run_lock_wait_s") or 0):
         try:
-            start = time.perf_counter()
-            prepared = checked(lambda: prepare(job))  # a refusal writes no record
-            with Recorder(job, since=start) as recorder:
-                if isinstance(prepared, Exception):
-                    raise prepared
+            with Recorder(job) as recorder:
+                prepared = prepare(job)  # a refusal writes no record
+                recorder.started()
                 fitted = train(job, prepared)
                 records = recorder.completed(lambda m: member_outcome(job, fitted, m))
         finally:  # every record is written: SLURM's requeue signal is ignored from here on
