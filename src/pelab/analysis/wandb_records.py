@@ -33,7 +33,7 @@ def wandb_records(
 def wandb_record(run: Any) -> dict[str, Any]:
     """A W&B run (``wandb.Api`` object) as the record its ``results.json`` would hold: the
     ``metrics`` section and the training lengths come as data from the run's summary
-    (``pelab.runner.finish_wandb``). Under a W&B sweep agent the swept keys are locked to the
+    (``pelab.wandb_finish.finish_wandb``). Under a W&B sweep agent the swept keys are locked to the
     sweep's values (``task: copy``, not the resolved task config), so the config's groups may be
     plain strings: the choices come from ``config.choices``, which no sweep locks."""
     summary = {k: v for k, v in dict(run.summary).items() if not k.startswith("_")}
