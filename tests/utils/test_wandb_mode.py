@@ -101,7 +101,7 @@ def test_the_printed_sync_command_finds_every_offline_run_not_yet_uploaded(tmp_p
     """``SYNC_COMMAND`` from the directory holding ``logs/``: its ``find`` (run here as Python
     walks the tree: directories by name, symlinks not followed) hands ``wandb sync`` (run
     in-process, ``--dry-run``: no upload) every offline run; W&B skips the one it uploaded."""
-    find, root, *select, exec_, wandb, sync, each, end = shlex.split(SYNC_COMMAND)
+    find, root, *select, exec_, program, sync, each, end = shlex.split(SYNC_COMMAND)
     assert (find, select, exec_, each, end) == (
         "find",
         ["-type", "d", "-name", select[-1]],
@@ -109,7 +109,7 @@ def test_the_printed_sync_command_finds_every_offline_run_not_yet_uploaded(tmp_p
         "{}",
         "+",
     )
-    assert (wandb, sync) == ("wandb", "sync")
+    assert (program, sync) == ("wandb", "sync")
     logs = tmp_path / root
     offline_run(logs / "train/runs/2026-11-27_12-00-00/wandb", "fresh001")
     offline_run(logs / "train/multiruns/2026-11-27_12-00-00/0/wandb", "synced01", synced=True)
@@ -120,6 +120,9 @@ def test_the_printed_sync_command_finds_every_offline_run_not_yet_uploaded(tmp_p
         if fnmatch(os.path.basename(folder), select[-1])
     ]
     monkeypatch.chdir(tmp_path)
+    # the CLI's report is what is checked: a silent run earlier in this process (the suite's
+    # WANDB_SILENT) left W&B's console silent, as a fresh `wandb sync` process never is
+    monkeypatch.setattr(wandb.errors.term, "_silent", False)
     result = CliRunner().invoke(wandb_cli.sync, ["--dry-run", *found])
     assert result.exit_code == 0, result.output
     assert "Would sync 1 run(s)" in result.output and "run-fresh001.wandb" in result.output
