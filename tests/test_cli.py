@@ -205,26 +205,6 @@ def test_the_table_of_a_sweep_has_every_run_and_shows_the_failed_ones(tiny_grid)
 
 
 @pytest.mark.integration
-def test_the_submitit_local_launcher_runs_a_tiny_grid_into_the_default_sweep_dir(
-    tmp_path, repo_root
-):
-    proc = cli(
-        repo_root,
-        "scripts/train.py",
-        "-m",
-        "hydra/launcher=local",
-        "pe=none,alibi",
-        *TINY,
-        "logger=csv",
-        cwd=tmp_path,  # the default sweep directory: ./logs/train/multiruns/<date>_<time>
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    [sweep] = (tmp_path / "logs" / "train" / "multiruns").iterdir()
-    assert by_run(sweep) == {"none_copy_s0": "completed", "alibi_copy_s0": "completed"}
-    assert list((sweep / ".submitit").iterdir())  # submitit's job files and logs
-
-
-@pytest.mark.integration
 def test_a_single_failing_run_exits_1_with_its_error(tmp_path, repo_root):
     proc = cli(
         repo_root,

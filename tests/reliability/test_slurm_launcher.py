@@ -246,26 +246,29 @@ def test_a_finished_record_is_never_marked(tmp_path):
 
 @pytest.mark.integration
 def test_a_killed_job_of_a_local_submitit_sweep_is_summarised_not_a_traceback(repo_root, tmp_path):
-    """submitit's local executor, a job SIGKILLed mid-training: the driver waits for the other,
-    records the killed one as interrupted with its resume command, and prints the summary."""
-    sweep = tmp_path / "sweep"
-    cmd = sweep_command(
-        repo_root,
-        tmp_path,
-        sweep,
-        "hydra/launcher=local",
-        "seed=0,1",
-        *fault("sigkill", 2, seed=1),
+    """submitit's local executor, from a fresh directory into the default sweep directory
+    (``./logs/train/multiruns/<date>_<time>``), a job SIGKILLed mid-training: the driver waits
+    for the other, which completes, records the killed one as interrupted with its resume
+    command, and prints the summary; submitit keeps its job files beside the jobs."""
+    cmd = sweep_command(repo_root, tmp_path, tmp_path, "hydra/launcher=local", "seed=0,1")
+    cmd = [a for a in cmd if not a.startswith("hydra.sweep.dir=")]  # the default one
+    cmd[1] = str(repo_root / cmd[1])
+    done = subprocess.run(
+        [*cmd, *fault("sigkill", 2, seed=1)],
+        **{**sweep_popen_kwargs(repo_root), "cwd": tmp_path},
+        timeout=600,
     )
-    done = subprocess.run(cmd, **sweep_popen_kwargs(repo_root), timeout=600)
     assert done.returncode == 1
     assert "UncompletedJobError" not in done.stderr
     assert "2 jobs: 1 completed, 1 interrupted" in done.stderr, done.stderr[-3000:]
+    [sweep] = (tmp_path / "logs" / "train" / "multiruns").iterdir()
     records = [json.loads(p.read_text()) for p in sorted(sweep.glob("*/results.json"))]
     assert sorted(r["status"] for r in records) == ["completed", "interrupted"]
     interrupted = next(r for r in records if r["status"] == "interrupted")
-    assert f"hydra.sweep.dir={sweep}" in interrupted["resume_command"]
+    resumed_in = interrupted["resume_command"].split("hydra.sweep.dir=")[1].split()[0]
+    assert (tmp_path / resumed_in).resolve() == sweep.resolve()
     assert "skip_completed=true" in interrupted["resume_command"]
+    assert list((sweep / ".submitit").iterdir())  # submitit's job files and logs
 
 
 @pytest.mark.integration
