@@ -89,19 +89,20 @@ def test_a_job_killed_in_a_live_parallel_sweep_is_recorded_and_the_others_run_on
 
     def launch(*extra: str) -> subprocess.CompletedProcess:
         parallel = ["hydra/launcher=parallel", "hydra.launcher.n_jobs=2"]
-        return sweep_cli(repo_root, tmp_path, sweep, *parallel, "seed=0,1,2,3", *extra)
+        return sweep_cli(repo_root, tmp_path, sweep, *parallel, "seed=0,1,2", *extra)
 
     # the job of seed 1 kills itself at step 6 (after its first validation's checkpoint)
     first = launch(*fault("sigkill", 6, seed=1))
-    jobs = [sweep_job(sweep, "rope", "copy", seed, f"seed={seed}") for seed in range(4)]
+    jobs = [sweep_job(sweep, "rope", "copy", seed, f"seed={seed}") for seed in range(3)]
     assert first.returncode == 1, first.stderr[-3000:]
     records = [results(job) for job in jobs]
-    assert [r["status"] for r in records] == ["completed", "failed", "completed", "completed"]
+    # seed 2 starts in the slot the killed job left: the pool outlives a killed worker
+    assert [r["status"] for r in records] == ["completed", "failed", "completed"]
     killed = records[1]
     assert killed["error"].startswith("killed by SIGKILL (out of memory, or killed from outside)")
     assert "skip_completed=true" in killed["error"]
     assert any("injecting fault 'sigkill' at step 6" in line for line in killed["log_tail"])
-    assert "1 of 4 jobs did not complete" in first.stderr
+    assert "1 of 3 jobs did not complete" in first.stderr
     assert f"failed: {jobs[1].name}: killed by SIGKILL" in first.stderr  # the summary names it
     before = {job: (job / "results.json").read_bytes() for job in jobs if job != jobs[1]}
 
