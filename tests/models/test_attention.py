@@ -28,7 +28,7 @@ class Recorder(PositionalEncoding):
         super().__init__(DIMS)
         self.calls: list[str] = []
 
-    def transform_qk(self, q, k, pos):
+    def transform_qk(self, q, k, pos, layer):
         self.calls.append("transform_qk")
         return q, k
 

@@ -35,7 +35,7 @@ def position_term(pe, q: torch.Tensor, pos: Positions, layer: int) -> torch.Tens
 def by_hand(attention: Attention, x: torch.Tensor, pos: Positions) -> torch.Tensor:
     """``softmax(q k^T / sqrt(d) + bias)`` of one self-attention, its mask applied."""
     q, k, _ = attention.heads(attention.qkv(x))
-    q, k = attention.pe.transform_qk(q, k, pos)
+    q, k = attention.pe.transform_qk(q, k, pos, 0)
     logits = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
     logits = logits + position_term(attention.pe, q, pos, attention.layer)
     if attention.causal:

@@ -42,7 +42,9 @@ def test_hooks_chain_the_parts_in_order():
         pe.embed(x, torch.zeros(2, 5, dtype=torch.long), pos), x + sinusoidal.position_vectors(pos)
     )
     q, k = torch.randn(2, 2, 5, 8), torch.randn(2, 2, 5, 8)
-    for got, want in zip(pe.transform_qk(q, k, pos), rope.transform_qk(q, k, pos), strict=True):
+    for got, want in zip(
+        pe.transform_qk(q, k, pos, 0), rope.transform_qk(q, k, pos, 0), strict=True
+    ):
         assert torch.equal(got, want)
     # two embeddings that do not commute: the sinusoid is added, then the sum turned
     vocab = ModelDims(16, 2, 2, True, 32, vocab_size=12)

@@ -19,14 +19,14 @@ def grid_positions(coords) -> Positions:
 
 
 def scores(pe, q, k, pos: Positions) -> torch.Tensor:
-    rq, rk = pe.transform_qk(q, k, pos)
+    rq, rk = pe.transform_qk(q, k, pos, 0)
     return rq @ rk.transpose(-1, -2)
 
 
 def test_first_pair_turns_with_the_row_second_with_the_column():
     pe = AxialRotaryPE(dims(4), base=100.0)  # one pair per axis, theta_0 = 1
     x = torch.tensor([1.0, 0.0, 1.0, 0.0]).expand(1, 1, 2, 4)
-    out, _ = pe.transform_qk(x, x, grid_positions([[0, 0], [1, 2]]))
+    out, _ = pe.transform_qk(x, x, grid_positions([[0, 0], [1, 2]]), 0)
     expected = [[1.0, 0.0, 1.0, 0.0], [math.cos(1), math.sin(1), math.cos(2), math.sin(2)]]
     assert torch.allclose(out[0, 0], torch.tensor(expected), atol=1e-6)
 
@@ -41,10 +41,10 @@ def test_each_half_is_one_dimensional_rope_of_its_axis():
     axial, rope = AxialRotaryPE(dims(16)), RotaryPE(dims(8, position_dims=1), base=100.0)
     x = torch.randn(2, 1, 6, 16)
     coords = torch.randint(0, 40, (2, 6, 2))
-    out, _ = axial.transform_qk(x, x, Positions.from_tensor(coords))
+    out, _ = axial.transform_qk(x, x, Positions.from_tensor(coords), 0)
     for axis, half in ((0, slice(0, 8)), (1, slice(8, 16))):
         along = Positions(coords[..., axis], coords[..., axis])
-        expected, _ = rope.transform_qk(x[..., half], x[..., half], along)
+        expected, _ = rope.transform_qk(x[..., half], x[..., half], along, 0)
         assert torch.allclose(out[..., half], expected, atol=1e-5)
 
 
@@ -74,7 +74,7 @@ def test_row_and_column_offsets_are_told_apart():
 def test_rotation_preserves_norms():
     pe = AxialRotaryPE(dims(16))
     x = torch.randn(2, 1, 5, 16)
-    out, _ = pe.transform_qk(x, x, Positions.from_tensor(torch.randint(0, 30, (2, 5, 2))))
+    out, _ = pe.transform_qk(x, x, Positions.from_tensor(torch.randint(0, 30, (2, 5, 2))), 0)
     assert torch.allclose(out.norm(dim=-1), x.norm(dim=-1), atol=1e-5)
 
 
@@ -88,4 +88,4 @@ def test_one_dimensional_positions_are_refused_clearly():
     pe = AxialRotaryPE(dims(8))
     x = torch.randn(1, 1, 5, 8)
     with pytest.raises(ConfigError, match=r"pe=rope_2d reads 2-D positions"):
-        pe.transform_qk(x, x, Positions.contiguous(5))
+        pe.transform_qk(x, x, Positions.contiguous(5), 0)

@@ -15,7 +15,7 @@ def dims(head_dim: int, heads: int = 1) -> ModelDims:
 
 def rotated(pe: RotaryPE, x: torch.Tensor, positions: list[int]) -> torch.Tensor:
     pos = Positions.from_tensor(torch.tensor(positions))
-    q, _ = pe.transform_qk(x, x, pos)
+    q, _ = pe.transform_qk(x, x, pos, 0)
     return q
 
 
@@ -42,7 +42,7 @@ def test_score_depends_only_on_the_relative_offset(layout, fraction):
     scores = []
     for shift in (0, 7, 100):
         pos = Positions.from_tensor(base + shift)
-        rq, rk = pe.transform_qk(q, k, pos)
+        rq, rk = pe.transform_qk(q, k, pos, 0)
         scores.append(rq @ rk.transpose(-1, -2))
     assert torch.allclose(scores[0], scores[1], atol=1e-4)
     assert torch.allclose(scores[0], scores[2], atol=1e-4)
@@ -105,7 +105,7 @@ def test_p_rope_pairs_without_a_frequency_never_turn_and_scores_stay_relative():
     scores = []
     for shift in (0, 50):
         pos = Positions.from_tensor(torch.arange(6) + shift)
-        rq, rk = pe.transform_qk(q, k, pos)
+        rq, rk = pe.transform_qk(q, k, pos, 0)
         scores.append(rq @ rk.transpose(-1, -2))
     torch.testing.assert_close(scores[0], scores[1], rtol=1e-4, atol=1e-4)
 

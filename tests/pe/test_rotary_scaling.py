@@ -27,7 +27,7 @@ def freqs(pe: RotaryPE, n: int = 4) -> tuple[torch.Tensor, float]:
 
 
 def scores(pe: RotaryPE, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor):
-    rq, rk = pe.transform_qk(q, k, Positions.from_tensor(positions))
+    rq, rk = pe.transform_qk(q, k, Positions.from_tensor(positions), 0)
     return rq @ rk.transpose(-1, -2)  # [b h i j]
 
 
@@ -62,7 +62,9 @@ def test_none_is_plain_rope_exactly(layout):
     none = RotaryPE(dims(8, heads=2), layout=layout, scaling="none", original_max_len=16)
     q, k = torch.randn(2, 2, 5, 8), torch.randn(2, 2, 5, 8)
     pos = Positions.contiguous(5)
-    for a, b in zip(plain.transform_qk(q, k, pos), none.transform_qk(q, k, pos), strict=True):
+    for a, b in zip(
+        plain.transform_qk(q, k, pos, 0), none.transform_qk(q, k, pos, 0), strict=True
+    ):
         assert torch.equal(a, b)
     # and plain RoPE itself: pair i rotated by m * base^(-2i/r)
     assert torch.equal(freqs(none)[0], torch.tensor([1.0, 10000**-0.25, 0.01, 10000**-0.75]))
@@ -79,8 +81,8 @@ def test_linear_is_plain_rope_at_positions_divided_by_the_factor():
     plain = RotaryPE(dims(8))
     x = torch.randn(1, 1, 6, 8)
     positions = torch.arange(6)
-    a, _ = linear.transform_qk(x, x, Positions.from_tensor(positions))
-    b, _ = plain.transform_qk(x, x, Positions.from_tensor(positions / 4))
+    a, _ = linear.transform_qk(x, x, Positions.from_tensor(positions), 0)
+    b, _ = plain.transform_qk(x, x, Positions.from_tensor(positions / 4), 0)
     assert torch.allclose(a, b, atol=1e-6)
 
 

@@ -18,7 +18,7 @@ def dims(head_dim: int, heads: int = 1, causal: bool = True) -> ModelDims:
 
 
 def scores(pe: RotaryPE, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor):
-    rq, rk = pe.transform_qk(q, k, Positions.from_tensor(positions))
+    rq, rk = pe.transform_qk(q, k, Positions.from_tensor(positions), 0)
     return rq @ rk.transpose(-1, -2)  # [b h i j]
 
 
@@ -34,7 +34,7 @@ def test_one_pair_by_hand():
     # zeta^(-(n - c)/gamma), zeta = 2/7, centre c = (max_len - 1)/2 = 31.5
     pe = XPosPE(dims(2), scale_base=16.0)
     x = torch.tensor([1.0, 0.0]).expand(1, 1, 3, 2)
-    q, k = pe.transform_qk(x, x, Positions.contiguous(3))
+    q, k = pe.transform_qk(x, x, Positions.contiguous(3), 0)
     zeta = 0.4 / 1.4
     for n in range(3):
         angle = torch.tensor(float(n))

@@ -136,7 +136,7 @@ def relative_curves(pe: PositionalEncoding, hook: str, length: int) -> tuple[Ten
             equal = equal.masked_fill(~torch.ones(n, n, dtype=torch.bool).tril(), -torch.inf)
         response = pe.normalize(equal, pos, 0)
     elif hook == "transform_qk":
-        q, k = pe.transform_qk(q, k, pos)
+        q, k = pe.transform_qk(q, k, pos, 0)
         response = q @ k.transpose(-1, -2) * scale
     elif hook == "modify_logits":
         logits = q @ q.transpose(-1, -2) * scale  # q = k: one random vector as query and key
@@ -177,7 +177,7 @@ def grid_relative(pe: PositionalEncoding, hook: str, radius: int) -> Tensor:
     else:  # transform_qk
         generator = torch.Generator().manual_seed(0)
         q, k = torch.randn(2, 1, dims.n_heads, 1, dims.head_dim, generator=generator)
-        q, k = pe.transform_qk(q, k.expand(1, dims.n_heads, m, dims.head_dim), pos)
+        q, k = pe.transform_qk(q, k.expand(1, dims.n_heads, m, dims.head_dim), pos, 0)
         response = q @ k.transpose(-1, -2) * dims.head_dim**-0.5
     return response[0, :, 0].unflatten(-1, (2 * radius + 1, 2 * radius + 1))
 

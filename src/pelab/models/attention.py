@@ -90,12 +90,12 @@ class Attention(nn.Module):
             q, k, v = self.heads(self.qkv(x))
             # cached keys are already transformed: transform only the new ones, at their positions
             own = pos if cache is None else pos.memo("new tokens", lambda: Positions(pos.q, pos.q))
-            q, k = self.pe.transform_qk(q, k, own)
+            q, k = self.pe.transform_qk(q, k, own, self.layer)
             if cache is not None:
                 k, v = cache.append(k, v)
         else:
             q, k, v = self.cross_qkv(x, context, cache)
-            q, k = self.pe.transform_qk(q, k, pos)
+            q, k = self.pe.transform_qk(q, k, pos, self.layer)
         out = self.attend(q, k, v, pos, self.bias(x, q, k, pos))
         return self.proj(rearrange(out, "b h n d -> b n (h d)"))
 

@@ -172,8 +172,10 @@ class MemberEncodings(PositionalEncoding):
     def layer_input(self, x: Tensor, pos: Positions, layer: int) -> Tensor:
         return self._each("layer_input", pos, (x,), layer)
 
-    def transform_qk(self, q: Tensor, k: Tensor, pos: Positions) -> tuple[Tensor, Tensor]:
-        return self._each("transform_qk", pos, (q, k), None)
+    def transform_qk(
+        self, q: Tensor, k: Tensor, pos: Positions, layer: int
+    ) -> tuple[Tensor, Tensor]:
+        return self._each("transform_qk", pos, (q, k), layer)
 
     def logit_bias(self, pos: Positions, layer: int) -> Tensor | None:
         return self._each("logit_bias", pos, (), layer)

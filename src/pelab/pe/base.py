@@ -9,7 +9,7 @@ where it acts                 families                              hook
 ============================  ====================================  ============================
 token embeddings, once        sinusoidal, learned, ...              ``embed(x, tokens, pos)``
 each block's input            FLOATER                               ``layer_input(x, pos, l)``
-q and k before the product    RoPE, xPos                            ``transform_qk(q, k, pos)``
+q and k before the product    RoPE, xPos                            ``transform_qk(q, k, pos, l)``
 logits, content-free          ALiBi, T5 buckets, Kerple, FIRE       ``logit_bias(pos, l)``
 logits, from the layer input  FoX, PaTH                             ``input_bias(x, q, k, pos, l)``
 logits, content-dependent     Shaw, Transformer-XL, DeBERTa, CoPE   ``modify_logits(...)``
@@ -131,7 +131,9 @@ class PositionalEncoding(nn.Module):
         every layer, e.g. FLOATER)."""
         return x
 
-    def transform_qk(self, q: Tensor, k: Tensor, pos: Positions) -> tuple[Tensor, Tensor]:
+    def transform_qk(
+        self, q: Tensor, k: Tensor, pos: Positions, layer: int
+    ) -> tuple[Tensor, Tensor]:
         """Queries and keys ``[b, h, n, d]`` before the dot product."""
         return q, k
 

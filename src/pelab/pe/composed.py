@@ -86,9 +86,11 @@ class ComposedPE(PositionalEncoding):
             x = part.layer_input(x, pos, layer)
         return x
 
-    def transform_qk(self, q: Tensor, k: Tensor, pos: Positions) -> tuple[Tensor, Tensor]:
+    def transform_qk(
+        self, q: Tensor, k: Tensor, pos: Positions, layer: int
+    ) -> tuple[Tensor, Tensor]:
         for part in self.parts.values():
-            q, k = part.transform_qk(q, k, pos)
+            q, k = part.transform_qk(q, k, pos, layer)
         return q, k
 
     def logit_bias(self, pos: Positions, layer: int) -> Tensor | None:

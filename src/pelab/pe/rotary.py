@@ -316,7 +316,9 @@ class RotaryPE(PositionalEncoding):
         rot_k = self.make_rotation(pos.k.float()[..., None] * inv_freq, self.magnitude(pos.k, -1))
         return rot_q, rot_k, scale
 
-    def transform_qk(self, q: Tensor, k: Tensor, pos: Positions) -> tuple[Tensor, Tensor]:
+    def transform_qk(
+        self, q: Tensor, k: Tensor, pos: Positions, layer: int
+    ) -> tuple[Tensor, Tensor]:
         # computed once per forward pass and shared by all layers
         rot_q, rot_k, scale = pos.memo((id(self), "rotations"), lambda: self.rotations(pos))
         q, k = self.rotate(q, rot_q), self.rotate(k, rot_k)
