@@ -22,33 +22,36 @@ from pelab.positions import Positions
 
 
 class LayerCache:
-    """One attention layer's keys and values, ``[b, h, t, d]`` each.
+    """One attention layer's keys ``[b, h, t, d_k]`` and values ``[b, h, t, d]``.
 
     Self-attention ``append``s the keys and values of the tokens of every step into buffers
-    allocated once for ``capacity`` tokens (no copy of the past per step); cross-attention keeps
-    the context's keys and values, computed on first use (``context``).
+    allocated once for ``capacity`` tokens (no copy of the past per step); keys and values have
+    a buffer each, as ``transform_qk`` may change the width of the keys (``pe=pope``: ``2d``).
+    Cross-attention keeps the context's keys and values, computed on first use (``context``).
     """
 
     def __init__(self, capacity: int) -> None:
         self.capacity, self.length = capacity, 0
-        self.buffer: Tensor | None = None  # [2, b, h, capacity, d]: keys, values
+        self.keys: Tensor | None = None  # self-attention: [b, h, capacity, d_k]
+        self.values: Tensor | None = None  # self-attention: [b, h, capacity, d]
+        self.buffer: Tensor | None = None  # cross-attention: [2, b, h, t, d], keys and values
 
     def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """Store the new ``k, v: [b, h, n, d]``; returns the keys and values of all tokens so far,
-        ``[b, h, t + n, d]``."""
+        """Store the new keys ``k: [b, h, n, d_k]`` and values ``v: [b, h, n, d]``; returns the
+        keys and values of all tokens so far, ``[b, h, t + n, d_k]`` and ``[b, h, t + n, d]``."""
         end = self.length + k.shape[2]
         if end > self.capacity:
             raise ValueError(
                 f"key/value cache holds {self.capacity} tokens; cannot add {k.shape[2]} to "
                 f"{self.length}"
             )
-        if self.buffer is None:
-            b, h, _, d = k.shape
-            self.buffer = k.new_empty(2, b, h, self.capacity, d)
-        self.buffer[0, :, :, self.length : end] = k
-        self.buffer[1, :, :, self.length : end] = v
+        if self.keys is None or self.values is None:
+            self.keys = k.new_empty(*k.shape[:2], self.capacity, k.shape[3])
+            self.values = v.new_empty(*v.shape[:2], self.capacity, v.shape[3])
+        self.keys[:, :, self.length : end] = k
+        self.values[:, :, self.length : end] = v
         self.length = end
-        return self.buffer[0, :, :, :end], self.buffer[1, :, :, :end]
+        return self.keys[:, :, :end], self.values[:, :, :end]
 
     def context(self, project: Callable[[], tuple[Tensor, Tensor]]) -> tuple[Tensor, Tensor]:
         """Cross-attention: the context's keys and values, from ``project()`` on first use."""
