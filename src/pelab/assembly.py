@@ -4,15 +4,16 @@ encoding inspector build what they run here."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import lightning as L
 from hydra.utils import get_class, instantiate
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from pelab import pe as _pe  # noqa: F401  (registers the encodings)
 from pelab import tasks as _tasks  # noqa: F401  (registers the tasks)
 from pelab.competence import check_budget, validation_lengths
+from pelab.config_files import schedule_options
 from pelab.data.datamodule import TaskData
 from pelab.errors import ConfigError
 from pelab.lit_module import SequenceModel
@@ -20,6 +21,8 @@ from pelab.model_kinds import get_model_kind
 from pelab.models.encoder_decoder import EncoderDecoder
 from pelab.models.stacked import stack_members
 from pelab.models.transformer import Transformer
+from pelab.pe.base import ModelDims, PositionalEncoding
+from pelab.pe.layered import scheduled
 from pelab.positions import build_sampler
 from pelab.reliability.validate import check_types
 from pelab.tasks import TASK_REGISTRY
@@ -69,7 +72,7 @@ def build_members(
             vocab_size=task.vocab_size,
             max_len=sizes["max_len"],
             train_max_len=sizes["train_max_len"],
-            pe=instantiate(cfg.pe),
+            pe=build_encoding(cfg),
             position_dims=task.position_dims,
             digit_tokens=task.digit_tokens,
             **kind.net_options,  # the model kind's structure, e.g. causal or not
@@ -89,6 +92,15 @@ def build_members(
         live=live,
         **cfg.model.schedule,
     )
+
+
+def build_encoding(cfg: DictConfig) -> Callable[[ModelDims], PositionalEncoding]:
+    """The run's encoding factory: ``pe=``'s constructor with its options, scheduled by layer
+    (``pe.layers``, ``pelab.pe.layered.scheduled``; a record written before schedules has
+    none)."""
+    options = OmegaConf.to_container(cfg.pe, resolve=True)
+    schedule = {k: v for k in schedule_options() if (v := options.pop(k, None)) is not None}
+    return scheduled(instantiate(options), **schedule)
 
 
 def check_digit_tokens(cfg: DictConfig, task: Task) -> None:

@@ -2,9 +2,10 @@
 that a script's ``--help`` and a bad override answer before torch loads (issue 35, item 9).
 
 ``eval_pe_options``, the node ``configs/eval.yaml`` composes first: every option an encoding's
-config file sets (``configs/pe/<name>.yaml``), null, so ``pe.<option>=<value>`` parses in a
-re-evaluation of any encoding (null: keep the training value); which options the checkpoint's
-encoding takes is checked when its model is rebuilt (``pelab.evaluate``). A config file sets
+config file sets (``configs/pe/<name>.yaml``) and the schedule's (``schedule_options``), null,
+so ``pe.<option>=<value>`` parses in a re-evaluation of any encoding (null: keep the training
+value); which options the checkpoint's encoding takes is checked when its model is rebuilt
+(``pelab.evaluate``). A config file sets
 every option of its encoding's constructor (``tests/test_configs.py``)."""
 
 from __future__ import annotations
@@ -29,6 +30,12 @@ def encoding_options(pe_dir: Path = CONFIG_DIR / "pe") -> list[str]:
     )
 
 
+def schedule_options() -> list[str]:
+    """The options of every encoding that set its per-layer schedule (``pe.layers``,
+    ``pelab.pe.layered``), not its constructor: ``configs/train.yaml``'s ``pe`` node."""
+    return [str(key) for key in OmegaConf.load(CONFIG_DIR / "train.yaml").pe]
+
+
 ConfigStore.instance().store(
-    name="eval_pe_options", node={"pe": dict.fromkeys(encoding_options())}
+    name="eval_pe_options", node={"pe": dict.fromkeys(encoding_options() + schedule_options())}
 )

@@ -31,8 +31,8 @@ import torch
 from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
-from pelab import config_files  # noqa: F401 (stores configs/eval.yaml's eval_pe_options)
 from pelab.assembly import build_model, build_task, data_module
+from pelab.config_files import schedule_options  # also stores eval.yaml's eval_pe_options
 from pelab.errors import ConfigError
 from pelab.lit_module import SequenceModel
 from pelab.record import RESULTS, read_record
@@ -96,6 +96,7 @@ def eval_config(cfg: DictConfig, train_cfg: DictConfig, output_dir: Path) -> Dic
     option the checkpoint's encoding does not take."""
     merged = train_cfg.copy()
     accepted = list(inspect.signature(get_class(train_cfg.pe._target_)).parameters)[1:]
+    accepted += schedule_options()  # e.g. Llama 4's NoPE-layer temperature, at inference
     with open_dict(merged):
         for option, value in pe_overrides(cfg).items():
             if option not in accepted:

@@ -20,6 +20,7 @@ from torch import Tensor, nn
 
 from pelab.models import stacked
 from pelab.models.cache import LayerCache
+from pelab.models.length_scale import LengthScale
 from pelab.pe.base import PositionalEncoding, in_fp32, memo_derived
 from pelab.positions import Positions
 
@@ -54,6 +55,8 @@ class Attention(nn.Module):
         layer: int,
         dropout: float = 0.0,
         impl: str = "auto",
+        length_scale: str = "none",
+        train_len: int = 0,
     ) -> None:
         super().__init__()
         if impl not in ATTENTION_IMPLS:
@@ -66,6 +69,8 @@ class Attention(nn.Module):
         self._pe = (pe,)  # shared by all layers and owned by the model: not a submodule here
         fused = impl == "fused" or (impl == "auto" and not pe.needs_eager_attention())
         self.attend = self.attend_fused if fused else self.attend_eager
+        # model.net.attn_scale; train_len: the longest training sequence (logn is 1 there)
+        self.length_scale = LengthScale(length_scale, n_heads, train_len)
 
     @property
     def pe(self) -> PositionalEncoding:
@@ -96,6 +101,7 @@ class Attention(nn.Module):
         else:
             q, k, v = self.cross_qkv(x, context, cache)
             q, k = self.pe.transform_qk(q, k, pos, self.layer)
+        q = self.length_scale(q, k.shape[2], self.causal)
         out = self.attend(q, k, v, pos, self.bias(x, q, k, pos))
         return self.proj(rearrange(out, "b h n d -> b n (h d)"))
 

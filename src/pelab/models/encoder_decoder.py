@@ -51,12 +51,13 @@ class Layers(nn.Module):
         dropout: float,
         attn_impl: str,
         cross_attention: bool,
+        attn_scale: str = "none",
     ) -> None:
         super().__init__()
         self.dims = dims
         self.pe = pe(dims)
         self.blocks = nn.ModuleList(
-            Block(dims, d_ff, self.pe, i, dropout, attn_impl, cross_attention)
+            Block(dims, d_ff, self.pe, i, dropout, attn_impl, cross_attention, attn_scale)
             for i in range(dims.n_layers)
         )
         self.norm = stacked.LayerNorm(dims.d_model)
@@ -90,6 +91,7 @@ class EncoderDecoder(nn.Module):
         position_dims: int = 1,
         train_max_len: int = 0,
         digit_tokens: Sequence[int] = (),
+        attn_scale: str = "none",
     ) -> None:
         super().__init__()
         check_sizes(d_model, n_heads, n_layers)
@@ -111,10 +113,10 @@ class EncoderDecoder(nn.Module):
         self.dims = dims(True)  # the decoder's; the encoder's differ only in ``causal``
         self.tok_emb = stacked.Embedding(vocab_size, d_model)
         try:
-            self.encoder = Layers(dims(False), pe, d_ff, dropout, attn_impl, cross_attention=False)
+            self.encoder = Layers(dims(False), pe, d_ff, dropout, attn_impl, False, attn_scale)
         except ConfigError as error:
             raise ConfigError(f"the encoder of model=encoder_decoder: {error}") from None
-        self.decoder = Layers(dims(True), pe, d_ff, dropout, attn_impl, cross_attention=True)
+        self.decoder = Layers(dims(True), pe, d_ff, dropout, attn_impl, True, attn_scale)
         self.head = stacked.Linear(d_model, vocab_size, bias=False)
         init_weights(self, n_layers)
 

@@ -240,8 +240,9 @@ def _join(answers: list[Any], b: int) -> Any:
 def members_of(net: nn.Module) -> int:
     """K, the number of members ``net`` holds."""
     for module in net.modules():
-        if isinstance(module, Stacked):
-            return next(module.parameters()).shape[0]
+        weight = next(module.parameters(recurse=False), None)
+        if isinstance(module, Stacked) and weight is not None:  # (a fixed scale holds none)
+            return weight.shape[0]
         if isinstance(module, MemberEncodings):
             return len(module.encodings)
     return 1

@@ -58,11 +58,20 @@ class Block(nn.Module):
         dropout: float,
         attn_impl: str,
         cross_attention: bool = False,
+        attn_scale: str = "none",
     ) -> None:
         super().__init__()
         self.norm1, self.norm2 = stacked.LayerNorm(dims.d_model), stacked.LayerNorm(dims.d_model)
         self.attn = Attention(
-            dims.d_model, dims.n_heads, dims.causal, pe, layer, dropout, attn_impl
+            dims.d_model,
+            dims.n_heads,
+            dims.causal,
+            pe,
+            layer,
+            dropout,
+            attn_impl,
+            attn_scale,
+            dims.train_max_len or dims.max_len,
         )
         self.mlp = MLP(dims.d_model, d_ff, dropout)
         self.drop = nn.Dropout(dropout)
@@ -143,7 +152,8 @@ class Transformer(nn.Module):
 
     ``pe`` is a factory (a partially configured encoding class) called with the model's
     ``ModelDims``; one instance is shared by all layers, so its parameters are counted once.
-    ``causal=True`` gives a decoder, ``False`` an encoder.
+    ``causal=True`` gives a decoder, ``False`` an encoder. ``attn_scale``: length-scaled
+    self-attention (``pelab.models.length_scale``).
     """
 
     def __init__(
@@ -161,6 +171,7 @@ class Transformer(nn.Module):
         position_dims: int = 1,
         train_max_len: int = 0,
         digit_tokens: Sequence[int] = (),
+        attn_scale: str = "none",
     ) -> None:
         super().__init__()
         check_sizes(d_model, n_heads, n_layers)
@@ -177,8 +188,9 @@ class Transformer(nn.Module):
         )
         self.pe = pe(self.dims)
         self.tok_emb = stacked.Embedding(vocab_size, d_model)
+        d_ff = d_ff or 4 * d_model
         self.blocks = nn.ModuleList(
-            Block(self.dims, d_ff or 4 * d_model, self.pe, i, dropout, attn_impl)
+            Block(self.dims, d_ff, self.pe, i, dropout, attn_impl, False, attn_scale)
             for i in range(n_layers)
         )
         self.norm = stacked.LayerNorm(d_model)

@@ -22,6 +22,7 @@ from hydra.core.override_parser.types import OverrideType
 from hydra.utils import get_object
 from omegaconf import DictConfig, OmegaConf
 
+from pelab.config_files import schedule_options
 from pelab.errors import ConfigError
 
 SKIPPED_SECTIONS = ("hydra",)
@@ -45,6 +46,8 @@ PLAIN: dict[str, tuple[type, typing.Callable[[Any], bool] | None, str]] = {
     "model.net.dropout": (float, lambda v: 0 <= v < 1, "in [0, 1)"),
     "model.net.d_ff": (int, lambda v: v >= 1, ">= 1 (null: 4 * d_model)"),
     "trainer.val_check_interval": (int, lambda v: v >= 1, ">= 1: validate every N steps"),
+    "pe.nope_temperature": (float, lambda v: v >= 0, ">= 0 (0: off)"),
+    "pe.nope_temperature_length": (int, lambda v: v >= 1, ">= 1"),
 }
 
 
@@ -70,6 +73,9 @@ def check_types(cfg: DictConfig, overrides: Sequence[str] | None = None) -> None
         if valid is not None and not valid(value):
             raise ConfigError(f"{key}={value!r} is out of range: it must be {words}")
     config = OmegaConf.to_container(cfg, resolve=True)
+    if isinstance(config.get("pe"), dict):  # options of every encoding, not of its constructor
+        for key in schedule_options():
+            config["pe"].pop(key, None)
     for key, value in config.items():
         if key not in SKIPPED_SECTIONS:
             _walk(str(key), value)
