@@ -11,6 +11,7 @@ every option of its encoding's constructor (``tests/test_configs.py``)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
@@ -34,6 +35,18 @@ def schedule_options() -> list[str]:
     """The options of every encoding that set its per-layer schedule (``pe.layers``,
     ``pelab.pe.layered``), not its constructor: ``configs/train.yaml``'s ``pe`` node."""
     return [str(key) for key in OmegaConf.load(CONFIG_DIR / "train.yaml").pe]
+
+
+def added_defaults() -> dict[str, Any]:
+    """The settings added after runs were recorded (the shipped baseline, checkpoints to
+    resume), dotted, at the defaults their config files give: a record without one ran as at
+    that value, so a comparison of protocols or a resume reads it so."""
+    train = OmegaConf.load(CONFIG_DIR / "train.yaml")
+    decoder = OmegaConf.load(CONFIG_DIR / "model" / "decoder.yaml")
+    return {
+        "model.net.attn_scale": decoder.net.attn_scale,
+        **{f"pe.{key}": value for key, value in train.pe.items()},
+    }
 
 
 ConfigStore.instance().store(

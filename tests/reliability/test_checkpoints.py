@@ -121,6 +121,22 @@ def test_an_option_the_checkpoint_predates_is_no_difference_at_its_default():
     ]
 
 
+def test_a_setting_of_every_encoding_or_model_the_checkpoint_predates_is_no_difference():
+    """``pe.layers`` and its temperature are no constructor option (``predates`` cannot read
+    them off a signature): ``config_files.added_defaults`` gives their defaults."""
+    rope, net = "pelab.pe.rotary.RotaryPE", "pelab.models.transformer.Transformer"
+    saved = {"pe": {"_target_": rope}, "model": {"net": {"_target_": net}}}
+    added = {"layers": None, "nope_temperature": 0.0, "nope_temperature_length": 8192}
+    now = {"pe": {"_target_": rope, **added}, "model": {"net": {"_target_": net}}}
+    now["model"]["net"]["attn_scale"] = "none"
+    assert differences(saved, now) == []
+    now["pe"]["nope_temperature"], now["model"]["net"]["attn_scale"] = 0.1, "ssmax"
+    assert differences(saved, now) == [
+        "model.net.attn_scale: checkpoint None != this run 'ssmax'",
+        "pe.nope_temperature: checkpoint None != this run 0.1",
+    ]
+
+
 def test_a_checkpoint_of_the_engine_before_stacks_gets_a_one_line_refusal(tmp_path):
     """Weights saved before every run became a stack (``[out, in]`` where the model now has
     ``[K, out, in]``) cannot resume; the refusal says what to do instead of listing shapes."""

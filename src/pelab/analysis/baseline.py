@@ -23,6 +23,7 @@ from typing import Any
 import pandas as pd
 
 from pelab.analysis.collect import load_records
+from pelab.config_files import added_defaults
 from pelab.errors import ConfigError
 from pelab.record import MEMBER_KEYS, RESULTS, run_only, write_json_atomic
 
@@ -99,10 +100,12 @@ def with_config(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def protocol(record: dict[str, Any]) -> dict[str, str]:
     """The record's protocol: every resolved config key (dotted) but the ``FREE`` ones, with
-    its value as text."""
+    its value as text; a setting added since the record was written at its default
+    (``config_files.added_defaults``)."""
+    flat = added_defaults() | _flat(record.get("config") or {})  # a record before a setting
     return {
         key: _show(value)
-        for key, value in _flat(record.get("config") or {}).items()
+        for key, value in flat.items()
         if not run_only(key) and not any(key == f or key.startswith(f"{f}.") for f in FREE)
     }
 

@@ -21,6 +21,7 @@ from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
+from pelab.config_files import added_defaults
 from pelab.errors import ConfigError, causes
 
 log = logging.getLogger(__name__)
@@ -62,14 +63,19 @@ def identity(cfg: DictConfig) -> dict[str, Any]:
 
 def differences(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
     """``key: checkpoint <a> != this run <b>`` for every differing leaf of two identities; an
-    option the checkpoint predates (``predates``) at its default is no difference."""
+    option the checkpoint predates (``predates``, ``config_files.added_defaults``) at its default
+    is no difference."""
     out: list[str] = []
+
+    added = added_defaults()
 
     def walk(prefix: str, a: Any, b: Any) -> None:
         if isinstance(a, dict) and isinstance(b, dict):
             for k in sorted(set(a) | set(b), key=str):
-                if not predates(a, b, k):
-                    walk(f"{prefix}.{k}" if prefix else str(k), a.get(k), b.get(k))
+                dotted = f"{prefix}.{k}" if prefix else str(k)
+                at_default = k not in a and dotted in added and b.get(k) == added[dotted]
+                if not at_default and not predates(a, b, k):
+                    walk(dotted, a.get(k), b.get(k))
         elif a != b:
             out.append(f"{prefix}: checkpoint {a!r} != this run {b!r}")
 
