@@ -10,11 +10,12 @@ every option of its encoding's constructor (``tests/test_configs.py``)."""
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
 
@@ -31,22 +32,26 @@ def encoding_options(pe_dir: Path = CONFIG_DIR / "pe") -> list[str]:
     )
 
 
+@functools.cache
 def schedule_options() -> list[str]:
     """The options of every encoding that set its per-layer schedule (``pe.layers``,
     ``pelab.pe.layered``), not its constructor: ``configs/train.yaml``'s ``pe`` node."""
-    return [str(key) for key in OmegaConf.load(CONFIG_DIR / "train.yaml").pe]
+    return [str(key) for key in _load("train.yaml").pe]
 
 
+@functools.cache
 def added_defaults() -> dict[str, Any]:
     """The settings added after runs were recorded (the shipped baseline, checkpoints to
     resume), dotted, at the defaults their config files give: a record without one ran as at
     that value, so a comparison of protocols or a resume reads it so."""
-    train = OmegaConf.load(CONFIG_DIR / "train.yaml")
-    decoder = OmegaConf.load(CONFIG_DIR / "model" / "decoder.yaml")
     return {
-        "model.net.attn_scale": decoder.net.attn_scale,
-        **{f"pe.{key}": value for key, value in train.pe.items()},
+        "model.net.attn_scale": _load("model/decoder.yaml").net.attn_scale,
+        **{f"pe.{key}": value for key, value in _load("train.yaml").pe.items()},
     }
+
+
+def _load(path: str) -> DictConfig:
+    return OmegaConf.load(CONFIG_DIR / path)
 
 
 ConfigStore.instance().store(
