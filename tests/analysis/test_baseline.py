@@ -2,13 +2,16 @@
 them when the protocols agree, refused with the differing keys when they do not."""
 
 import json
+from collections import Counter
 
 import pandas as pd
 import pytest
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
 from pelab.analysis import baseline
 from pelab.analysis.report import main as make_table
+from pelab.config_files import CONFIG_DIR
 from pelab.errors import ConfigError
 from tests.analysis.records import record, write_job
 from tests.conftest import compose_config
@@ -199,3 +202,15 @@ def test_the_shipped_ablation_is_the_protocol_its_preset_composes_now(task, tmp_
     cfg = compose_config(["experiment=ablation_cpu", f"task={task}"], tmp_path)
     now = {"config": OmegaConf.to_container(cfg, resolve=True), "choices": {"task": task}}
     assert baseline.check([now], "ablation_cpu")
+
+
+def test_the_shipped_ablation_holds_three_seeds_of_every_cell_of_its_grid():
+    """A new encoding joins the preset's grid by its config file (the glob); this fails until
+    its runs are added to the shipped records (baselines/README.md)."""
+    params = OmegaConf.load(CONFIG_DIR / "experiment" / "ablation_cpu.yaml").hydra.sweeper.params
+    glob = OverridesParser.create().parse_override(f"pe={params.pe}").value()
+    encodings = glob.filter(sorted(path.stem for path in (CONFIG_DIR / "pe").glob("*.yaml")))
+    cells = Counter(
+        (r["choices"]["pe"], r["choices"]["task"]) for r in baseline.load("ablation_cpu")
+    )
+    assert cells == {(pe, task): 3 for pe in encodings for task in params.task.split(",")}
