@@ -80,6 +80,6 @@ def test_a_presets_grid_is_checked_as_the_sweeps_record_expands_it(tmp_path):
     checked = sweeper(tmp_path, "experiment=ablation_cpu")
     command_line = list(checked.config.hydra.overrides.task)  # what Hydra passes to sweep
     jobs = checked.jobs(command_line)
-    assert len(jobs) == 66 and jobs == sweep_jobs(checked.config)
+    assert len(jobs) == 75 and jobs == sweep_jobs(checked.config)  # 25 encodings x 3 tasks
     narrowed = checked.jobs([*command_line, "pe=rope,alibi"])
     assert sorted(narrowed) == [j for j in jobs if j[0] in ("pe=alibi", "pe=rope")]

@@ -111,8 +111,11 @@ def layer_signals(pe: PositionalEncoding, n: int) -> Tensor:
     return torch.stack([pe.layer_input(x, pos, layer)[0] for layer in range(pe.dims.n_layers)])
 
 
-def relative_curves(pe: PositionalEncoding, hook: str, length: int) -> tuple[Tensor, Tensor]:
-    """Distances ``c - j`` and the hook's per-head response ``[h, n]`` at query ``c``.
+def relative_curves(
+    pe: PositionalEncoding, hook: str, length: int
+) -> tuple[Tensor, Tensor] | None:
+    """Distances ``c - j`` and the hook's per-head response ``[h, n]`` at query ``c`` (None: a
+    bias hook the encoding overrides but answers None with its options).
 
     Positions ``0..n-1`` with ``c = length - 1``; an encoder also sees ``length - 1`` keys after
     the query (negative distances), a decoder only the past and present.
@@ -125,11 +128,12 @@ def relative_curves(pe: PositionalEncoding, hook: str, length: int) -> tuple[Ten
     qk = torch.randn(2, 1, dims.n_heads, 1, dims.head_dim, generator=generator)
     q, k = (x.expand(1, dims.n_heads, n, dims.head_dim) for x in qk)  # one vector everywhere
     scale = dims.head_dim**-0.5
-    if hook == "logit_bias":
-        response = pe.logit_bias(pos, 0).expand(1, dims.n_heads, n, n)
-    elif hook == "input_bias":
+    if hook in ("logit_bias", "input_bias"):
         x = torch.randn(1, n, dims.d_model, generator=generator)
-        response = pe.input_bias(x, q, k, pos, 0).expand(1, dims.n_heads, n, n)
+        bias = pe.logit_bias(pos, 0) if hook == "logit_bias" else pe.input_bias(x, q, k, pos, 0)
+        if bias is None:  # a hook these options leave unused (grape_a: one of its two)
+            return None
+        response = bias.expand(1, dims.n_heads, n, n)
     elif hook == "normalize":
         equal = torch.zeros(1, dims.n_heads, n, n)
         if dims.causal:
@@ -221,9 +225,8 @@ def hook_figures(pe: PositionalEncoding, length: int) -> list[HookFigure]:
         ]
     figures = []
     for hook in HOOK_TITLES:
-        if pe.overrides(hook):
-            distance, curves = relative_curves(pe, hook, length)
-            figures.append(HookFigure(hook, curves, distance))
+        if pe.overrides(hook) and (curves := relative_curves(pe, hook, length)) is not None:
+            figures.append(HookFigure(hook, curves[1], curves[0]))
     return figures
 
 
