@@ -170,7 +170,7 @@ def length_curves(
 
 
 def _legend_name(key: object, rows: list[str], styles: dict[object, Style]) -> str:
-    """A row's legend entry; a baseline's rows share one: ``ablation_cpu: 22 rows (grey)``."""
+    """A row's legend entry; a baseline's rows share one: ``ablation_cpu: 25 rows (grey)``."""
     name = baseline_of(key, rows)
     if name is None:
         return label(key, rows)
