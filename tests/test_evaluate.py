@@ -139,6 +139,13 @@ def test_weights_that_do_not_fit_the_config_are_a_clear_error(rope_ckpt, tmp_pat
 
 
 @pytest.mark.integration
+def test_a_schedule_is_not_added_to_a_checkpoint_trained_without_one(rope_ckpt, tmp_path):
+    overrides = [f"ckpt_path='{rope_ckpt}'", "pe.layers=[rope,none]"]
+    with pytest.raises(ConfigError, match=r"pe.layers=\[rope,none\]: the checkpoint was trained"):
+        evaluate(compose_eval(overrides, tmp_path))
+
+
+@pytest.mark.integration
 def test_scaling_an_encoding_without_that_option_is_refused(tmp_path):
     ckpt = train_tiny(tmp_path, "pe=alibi")
     overrides = [f"ckpt_path='{ckpt}'", "pe.scaling=yarn"]

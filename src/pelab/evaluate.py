@@ -104,6 +104,12 @@ def eval_config(cfg: DictConfig, train_cfg: DictConfig, output_dir: Path) -> Dic
                     f"pe.{option}={value} is not an option of the checkpoint's encoding "
                     f"({train_cfg.pe._target_}); its options: {', '.join(accepted) or 'none'}"
                 )
+            if option == "layers" and train_cfg.pe.get("layers") is None:
+                raise ConfigError(
+                    f"pe.layers=[{','.join(value)}]: the checkpoint was trained without a "
+                    "schedule, and its encoding's weights are stored as such; a run trained "
+                    "with pe.layers may change its layers and pe.nope_temperature here"
+                )
             merged.pe[option] = value
         for key in OTHER_OVERRIDABLE:
             value = OmegaConf.select(cfg, key)
