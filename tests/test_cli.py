@@ -128,7 +128,7 @@ def test_a_parallel_sweep_records_a_job_failing_at_run_time_and_completes_the_ot
 
 @pytest.fixture(scope="module")
 def tiny_grid(tmp_path_factory, repo_root):
-    """A 3 encodings x 2 seeds sweep whose seed-1 jobs fail at their second step (an injected
+    """A 2 encodings x 2 seeds sweep whose seed-1 jobs fail at their second step (an injected
     fault: every job passes the sweep's check), then ``make_table.py --wandb`` on it, W&B
     offline."""
     tmp = tmp_path_factory.mktemp("grid")
@@ -137,7 +137,7 @@ def tiny_grid(tmp_path_factory, repo_root):
         repo_root,
         "scripts/train.py",
         "-m",
-        "pe=none,alibi,rope",
+        "pe=alibi,rope",
         "seed=0,1",
         *TINY,
         *fault("raise", 1, seed=1),
@@ -153,16 +153,14 @@ def tiny_grid(tmp_path_factory, repo_root):
 def test_a_failing_job_is_recorded_and_the_sweep_goes_on_and_exits_1(tiny_grid):
     sweep, train, _ = tiny_grid
     assert by_run(sweep) == {
-        "none_copy_s0": "completed",
-        "none_copy_s1": "failed",
         "alibi_copy_s0": "completed",
         "alibi_copy_s1": "failed",
         "rope_copy_s0": "completed",
         "rope_copy_s1": "failed",
     }
     assert train.returncode == 1
-    assert "6 jobs: 3 completed, 3 failed" in train.stderr
-    for pe in ("none", "alibi", "rope"):
+    assert "4 jobs: 2 completed, 2 failed" in train.stderr
+    for pe in ("alibi", "rope"):
         assert re.search(
             rf"failed: {pe}_copy_s1_\w{{8}}: RuntimeError: injected fault at step 1", train.stderr
         ), pe
@@ -177,21 +175,21 @@ def test_the_table_of_a_sweep_has_every_run_and_shows_the_failed_ones(tiny_grid)
     assert table.returncode == 0, table.stderr[-3000:]
     out = sweep / "summary"
     cells = pd.read_csv(out / "table_tasks.csv")
-    assert list(cells["pe"].unique()) == ["none", "alibi", "rope"]
+    assert list(cells["pe"].unique()) == ["alibi", "rope"]
     assert sorted(cells["metric"].unique()) == list(METRICS)  # both metrics, side by side
-    assert len(cells) == 3 * 2 * 2  # encodings x (ID, OOD) x metrics
+    assert len(cells) == 2 * 2 * 2  # encodings x (ID, OOD) x metrics
     assert (cells["runs"] == 2).all()  # 2 seeds planned per cell, the failed one included
     assert (cells["n"] == 1).all() and (cells["failed"] == 1).all()  # seed 1 failed everywhere
     markdown = (out / "table_tasks.md").read_text()
     assert markdown in table.stdout
-    for pe in ("none", "alibi", "rope"):
+    for pe in ("alibi", "rope"):
         row = next(line for line in markdown.splitlines() if line.startswith(f"| {pe} "))
         assert row.count("(1/2") == len(METRICS), row  # the ID cell of each metric: 1 of 2 seeds
         assert f"{pe} · copy · seed 1: failed: RuntimeError" in markdown
     assert "copy ID exact match" in markdown and "copy ID token acc" in markdown
     for metric in METRICS:
         alone = (out / f"table_tasks.{metric}.md").read_text()
-        assert alone.count("(1/2") == 3, metric  # one ID cell per encoding, once per metric
+        assert alone.count("(1/2") == 2, metric  # one ID cell per encoding, once per metric
     names = ["table_lengths.csv", "table_tasks.tex"]
     names += [
         f"{fig}.{m}.{ext}"
