@@ -36,7 +36,7 @@ from pelab.config_files import schedule_options  # also stores eval.yaml's eval_
 from pelab.errors import ConfigError
 from pelab.lit_module import SequenceModel
 from pelab.record import RESULTS, read_record
-from pelab.reliability.checkpoints import check_integrity
+from pelab.reliability.checkpoints import check_integrity, check_nothing_restored
 from pelab.reliability.memory import check_eval_memory
 from pelab.reliability.validate import check_types
 from pelab.runner import checked, execute, make_trainer, scored_outcome, sweep_job_dir, sweep_task
@@ -218,6 +218,7 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
             raise model
         notes: list[str] = []
         trainer = make_trainer(merged, model.net.num_params(), notes)
+        check_nothing_restored(trainer)  # the test scores ckpt_path's weights, loaded above
         trainer.test(model, datamodule=data_module(merged, model.task), verbose=False)
         return scored_outcome(merged, model, warnings=notes)
 

@@ -13,7 +13,7 @@ reads versions 1 and 2, which called ``job_type`` ``kind``, with ``job_type``; v
   its config before any work leaves no record (``pelab.runner.refused``);
 - ``choices``: the config-group choices (model, pe, task, ...) and the seed; ``config``: the
   resolved config (a re-evaluation's: the training run's, with what the evaluation changed);
-  ``eval`` only: ``checkpoint``, the checkpoint it tested, ``eval_overrides``, what it changed
+  ``eval`` only: ``eval_overrides``, what it changed
   (``["pe.scaling=yarn"]``), and ``evaluation``, its own trainer, logger, callbacks, paths and
   threads (how it ran, not what was trained);
 - ``metrics``: ``pelab.metrics.summary`` (test per length, its in- and out-of-distribution
@@ -21,6 +21,8 @@ reads versions 1 and 2, which called ``job_type`` ``kind``, with ``job_type``; v
 - ``train_lengths``; ``params`` (``total``, ``pe``); ``model_dims``: the ``ModelDims`` the
   model was built with (re-evaluation rebuilds the model with them); ``resumed_from`` (the
   checkpoint) and ``resumed_from_step`` (its step), and ``warnings``, when there are any;
+- ``checkpoint``: the file the test scores come from (a training run's: its ``best.ckpt``, with
+  ``checkpoint_step``, its training step; absent when nothing was tested from a file);
 - training runs: ``learned`` (``null`` without ``learned_at``), ``steps_to_learn`` and
   ``stop_reason`` (``learned``, ``max_steps``, ``failed`` or ``interrupted``;
   ``pelab.competence``);

@@ -55,6 +55,8 @@ class Outcome:
     chance: Scores | None
     params: dict[str, int]
     model_dims: dict[str, Any]
+    checkpoint: str | None = None  # training: the file its test scores come from
+    checkpoint_step: int | None = None  # and that file's training step
     resumed_from: str | None = None
     resumed_from_step: int | None = None
     warnings: list[str] = field(default_factory=list)
@@ -188,6 +190,9 @@ def execute(
             )
             if outcome.competence is not None:
                 record.update(outcome.competence)
+            if outcome.checkpoint is not None:
+                record["checkpoint"] = outcome.checkpoint
+                record["checkpoint_step"] = outcome.checkpoint_step
             if outcome.resumed_from is not None:
                 record["resumed_from"] = outcome.resumed_from
                 record["resumed_from_step"] = outcome.resumed_from_step

@@ -6,7 +6,7 @@ each member's run leaving its own ``results.json``.
 ``main`` is a job of the script (``runner.sweep_task``: in a sweep a failure is recorded and the
 sweep goes on); ``run`` holds the job's directory and writes its records around ``train``
 (``pelab.recorder``); ``train`` builds everything from the config (``pelab.assembly``), fits the
-members and tests each on its best checkpoint."""
+members and tests each on its best checkpoint, named in its record (``checkpoint``)."""
 
 from __future__ import annotations
 
@@ -26,8 +26,20 @@ from pelab.members import Job, Member
 from pelab.record import MEMBER_KEYS
 from pelab.recorder import Recorder
 from pelab.reliability import requeue
-from pelab.reliability.callbacks import BestCheckpoints, ResumeState, exit_status_on_sigterm
-from pelab.reliability.checkpoints import check_compatible, identity, read_checkpoint, resume_path
+from pelab.reliability.callbacks import (
+    BestCheckpoints,
+    ResumeState,
+    Tested,
+    exit_status_on_sigterm,
+)
+from pelab.reliability.checkpoints import (
+    adopt_requeue_checkpoints,
+    check_compatible,
+    check_nothing_restored,
+    identity,
+    read_checkpoint,
+    resume_path,
+)
 from pelab.reliability.completed import completed_record
 from pelab.reliability.lock import run_lock
 from pelab.reliability.memory import check_eval_memory
@@ -40,6 +52,7 @@ from pelab.runner import (
     working_loggers,
 )
 from pelab.threads import configure_threads
+from pelab.utils.wandb_mode import forget_run_id
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +66,7 @@ class Fitted:
     resumed_from: str | None
     resumed_from_step: int | None = None
     notes: list[str] = field(default_factory=list)
+    tested: list[Tested] = field(default_factory=list)  # per member, once tested
 
 
 @dataclass
@@ -77,7 +91,11 @@ def prepare(job: Job) -> Prepared:
     model = build_members([m.config for m in job.members], task, live=job.live)
     configure_threads(cfg, model.net.num_params()["total"] * len(job.members))
     check_eval_memory(cfg, task, model)
+    adopt_requeue_checkpoints(cfg.paths.output_dir)  # before any trainer can restore one
     ckpt_path = resume_path(cfg) if cfg.train else None
+    if cfg.train and ckpt_path is None:  # from scratch: not an earlier attempt's W&B run
+        for member in job.members:
+            forget_run_id(member.directory)
     step = None
     if ckpt_path is not None:
         checkpoint = read_checkpoint(ckpt_path)
@@ -115,9 +133,11 @@ def train(job: Job, prepared: Prepared | None = None) -> Fitted:
     data = data_module(cfg, model.task, job.seeds)
     with exit_status_on_sigterm():
         if cfg.train:
+            check_nothing_restored(trainer)  # fit restores ckpt_path only
             trainer.fit(model, datamodule=data, ckpt_path=ckpt_path, weights_only=True)
         if cfg.test:
-            best.load_best(model)
+            fitted.tested = best.load_best(model)
+            check_nothing_restored(trainer)  # the test scores the weights just loaded
             trainer.test(model, datamodule=data, verbose=False)
     return fitted
 
@@ -133,10 +153,13 @@ def member_outcome(job: Job, fitted: Fitted, member: Member) -> Outcome:
             for step, values in model.log_sink.history[member.index]:
                 logger.log_metrics(values, step)
             logger.finalize("success")
+    tested = fitted.tested[member.index] if fitted.tested else None
     return scored_outcome(
         cfg,
         model,
         member=member.index,
+        checkpoint=tested and tested.checkpoint,
+        checkpoint_step=tested and tested.step,
         resumed_from=fitted.resumed_from,
         resumed_from_step=fitted.resumed_from_step,
         warnings=notes,
@@ -151,6 +174,7 @@ def run(job: Job | DictConfig) -> dict[str, Any] | list[dict[str, Any]]:
     one per member (each in ``record.member_dir``, naming its stack in ``member_of``). With
     ``skip_completed=true`` completed records of the same config are returned untrained."""
     job = job if isinstance(job, Job) else Job.of(job)
+    requeue.install()  # a run started from Python (scripts/train.py installed it already)
     requeue.started()
     if job.config.get("skip_completed"):
         done = [completed_record(m.config) for m in job.members]

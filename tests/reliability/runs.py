@@ -16,8 +16,11 @@ from tests.conftest import TINY, compose_config
 
 # 8 steps, validation (and last.ckpt) at steps 4 and 8; dropout draws from the global RNG in
 # training, so an exact resume must restore it; randomized positions come from (seed, step).
+# 128 test samples per length: other weights (another step's, a stray checkpoint's) give other
+# test scores, so comparing records catches a run that tested the wrong weights.
 RESUMABLE = [
     *TINY,
+    "task.n_test=128",
     "logger=csv",
     "trainer.max_steps=8",
     "trainer.val_check_interval=4",
@@ -103,6 +106,58 @@ def same_weights(a: Path, b: Path) -> bool:
     """Bitwise equality of two checkpoints' model weights."""
     sa, sb = checkpoint(a)["state_dict"], checkpoint(b)["state_dict"]
     return sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
+
+
+# What may differ between a run and its uninterrupted twin: when and how long it ran, where,
+# the checkpoint it resumed from, and the hooks that interrupted it (its config)
+ATTEMPT_KEYS = (
+    "started",
+    "wall_time_s",
+    "wall_time_parts_s",
+    "peak_rss_mb",
+    "resumed_from",
+    "resumed_from_step",
+    "config",
+    "checkpoint",
+)
+
+
+def assert_same_record(record: dict, output_dir: Path, twin: dict, twin_dir: Path) -> None:
+    """``record`` (of the run in ``output_dir``) says what its uninterrupted ``twin`` says: every
+    key but ``ATTEMPT_KEYS`` equal (status, test and validation scores per length, learned,
+    steps to learn, stop reason, sizes, ...), and its test scores come from the same checkpoint
+    of its own directory (``checkpoint``, at ``checkpoint_step``)."""
+    assert record["status"] == "completed" == twin["status"]
+    mine, theirs = ({k: v for k, v in r.items() if k not in ATTEMPT_KEYS} for r in (record, twin))
+    for r in (mine, theirs):  # a stack member's: where the stack ran, and how long
+        if "member_of" in r:
+            r["member_of"] = {
+                k: v for k, v in r["member_of"].items() if k not in ("dir", "fit_time_s")
+            }
+    assert mine == theirs
+    assert Path(record["checkpoint"]).relative_to(output_dir) == Path(
+        twin["checkpoint"]
+    ).relative_to(twin_dir)
+
+
+def assert_same_as_twin(output_dir: Path, record: dict, reference: tuple[Path, dict]) -> None:
+    """The run in ``output_dir`` ended as the uninterrupted ``reference`` (its directory and
+    record): the same record (``assert_same_record``), bitwise equal weights at the last step,
+    and the same tested weights."""
+    twin_dir, twin = reference
+    assert_same_record(record, output_dir, twin, twin_dir)
+    assert checkpoint(output_dir / "checkpoints" / "last.ckpt")["global_step"] == 8
+    assert same_weights(
+        output_dir / "checkpoints" / "last.ckpt", twin_dir / "checkpoints/last.ckpt"
+    )
+    assert same_weights(Path(record["checkpoint"]), Path(twin["checkpoint"]))
+
+
+def uninterrupted(tmp_path: Path, *overrides: str) -> tuple[Path, dict]:
+    """The uninterrupted twin (``RESUMABLE`` with ``overrides``): its directory and record."""
+    from pelab.train import run
+
+    return tmp_path / "run", run(config(tmp_path, tmp_path / "run", *overrides))
 
 
 def sweep_command(repo_root: Path, tmp_path: Path, sweep_dir: Path, *overrides: str) -> list[str]:

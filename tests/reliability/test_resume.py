@@ -6,13 +6,24 @@ resume that replayed the wrong batches or RNG draws would be caught."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import time
 
 import pytest
+import torch
 
+from pelab.errors import ConfigError
 from pelab.train import run
-from tests.reliability.runs import checkpoint, cli, config, fault, results, same_weights
+from tests.reliability.runs import (
+    assert_same_as_twin,
+    checkpoint,
+    cli,
+    config,
+    fault,
+    results,
+    uninterrupted,
+)
 
 pytestmark = pytest.mark.faults  # the fault campaign: make test-faults
 
@@ -20,18 +31,7 @@ pytestmark = pytest.mark.faults  # the fault campaign: make test-faults
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
     """The uninterrupted run: its directory and its record."""
-    tmp = tmp_path_factory.mktemp("reference")
-    record = run(config(tmp, tmp / "run"))
-    return tmp / "run", record
-
-
-def assert_same_as_reference(output_dir, record, reference) -> None:
-    ref_dir, ref_record = reference
-    assert checkpoint(output_dir / "checkpoints" / "last.ckpt")["global_step"] == 8
-    assert same_weights(
-        output_dir / "checkpoints" / "last.ckpt", ref_dir / "checkpoints/last.ckpt"
-    )
-    assert record["metrics"] == ref_record["metrics"]
+    return uninterrupted(tmp_path_factory.mktemp("reference"))
 
 
 @pytest.mark.integration
@@ -43,7 +43,7 @@ def test_an_exception_mid_interval_resumes_from_the_last_checkpoint(tmp_path, re
     assert checkpoint(out / "checkpoints" / "last.ckpt")["global_step"] == 4
     record = run(config(tmp_path, out))  # the same command again: resumes automatically
     assert record["resumed_from"] == str(out / "checkpoints" / "last.ckpt")
-    assert_same_as_reference(out, record, reference)
+    assert_same_as_twin(out, record, reference)
 
 
 @pytest.mark.integration
@@ -60,7 +60,7 @@ def test_sigterm_saves_a_checkpoint_at_the_step_and_the_rerun_resumes_exactly(
     assert checkpoint(out / "checkpoints" / "last.ckpt")["global_step"] == 7
     record = run(config(tmp_path, out, "ckpt_path=last"))
     assert record["resumed_from"] == str(out / "checkpoints" / "last.ckpt")
-    assert_same_as_reference(out, record, reference)
+    assert_same_as_twin(out, record, reference)
 
 
 @pytest.mark.parametrize("action", ["sigkill", "sigint"])
@@ -77,7 +77,7 @@ def test_a_killed_run_resumes_from_its_last_validation(tmp_path, repo_root, refe
     assert checkpoint(out / "checkpoints" / "last.ckpt")["global_step"] == 4
     record = run(config(tmp_path, out))
     assert record["status"] == "completed"
-    assert_same_as_reference(out, record, reference)
+    assert_same_as_twin(out, record, reference)
 
 
 @pytest.mark.integration
@@ -102,39 +102,110 @@ def test_sigterm_during_the_final_test_stops_at_once_and_the_rerun_only_tests_ag
     assert "interrupted by SIGTERM" in results(out)["error"]
     record = run(config(tmp_path, out))
     assert record["resumed_from"] == str(out / "checkpoints" / "last.ckpt")
-    assert_same_as_reference(out, record, reference)
+    assert_same_as_twin(out, record, reference)
 
 
-@pytest.mark.integration
-def test_a_slurm_requeue_checkpoint_is_resumed(tmp_path, repo_root, reference, monkeypatch):
-    """Lightning's SLURM auto-requeue (deferred to the step's end by ``RequeueAtStepEnd``): on
-    SIGUSR1 it saves ``hpc_ckpt_1.ckpt`` in the run directory and calls ``scontrol requeue``;
-    SLURM then kills the job and starts it again in the same directory (with the submitit
-    launcher: the same job with the same overrides), which resumes exactly."""
+SLURM = {"SLURM_NTASKS": "1", "SLURM_JOB_ID": "4242", "SLURM_JOB_NAME": "pelab"}
+
+
+def fake_scontrol(tmp_path) -> dict[str, str]:
+    """A SLURM job's environment whose ``scontrol`` appends its arguments to scontrol.log."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "scontrol").write_text(f'#!/bin/sh\necho "$@" >> {tmp_path / "scontrol.log"}\n')
     (bin_dir / "scontrol").chmod(0o755)
-    slurm = {"SLURM_NTASKS": "1", "SLURM_JOB_ID": "4242", "SLURM_JOB_NAME": "pelab"}
-    env = {**slurm, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
-    out, paused = tmp_path / "run", tmp_path / "paused"
-    faults = [*fault("sigusr1", 6), *fault("pause", 7, paused, name="then_wait")]
-    proc = cli(repo_root, tmp_path, out, *faults, wait=False, env=env)
-    try:
-        deadline = time.monotonic() + 240
-        while not paused.exists():
-            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()[-2000:]
-            time.sleep(0.1)
-    finally:
-        proc.kill()  # what SLURM does to a requeued job
-        proc.wait()
+    return {**SLURM, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+
+
+@pytest.mark.integration
+def test_a_slurm_requeue_resumes_from_the_step_of_the_signal(
+    tmp_path, repo_root, reference, monkeypatch
+):
+    """SLURM's requeue signal during training (deferred to the step's end by
+    ``RequeueAtStepEnd``): ``last.ckpt`` is saved at that step, ``scontrol requeue`` called and
+    the process ends; SLURM starts the job again in the same directory, which resumes there and
+    ends with the uninterrupted run's record. No ``hpc_ckpt_N.ckpt`` is written (Lightning
+    would restore it before the final test: issue 42)."""
+    out = tmp_path / "run"
+    proc = cli(repo_root, tmp_path, out, *fault("sigusr1", 6), env=fake_scontrol(tmp_path))
+    assert proc.returncode == 0, proc.stderr[-2000:]
     assert (tmp_path / "scontrol.log").read_text().split() == ["requeue", "4242"]
-    assert checkpoint(out / "hpc_ckpt_1.ckpt")["global_step"] == 7  # the end of step 7
-    for key, value in slurm.items():
+    assert checkpoint(out / "checkpoints" / "last.ckpt")["global_step"] == 7  # the end of step 7
+    assert not list(out.glob("hpc_ckpt_*.ckpt"))
+    assert results(out)["status"] == "running"  # the requeued job finishes it
+    for key, value in SLURM.items():
         monkeypatch.setenv(key, value)
     record = run(config(tmp_path, out))
-    assert record["resumed_from"] == str(out / "hpc_ckpt_1.ckpt")
-    assert_same_as_reference(out, record, reference)
+    assert record["resumed_from"] == str(out / "checkpoints" / "last.ckpt")
+    assert record["resumed_from_step"] == 7
+    assert_same_as_twin(out, record, reference)
+
+
+def stray(source, target, step: int) -> None:
+    """A requeue checkpoint at ``target`` that is not the run's: ``source``'s with every weight
+    negated, saved as of ``step``."""
+    saved = checkpoint(source)
+    saved["state_dict"] = {k: -v for k, v in saved["state_dict"].items()}
+    saved["global_step"] = step
+    torch.save(saved, target)
+
+
+@pytest.mark.parametrize("resume", ["true", "false"])
+@pytest.mark.integration
+def test_a_requeue_checkpoint_left_in_the_run_directory_changes_nothing(
+    tmp_path, reference, monkeypatch, resume
+):
+    """Issue 42: on SLURM, Lightning restores the newest ``hpc_ckpt_N.ckpt`` of the run
+    directory before a ``fit`` or ``test`` called without a checkpoint. One left there (older
+    than the run's ``last.ckpt``, or by a run started over with ``resume=false``) is removed
+    before any trainer starts: the run resumes (or starts) as it would without it, tests its
+    own best checkpoint, and its record is the uninterrupted run's."""
+    out = tmp_path / "run"
+    with pytest.raises(RuntimeError, match="injected fault at step 6"):
+        run(config(tmp_path, out, *fault("raise", 6)))  # last.ckpt at step 4
+    stray(out / "checkpoints" / "last.ckpt", out / "hpc_ckpt_1.ckpt", step=3)
+    for key, value in SLURM.items():
+        monkeypatch.setenv(key, value)
+    record = run(config(tmp_path, out, f"resume={resume}"))
+    assert not list(out.glob("hpc_ckpt_*.ckpt"))
+    assert ("resumed_from" in record) == (resume == "true")
+    assert_same_as_twin(out, record, reference)
+
+
+@pytest.mark.integration
+def test_a_requeue_checkpoint_of_an_earlier_pelab_is_resumed_from(
+    tmp_path, reference, monkeypatch
+):
+    """A run directory requeued by pelab before 2026-11-28 holds its newest state in
+    ``hpc_ckpt_N.ckpt``: it becomes ``last.ckpt``, the run resumes from it, and ends as the
+    uninterrupted run."""
+    out = tmp_path / "run"
+    with pytest.raises(RuntimeError, match="injected fault at step 6"):
+        run(config(tmp_path, out, *fault("raise", 6)))
+    (out / "checkpoints" / "last.ckpt").rename(out / "hpc_ckpt_1.ckpt")
+    for key, value in SLURM.items():
+        monkeypatch.setenv(key, value)
+    record = run(config(tmp_path, out))
+    assert not (out / "hpc_ckpt_1.ckpt").exists()
+    assert (record["resumed_from"], record["resumed_from_step"]) == (
+        str(out / "checkpoints" / "last.ckpt"),
+        4,
+    )
+    assert_same_as_twin(out, record, reference)
+
+
+@pytest.mark.integration
+def test_a_best_checkpoint_of_another_run_is_never_scored_as_this_ones(tmp_path):
+    """A ``best.ckpt`` left in the run directory by a run with other settings (here another
+    seed) is refused, naming what differs, rather than tested as this run's."""
+    out = tmp_path / "run"
+    run(config(tmp_path, tmp_path / "other", "seed=1"))
+    (out / "checkpoints").mkdir(parents=True)
+    shutil.copy(tmp_path / "other" / "checkpoints" / "best.ckpt", out / "checkpoints")
+    with pytest.raises(
+        ConfigError, match=r"best.ckpt comes from a run with other settings(.|\n)*seed"
+    ):
+        run(config(tmp_path, out, "train=false"))
 
 
 @pytest.mark.integration

@@ -5,8 +5,8 @@
   save the global RNG, which dropout draws from in training).
 - ``CheckpointOnSigterm``: on SIGTERM (pre-emption, a SLURM time limit, ``kill``) saves
   ``last.ckpt`` at the end of the current step, before Lightning stops the run.
-- ``RequeueAtStepEnd``: runs Lightning's SLURM requeue (checkpoint, ``scontrol requeue``) at the
-  end of a step rather than mid-step.
+- ``RequeueAtStepEnd``: answers SLURM's requeue signal at the end of a step: saves ``last.ckpt``
+  there, then requeues the job.
 - ``BestCheckpoints``: each member's ``best.ckpt``, in a single run's format, exact when a
   run resumes from a checkpoint written in another directory.
 - ``ValidateLastStep``: validates (and so checkpoints) the last step when the validation
@@ -26,6 +26,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,7 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+from pelab.errors import ConfigError
 from pelab.metrics import selection_score
 from pelab.models.stacked import load_member, member_state
 from pelab.reliability import requeue
@@ -41,6 +43,7 @@ from pelab.reliability.checkpoints import (
     IDENTITY_KEY,
     SCORES_KEY,
     AtomicCheckpointIO,
+    differences,
     read_checkpoint,
 )
 
@@ -59,7 +62,7 @@ class BestCheckpoints(Callback):
     Portable: its state (each member's best score and file) survives a new directory; a run
     resumed from a checkpoint written elsewhere (``ckpt_path=<another run's last.ckpt>``, a
     moved or copied run directory) brings each member's best file along (copied unless already
-    there), so the test reports the model the uninterrupted run would."""
+    there, replacing any other), so the test reports the model the uninterrupted run would."""
 
     def __init__(self, paths: list[Path], identities: list[dict[str, Any]]) -> None:
         self.paths, self.identities = [Path(p) for p in paths], identities
@@ -75,7 +78,7 @@ class BestCheckpoints(Callback):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.best = list(state_dict["best"])
         for before, here in zip(map(Path, state_dict["paths"]), self.paths, strict=True):
-            if before != here and before.is_file() and not here.is_file():
+            if before != here and before.is_file():  # over a stale file of another run here
                 here.parent.mkdir(parents=True, exist_ok=True)
                 tmp = here.with_name(f".{here.name}.{os.getpid()}.tmp")
                 shutil.copyfile(before, tmp)
@@ -109,13 +112,36 @@ class BestCheckpoints(Callback):
         }
         AtomicCheckpointIO().save_checkpoint(checkpoint, self.paths[k])
 
-    def load_best(self, pl_module: L.LightningModule) -> None:
+    def load_best(self, pl_module: L.LightningModule) -> list[Tested]:
         """Each member of ``pl_module`` takes the weights of its best checkpoint (a member
-        with none keeps its own)."""
+        with none keeps its own, ``Tested(None, None)``); returns what each member holds."""
+        tested = []
         for k, path in enumerate(self.paths):
-            if path.is_file():
-                saved = read_checkpoint(path)["state_dict"]
-                load_member(pl_module.net, k, {key[4:]: v for key, v in saved.items()})
+            if not path.is_file():
+                tested.append(Tested(None, None))
+                continue
+            checkpoint = read_checkpoint(path)
+            saved = (checkpoint.get("callbacks", {}).get(IDENTITY_KEY) or {}).get("identity")
+            changed = differences(saved, self.identities[k]) if saved is not None else []
+            if changed:  # a file of another run left here: never score it as this one's
+                raise ConfigError(
+                    f"{path} comes from a run with other settings, not from this run's "
+                    "training (left in its directory by an earlier run?): remove it, or train "
+                    "in another output directory:\n  " + "\n  ".join(changed)
+                )
+            state = {key[4:]: v for key, v in checkpoint["state_dict"].items()}
+            load_member(pl_module.net, k, state)
+            tested.append(Tested(str(path), checkpoint.get("global_step")))
+        return tested
+
+
+@dataclass(frozen=True)
+class Tested:
+    """The weights a member's test scores come from: its checkpoint file and that file's
+    training step (``None``, ``None``: the weights at the end of training, no file)."""
+
+    checkpoint: str | None
+    step: int | None
 
 
 def own_storage(tensor: torch.Tensor) -> torch.Tensor:
@@ -278,30 +304,28 @@ class CheckpointOnSigterm(Callback):
 
 
 class RequeueAtStepEnd(Callback):
-    """Runs Lightning's SLURM requeue at the end of a training step instead of wherever the signal
-    lands.
+    """SLURM's requeue signal (``SIGUSR1``, sent ``--signal=USR1@90`` seconds before the time
+    limit) during training, answered at the end of a step: ``<dirpath>/last.ckpt`` is saved
+    there, then the job requeues and ends (``pelab.reliability.requeue.handle``), and the
+    requeued job resumes from that step exactly.
 
-    On SLURM, Lightning answers the requeue signal (``SIGUSR1``, sent ``--signal=USR1@90`` seconds
-    before the time limit) inside the signal handler: it saves ``hpc_ckpt_N.ckpt`` and calls
-    ``scontrol requeue``. Mid-step, that checkpoint holds a half-done step whose restart
-    Lightning replays off by one (its validation schedule shifts). This callback takes the signal
-    over once training starts and calls Lightning's handler at the end of the current step (or of
-    the next one, when a validation is due after it), so the requeued job resumes exactly. Off
-    SLURM nothing handles the signal and this does nothing.
-    """
+    Not mid-step, where a checkpoint would hold a half-done step that Lightning replays off by
+    one; and not at a step after which a validation is due (Lightning would skip that validation
+    on resume): the next step's end serves, or, at the last step, the checkpoint of that
+    validation. Off SLURM (no ``SLURM_JOB_ID``) nothing handles the signal and this does
+    nothing."""
 
-    def __init__(self, signum: str = "SIGUSR1") -> None:
+    def __init__(self, dirpath: str | Path, filename: str = "last.ckpt", signum="SIGUSR1") -> None:
+        self.path = Path(dirpath) / filename
         self.signum = getattr(signal, signum)
-        self._handler: Any = None
+        self._outside: Any = None  # the handler outside training, given back when it ends
         self._received = False
 
     def on_train_start(self, trainer: L.Trainer, pl_module) -> None:
-        handler = signal.getsignal(self.signum)
-        if callable(handler):  # the job's (pelab.reliability.requeue) or Lightning's (SLURM only)
-            if handler is requeue.handle:  # it saves this trainer's hpc_ckpt before requeueing
-                requeue.training(trainer)
-            self._handler = handler
-            signal.signal(self.signum, self._note)
+        if requeue.job_id() is None or threading.current_thread() is not threading.main_thread():
+            return
+        self._outside = signal.getsignal(self.signum)
+        signal.signal(self.signum, self._note)
 
     def _note(self, signum, frame) -> None:
         self._received = True
@@ -310,7 +334,9 @@ class RequeueAtStepEnd(Callback):
         if not self._received or validation_due(trainer, batch_idx):
             return
         self._received = False
-        self._handler(self.signum, None)
+        trainer.save_checkpoint(self.path)
+        log.warning("SIGUSR1: saved %s at step %d", self.path, trainer.global_step)
+        requeue.handle(self.signum, None)
 
     def on_train_end(self, trainer: L.Trainer, pl_module) -> None:
         self._release(requeue_pending=True)
@@ -319,17 +345,15 @@ class RequeueAtStepEnd(Callback):
         self._release(requeue_pending=False)
 
     def _release(self, requeue_pending: bool) -> None:
-        """Give the signal back to the job's handler; a signal noted at the last step (where a
-        validation was due) requeues now, from the checkpoint of that validation."""
-        if self._handler is None:
+        """Give the signal back; a signal noted at the last step (where a validation was due)
+        requeues now, from the checkpoint of that validation."""
+        if self._outside is None:
             return
-        handler, self._handler = self._handler, None
-        requeue.training(None)
-        if threading.current_thread() is threading.main_thread():
-            signal.signal(self.signum, handler)
+        signal.signal(self.signum, self._outside)
+        self._outside = None
         if requeue_pending and self._received:
             self._received = False
-            handler(self.signum, None)
+            requeue.handle(self.signum, None)
 
 
 class StopOnNonFiniteLoss(Callback):

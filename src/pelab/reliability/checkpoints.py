@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 from hydra.utils import get_class
+from lightning.fabric.plugins.environments import SLURMEnvironment
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
@@ -47,7 +48,7 @@ IDENTITY_KEY = "pelab"  # checkpoint["callbacks"]["pelab"]: the run's identity a
 ENGINE_KEY, ENGINE = "pelab_engine", 2
 MEMBERS_KEY = "pelab_members"  # the members' own state (stopped, history, decay_from)
 SCORES_KEY = "pelab_scores"  # the last validation's scores (one per member)
-HPC_CHECKPOINT = re.compile(r"hpc_ckpt_(\d+)\.ckpt")  # Lightning's SLURM requeue checkpoints
+HPC_CHECKPOINT = re.compile(r"hpc_ckpt_(\d+)\.ckpt")  # Lightning's (adopt_requeue_checkpoints)
 
 
 def identity(cfg: DictConfig) -> dict[str, Any]:
@@ -174,32 +175,74 @@ def check_compatible(checkpoint: dict[str, Any], cfg: DictConfig, model: nn.Modu
         )
 
 
-def resume_candidates(output_dir: str | Path) -> list[Path]:
-    """Checkpoints a re-run in ``output_dir`` can resume from: ``checkpoints/last.ckpt`` (saved at
-    every validation and on SIGTERM) and Lightning's SLURM requeue checkpoints ``hpc_ckpt_N``."""
+def last_checkpoint(output_dir: str | Path) -> Path:
+    """``<output_dir>/checkpoints/last.ckpt``: saved at every validation, on SIGTERM and on
+    SLURM's requeue signal; what a re-run in ``output_dir`` resumes from."""
+    return Path(output_dir) / "checkpoints" / "last.ckpt"
+
+
+def adopt_requeue_checkpoints(output_dir: str | Path) -> None:
+    """Fold Lightning's SLURM requeue checkpoints (``hpc_ckpt_N.ckpt``, written by pelab before
+    2026-11-28 or by Lightning's own requeue handler) left in ``output_dir`` into ``last.ckpt``:
+    the newest by step becomes ``last.ckpt`` when it is newer, every other is removed (an older
+    state of the same directory). Called before any trainer starts: on SLURM, Lightning restores
+    the newest ``hpc_ckpt_N`` of its ``default_root_dir`` before every ``fit``, ``validate`` or
+    ``test`` called without a checkpoint, over the weights pelab chose (issue 42: a requeued
+    run tested the weights of the signal, recorded as completed)."""
     root = Path(output_dir)
-    last = root / "checkpoints" / "last.ckpt"
-    hpc = [p for p in root.glob("hpc_ckpt_*.ckpt") if HPC_CHECKPOINT.fullmatch(p.name)]
-    return [p for p in (last, *hpc) if p.is_file()]
+    found = sorted(p for p in root.glob("hpc_ckpt_*.ckpt") if HPC_CHECKPOINT.fullmatch(p.name))
+    if not found:
+        return
+    last = last_checkpoint(root)
+    steps = {p: read_checkpoint(p).get("global_step", 0) for p in found}
+    newest = max(found, key=steps.get)
+    last_step = read_checkpoint(last).get("global_step", 0) if last.is_file() else None
+    for path in found:
+        if path == newest and (last_step is None or steps[path] > last_step):
+            last.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(path, last)
+            log.info("requeue checkpoint %s (step %d) is now %s", path.name, steps[path], last)
+        else:
+            path.unlink()
+            log.info(
+                "removed requeue checkpoint %s (step %d): %s is as new",
+                path.name,
+                steps[path],
+                last,
+            )
+
+
+def check_nothing_restored(trainer: Any) -> None:
+    """A ``RuntimeError`` when ``trainer`` would restore a checkpoint pelab did not pass: on
+    SLURM Lightning restores the newest ``hpc_ckpt_N.ckpt`` of its ``default_root_dir`` before
+    a ``fit``/``validate``/``test`` called without ``ckpt_path`` (``adopt_requeue_checkpoints``
+    removes them; one written since would change silently what the call trains or scores)."""
+    if SLURMEnvironment.detect():
+        found = trainer._checkpoint_connector._hpc_resume_path
+        if found is not None:
+            raise RuntimeError(
+                f"{found} appeared in the run directory: on SLURM Lightning would restore it "
+                "over the weights pelab chose; remove it (pelab writes none) and run again"
+            )
 
 
 def resume_path(cfg: DictConfig) -> Path | None:
     """The checkpoint this run starts from: ``ckpt_path`` as given; for ``ckpt_path=last`` or
-    (with ``resume=true``) none given, the newest (by training step) of ``resume_candidates``."""
+    (with ``resume=true``) none given, the run directory's ``last_checkpoint`` if there is one."""
     ckpt_path = cfg.get("ckpt_path")
     if ckpt_path not in (None, "last"):
         return Path(ckpt_path)
     if ckpt_path is None and not cfg.get("resume", False):
         return None
-    candidates = resume_candidates(cfg.paths.output_dir)
-    if not candidates:
+    last = last_checkpoint(cfg.paths.output_dir)
+    if not last.is_file():
         if ckpt_path == "last":
             log.warning(
                 "ckpt_path=last: no checkpoint in %s yet, training from scratch",
                 cfg.paths.output_dir,
             )
         return None
-    return max(candidates, key=lambda p: read_checkpoint(p).get("global_step", 0))
+    return last
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):

@@ -4,20 +4,22 @@ first line to its exit (issue 29, item 3).
 Lightning answers the signal only inside ``fit``/``test``; anywhere else (start-up, between fit
 and test, writing the records, W&B's finish, exit) its default action ends the process and SLURM
 marks the job ``FAILED 10:0`` with nothing requeued. ``install()``, called first by
-``scripts/train.py`` and by pelab's submitit launcher in the job, makes the signal:
+``scripts/train.py`` and by pelab's submitit launcher in the job (and by ``pelab.train.run``
+for a run started from Python), makes the signal:
 
-- before the run's records are final: requeue the job (``scontrol requeue <job id>``). During
-  training ``callbacks.RequeueAtStepEnd`` calls this handler at the end of a step and hands it the
-  trainer, which first saves Lightning's ``hpc_ckpt_N.ckpt`` and goes on until SLURM ends the
-  job; elsewhere (start-up, between fit and test, the records being written) the process ends
-  at once (``stop_for_requeue``) and the requeued job resumes from the run's last checkpoint
-  (``checkpoints/last.ckpt``, saved at every validation).
+- before the run's records are final: requeue the job (``scontrol requeue <job id>``) and end
+  the process at once (``stop_for_requeue``); the requeued job resumes from the run's
+  ``checkpoints/last.ckpt`` (saved at every validation). During training
+  ``callbacks.RequeueAtStepEnd`` defers the signal to the end of a step and saves ``last.ckpt``
+  there first, so the requeued job resumes from that step. No ``hpc_ckpt_N.ckpt`` is written:
+  Lightning restores one it finds in the run directory before every later ``fit``/``test``
+  (issue 42; ``checkpoints.adopt_requeue_checkpoints``).
 - once ``finished()`` was called (every record of the run is written): ignored, with a log line:
   the job's work is done and a requeue would only run it again.
 
 Only under SLURM (``SLURM_JOB_ID`` set); elsewhere the signal keeps its default action. Lightning
-does not install its own requeue handler over an existing one, so this one serves during ``fit``
-too. Standard library only: it is imported before torch."""
+does not install its own requeue handler (which writes ``hpc_ckpt_N``) over an existing one, so
+this one serves during ``fit`` too. Standard library only: it is imported before torch."""
 
 from __future__ import annotations
 
@@ -33,7 +35,7 @@ log = logging.getLogger(__name__)
 
 SIGNAL = signal.SIGUSR1
 
-_state: dict[str, Any] = {"installed": False, "finished": False, "trainer": None}
+_state: dict[str, Any] = {"installed": False, "finished": False}
 
 
 def job_id(environ: dict[str, str] | None = None) -> str | None:
@@ -72,35 +74,21 @@ def finished() -> None:
     _state["finished"] = True
 
 
-def training(trainer: Any) -> None:
-    """The trainer now fitting (``None`` when fit ends): a requeue saves its checkpoint first."""
-    _state["trainer"] = trainer
-
-
 def handle(signum: int, frame: Any) -> None:
-    """The signal handler (also called by ``RequeueAtStepEnd`` at a step's end)."""
+    """The signal handler (also called by ``RequeueAtStepEnd`` once it saved the step)."""
     if _state["finished"]:
         log.warning("SIGUSR1 after the run's records were written: ignored (the job is done)")
         return
-    trainer = _state["trainer"]
-    if trainer is not None:
-        try:
-            path = trainer._checkpoint_connector.hpc_save_path(trainer.default_root_dir)
-            trainer.save_checkpoint(path)
-            log.warning("SIGUSR1: saved %s at step %d", path, trainer.global_step)
-        except Exception as error:  # the requeue still resumes from last.ckpt
-            log.warning("SIGUSR1: could not save a requeue checkpoint: %r", error)
-    if requeue() and trainer is None:
+    if requeue():
         stop_for_requeue()
 
 
 def stop_for_requeue() -> None:
-    """Outside training, end the process at once after a successful requeue: what it would do
+    """End the process at once after a successful requeue: what it would do
     until SLURM kills it (a submitit job ignores SIGTERM until ``KillWait`` ends it) is redone by
     the requeued job, and finishing the run here would let submitit's driver take this run's
     result and stop waiting for the requeued job. Its records stay ``running``: the requeued
-    job resumes them. (During training the trainer goes on to SLURM's kill, as Lightning's
-    requeue does: the requeued job resumes from the ``hpc_ckpt`` just saved.)"""
+    job resumes them (during training from the step ``RequeueAtStepEnd`` just saved)."""
     log.warning("SIGUSR1: this process ends now; the requeued job resumes the run")
     logging.shutdown()
     os._exit(0)

@@ -123,3 +123,11 @@ def run_id(run_dir: str | Path) -> str:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(chosen + "\n")
     return chosen
+
+
+def forget_run_id(run_dir: str | Path) -> None:
+    """Forget the W&B run id kept in ``run_dir``: a run trained from scratch there
+    (``resume=false``, or no checkpoint yet) opens a W&B run of its own instead of continuing an
+    earlier attempt's, which would mix two trainings' histories (W&B drops steps logged out of
+    order)."""
+    (Path(run_dir) / RUN_ID_FILE).unlink(missing_ok=True)
