@@ -41,6 +41,7 @@ def fault(
     name="fault",
     seed: int | None = None,
     during: str = "train",
+    seconds: float | None = None,
 ) -> list[str]:
     """Overrides that add ``InjectFault`` (a test hook) to a run as ``callbacks.<name>``."""
     hook = f"+callbacks.{name}."
@@ -51,6 +52,7 @@ def fault(
         f"{hook}during={during}",
     ]
     out += [f"{hook}marker={marker}"] if marker else []
+    out += [f"{hook}seconds={seconds}"] if seconds is not None else []
     return out + ([f"{hook}seed={seed}"] if seed is not None else [])
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.reliability.runs import RESUMABLE, fault
+from tests.reliability.runs import RESUMABLE, assert_same_as_twin, fault
 
 if os.environ.get("PELAB_SLURM") != "1":
     pytest.skip(
@@ -60,6 +60,37 @@ def records(sweep_dir: Path) -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted(sweep_dir.glob("*/results.json"))]
 
 
+@pytest.fixture(scope="module")
+def twins(repo_root, tmp_path_factory) -> Path:
+    """The uninterrupted sweep ``seed=0,1`` on the cluster: what every interrupted job must
+    end as (issue 42: whole records, not only weights)."""
+    tmp = tmp_path_factory.mktemp("twins")
+    done = sweep(repo_root, tmp, tmp / "s", "seed=0,1")
+    assert done.returncode == 0, done.stderr[-3000:]
+    return tmp / "s"
+
+
+def assert_ends_as_twin(sweep_dir: Path, twins: Path, seed: int = 0) -> None:
+    """The job of ``seed`` in ``sweep_dir`` ended with its uninterrupted twin's whole record
+    (status, test and validation scores per length, learned, steps to learn, the tested
+    checkpoint) and weights; no Lightning requeue checkpoint is left beside it."""
+    [job] = sweep_dir.glob(f"*_s{seed}_*/")
+    twin = twins / job.name
+    assert twin.is_dir(), sorted(p.name for p in twins.iterdir())
+    record = json.loads((job / "results.json").read_text())
+    assert_same_as_twin(job, record, (twin, json.loads((twin / "results.json").read_text())))
+    assert not list(job.glob("hpc_ckpt_*.ckpt"))
+
+
+def requeues(sweep_dir: Path) -> list[str]:
+    """The sweep's one job's SLURM states, every run of it (``sacct -D``), oldest first."""
+    return subprocess.run(
+        ["sacct", "-D", "-X", "-n", "-P", "-o", "State", "-j", record_job(sweep_dir)],
+        capture_output=True,
+        text=True,
+    ).stdout.split()
+
+
 def wait_for(path: Path, process: subprocess.Popen, seconds: float = 300) -> None:
     deadline = time.monotonic() + seconds
     while not path.exists():
@@ -101,9 +132,10 @@ def test_a_job_the_partition_can_never_start_is_refused_naming_the_limit(
     assert not (tmp_path / "s" / ".submitit").exists()  # nothing submitted
 
 
-def test_a_cancelled_job_is_recorded_interrupted_and_the_others_finish(repo_root, tmp_path):
+def test_a_cancelled_job_is_recorded_interrupted_and_the_others_finish(repo_root, tmp_path, twins):
     """Item 2: scancel one job of the array: the driver waits for the other and prints the
-    summary, the cancelled job's record says interrupted with its resume command."""
+    summary, the cancelled job's record says interrupted with its resume command; that command
+    (the sweep again) resumes it, and it ends as its uninterrupted twin."""
     marker, sweep_dir = tmp_path / "paused", tmp_path / "s"
     driver = sweep(
         repo_root, tmp_path, sweep_dir, "seed=0,1", *fault("pause", 2, marker, seed=1), wait=False
@@ -118,11 +150,16 @@ def test_a_cancelled_job_is_recorded_interrupted_and_the_others_finish(repo_root
     assert "2 jobs: 1 completed, 1 interrupted" in stderr
     cancelled = next(r for r in records(sweep_dir) if r["status"] == "interrupted")
     assert "skip_completed=true" in cancelled["resume_command"]
+    again = sweep(repo_root, tmp_path, sweep_dir, "seed=0,1", "skip_completed=true")
+    assert again.returncode == 0, again.stderr[-3000:]
+    for seed in (0, 1):
+        assert_ends_as_twin(sweep_dir, twins, seed)
 
 
-def test_sigusr1_during_training_requeues_and_the_job_completes(repo_root, tmp_path):
+def test_sigusr1_during_training_requeues_and_the_job_completes(repo_root, tmp_path, twins):
     """Item 3 on the real cluster: SIGUSR1 (what --signal=USR1@90 sends) at step 2: the job
-    saves hpc_ckpt, requeues itself, and its second run resumes and completes (SLURM holds a
+    saves last.ckpt at the step's end, requeues itself, and its second run resumes and ends as
+    its uninterrupted twin (issue 42: it tested the weights of the signal; SLURM holds a
     requeued job about 2 minutes first)."""
     sweep_dir = tmp_path / "s"
     marker = tmp_path / "signalled"
@@ -131,7 +168,10 @@ def test_sigusr1_during_training_requeues_and_the_job_completes(repo_root, tmp_p
     assert done.returncode == 0, done.stderr[-3000:]
     [record] = records(sweep_dir)
     assert record["status"] == "completed"
-    assert record["resumed_from"].endswith(".ckpt")
+    assert record["resumed_from"].endswith("checkpoints/last.ckpt")
+    assert record["resumed_from_step"] == 3  # the end of the step of the signal
+    assert requeues(sweep_dir) == ["REQUEUED", "COMPLETED"]
+    assert_ends_as_twin(sweep_dir, twins)
 
 
 def slurm_state(sweep_dir: Path) -> str:
@@ -147,7 +187,7 @@ def slurm_state(sweep_dir: Path) -> str:
     return out[-1] if out else "unknown"
 
 
-def test_sigusr1_after_the_record_is_written_leaves_the_job_completed(repo_root, tmp_path):
+def test_sigusr1_after_the_record_is_written_leaves_the_job_completed(repo_root, tmp_path, twins):
     """Item 3: the signal once every record is written (the issue: a time-limit run signalled
     2 s after pelab finished was marked FAILED 10:0) is ignored: no requeue, COMPLETED."""
     sweep_dir, marker = tmp_path / "s", tmp_path / "signalled"
@@ -156,10 +196,10 @@ def test_sigusr1_after_the_record_is_written_leaves_the_job_completed(repo_root,
     assert marker.exists()
     assert done.returncode == 0, done.stderr[-3000:]
     assert slurm_state(sweep_dir) == "COMPLETED"
-    assert not list(sweep_dir.glob("*/hpc_ckpt_*.ckpt"))
+    assert_ends_as_twin(sweep_dir, twins)
 
 
-def test_sigusr1_before_the_run_requeues_and_the_job_completes(repo_root, tmp_path):
+def test_sigusr1_before_the_run_requeues_and_the_job_completes(repo_root, tmp_path, twins):
     """Item 3: the signal at the job's start (before any training): requeued, not killed; the
     requeued job runs and completes (about 2 minutes of SLURM's requeue delay)."""
     sweep_dir, marker = tmp_path / "s", tmp_path / "signalled"
@@ -170,12 +210,68 @@ def test_sigusr1_before_the_run_requeues_and_the_job_completes(repo_root, tmp_pa
     [record] = records(sweep_dir)
     assert record["status"] == "completed"
     assert slurm_state(sweep_dir) == "COMPLETED"
-    requeued = subprocess.run(
-        ["sacct", "-D", "-X", "-n", "-P", "-o", "State", "-j", record_job(sweep_dir)],
-        capture_output=True,
-        text=True,
-    ).stdout.split()
+    requeued = requeues(sweep_dir)
     assert requeued[0] == "REQUEUED", requeued  # the first run was requeued, the second completed
+    assert_ends_as_twin(sweep_dir, twins)
+
+
+def test_sigusr1_between_fit_and_test_requeues_and_the_job_completes(repo_root, tmp_path, twins):
+    """The signal after training, before the final test: requeued; the requeued job resumes at
+    the last step, only tests, and ends as its twin."""
+    sweep_dir, marker = tmp_path / "s", tmp_path / "signalled"
+    hook = [
+        "+callbacks.sig._target_=tests.reliability.signal_hooks.SignalOnFitEnd",
+        f"+callbacks.sig.marker={marker}",
+    ]
+    done = sweep(repo_root, tmp_path, sweep_dir, "seed=0", *hook)
+    assert marker.exists()
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert requeues(sweep_dir) == ["REQUEUED", "COMPLETED"]
+    [record] = records(sweep_dir)
+    assert record["resumed_from_step"] == 8
+    assert_ends_as_twin(sweep_dir, twins)
+
+
+def test_scontrol_requeue_mid_training_ends_as_the_twin(repo_root, tmp_path, twins):
+    """``scontrol requeue`` (what preemption with PreemptMode=REQUEUE and an operator do): SLURM
+    ends the running job with SIGTERM, which pelab answers at the step's end (last.ckpt); the
+    requeued job resumes and ends as its twin."""
+    sweep_dir, marker = tmp_path / "s", tmp_path / "paused"
+    driver = sweep(
+        repo_root,
+        tmp_path,
+        sweep_dir,
+        "seed=0",
+        *fault("pause", 6, marker, seconds=15),
+        wait=False,
+    )
+    wait_for(marker, driver)
+    subprocess.run(["scontrol", "requeue", record_job(sweep_dir)], check=True)
+    _, stderr = driver.communicate(timeout=900)
+    assert driver.returncode == 0, stderr[-3000:]
+    assert requeues(sweep_dir)[0] == "REQUEUED"
+    assert_ends_as_twin(sweep_dir, twins)
+
+
+def test_a_job_at_its_time_limit_requeues_and_ends_as_the_twin(repo_root, tmp_path, twins):
+    """The time limit itself (``--time``): SLURM sends the requeue signal ``USR1@200`` before a
+    5-minute limit, up to 60 s early (between 40 and 100 s in), while the job sleeps 120 s at
+    step 6; it saves the step, requeues, and its requeued run (done before its own signal) ends
+    as its twin."""
+    sweep_dir, marker = tmp_path / "s", tmp_path / "paused"
+    limit = [
+        "hydra.launcher.timeout_min=5",
+        "hydra.launcher.additional_parameters.signal=USR1@200",
+    ]
+    done = sweep(
+        repo_root, tmp_path, sweep_dir, "seed=0", *limit, *fault("pause", 6, marker, seconds=120)
+    )
+    assert marker.exists()
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert requeues(sweep_dir) == ["REQUEUED", "COMPLETED"]
+    [record] = records(sweep_dir)
+    assert record["resumed_from_step"] == 7
+    assert_ends_as_twin(sweep_dir, twins)
 
 
 def record_job(sweep_dir: Path) -> str:

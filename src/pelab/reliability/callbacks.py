@@ -423,8 +423,8 @@ FAULTS = ("sigterm", "sigkill", "sigint", "sigusr1", "raise", "pause", "mark")
 class InjectFault(Callback):
     """Test hook: before training step ``at_step`` (after ``at_step`` optimizer steps), or test
     batch ``at_step`` with ``during=test``, send this process SIGTERM / SIGKILL / SIGINT /
-    SIGUSR1, raise ``RuntimeError``, pause (sleep until killed), or only mark the moment
-    (``mark``: create ``marker`` and go on). Enabled only by a config override, e.g.
+    SIGUSR1, raise ``RuntimeError``, pause (sleep until killed, or ``seconds``), or only mark
+    the moment (``mark``: create ``marker`` and go on). Enabled only by a config override, e.g.
     ``+callbacks.fault._target_=pelab.reliability.callbacks.InjectFault
     +callbacks.fault.at_step=3 +callbacks.fault.action=sigterm``."""
 
@@ -435,8 +435,10 @@ class InjectFault(Callback):
         marker: str | None = None,
         seed: int | None = None,
         during: str = "train",
+        seconds: float | None = None,
     ) -> None:
-        """``marker``: a file created when the fault fires, for a test to wait on; ``seed``: fire
+        """``marker``: a file created when the fault fires, for a test to wait on; ``seconds``:
+        how long ``pause`` sleeps (default: until the process is killed); ``seed``: fire
         only in the job that trains a member of this seed (one job of a sweep, or the stack
         whose ``seeds`` hold it: the fault ends the job, every member with it);
         ``during``: ``train`` (before training step ``at_step``) or ``test`` (before test batch
@@ -446,7 +448,7 @@ class InjectFault(Callback):
         if during not in ("train", "test"):
             raise ValueError(f"unknown phase {during!r}; valid choices: train, test")
         self.at_step, self.action, self.marker, self.seed = at_step, action, marker, seed
-        self.during = during
+        self.during, self.seconds = during, seconds
 
     def on_train_batch_start(self, trainer: L.Trainer, pl_module, batch, batch_idx) -> None:
         if self.during == "train" and trainer.global_step == self.at_step:
@@ -469,6 +471,8 @@ class InjectFault(Callback):
         if self.action == "mark":
             return
         if self.action == "pause":
-            while True:
+            end = time.monotonic() + (float("inf") if self.seconds is None else self.seconds)
+            while time.monotonic() < end:
                 time.sleep(0.05)
+            return
         os.kill(os.getpid(), getattr(signal, self.action.upper()))
