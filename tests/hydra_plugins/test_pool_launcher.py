@@ -1,5 +1,6 @@
 """The parallel launcher's own pieces: its settings, how many jobs share a GPU, what it says of
-a dead job, and how it records one (the sweeps themselves: ``reliability/test_sweeps.py``)."""
+a dead job, and how it records one; the GPUs of a node are faked at one seam (``probe_gpu``)
+(the sweeps themselves: ``reliability/test_sweeps.py``)."""
 
 import json
 import signal
@@ -15,12 +16,13 @@ from omegaconf import OmegaConf
 from hydra_plugins.pelab_launcher import pool_launcher
 from hydra_plugins.pelab_launcher.pool_launcher import (
     CUDA_CONTEXT_BYTES,
+    Gpu,
     PoolLauncher,
     _death,
     available_cores,
-    jobs_at_once,
     mark_failed,
     measure,
+    place_jobs,
 )
 from hydra_plugins.pelab_launcher.worker import job_threads
 from pelab.errors import ConfigError
@@ -82,15 +84,20 @@ def test_a_dead_stack_marks_its_running_members_failed_and_leaves_the_finished_o
     assert not mark_failed(tmp_path / "never_started", "killed by SIGKILL", log, [])
 
 
-def test_a_gpu_runs_as_many_jobs_at_once_as_fit_its_free_memory_at_most_one_per_core():
-    assert jobs_at_once(80 * GIB, 10 * GIB, 16, 66) == 8
-    assert jobs_at_once(80 * GIB, GIB, 16, 66) == 16  # one per core at most
-    assert jobs_at_once(80 * GIB, GIB, 16, 3) == 3
-    assert jobs_at_once(8 * GIB, 10 * GIB, 16, 66) == 1  # not even one fits: its check refuses it
+def test_each_gpu_runs_as_many_jobs_at_once_as_fit_its_free_memory_at_most_one_per_core():
+    assert place_jobs([80 * GIB], 10 * GIB, 16, 66) == [8]
+    assert place_jobs([80 * GIB], GIB, 16, 66) == [16]  # one per core at most
+    assert place_jobs([80 * GIB], GIB, 16, 3) == [3]
+    assert place_jobs([8 * GIB], 10 * GIB, 16, 66) == [1]  # none fits: its check refuses it
+    assert place_jobs([80 * GIB] * 8, 10 * GIB, 16, 66) == [2] * 8  # 16 cores over 8 GPUs
+    assert place_jobs([80 * GIB, 20 * GIB], 10 * GIB, 16, 66) == [8, 2]  # a busy second GPU
+    assert place_jobs([80 * GIB, 20 * GIB], 10 * GIB, 16, 3) == [2, 1]  # spread, not packed
+    assert place_jobs([80 * GIB, 80 * GIB, 20 * GIB, 80 * GIB], 8 * GIB, 16, 66) == [5, 5, 2, 4]
+    assert place_jobs([4 * GIB, 8 * GIB], 10 * GIB, 16, 66) == [0, 1]  # the roomiest one
     with pytest.raises(ValueError, match=r"need=0: give >= 1"):
-        jobs_at_once(80 * GIB, 0, 16, 66)
+        place_jobs([80 * GIB], 0, 16, 66)
     with pytest.raises(ValueError, match=r"jobs=0: give >= 1"):
-        jobs_at_once(80 * GIB, GIB, 16, 0)
+        place_jobs([80 * GIB], GIB, 16, 0)
 
 
 def jobs(n: int, accelerator: str = "gpu") -> list:
@@ -100,16 +107,18 @@ def jobs(n: int, accelerator: str = "gpu") -> list:
 
 @pytest.fixture
 def gpu(monkeypatch):
-    """A 16-core machine with CUDA, whose GPU has 80 GiB free of 80; ``gpu(needs)``: what the
-    probe measures each job to need (it records the jobs it was given)."""
+    """A 16-core machine with CUDA, by default one GPU with 80 GiB free of 80 (the one seam:
+    ``probe_gpu``); ``gpu(needs, free=[...])``: what the probe measures each job to need, and
+    each GPU's free memory (it records the jobs it was given)."""
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(pool_launcher, "available_cores", lambda: 16)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     probed = []
 
-    def probe(needs: list) -> list:
+    def probe(needs: list, free: tuple = (80 * GIB,)) -> list:
         def answer(measured):
             probed.append(measured)
-            return 80 * GIB, 80 * GIB, needs[: len(measured)]
+            return [(f, 80 * GIB) for f in free], needs[: len(measured)]
 
         monkeypatch.setattr(pool_launcher, "probe_gpu", answer)
         return probed
@@ -127,15 +136,65 @@ def test_a_gpu_sweep_runs_as_many_jobs_as_fit_and_holds_each_to_its_share(gpu, c
         launcher.share_gpu(jobs(66))
     assert len(probed[0]) == 66
     assert (launcher.n_jobs, launcher.threads) == (10, 1)
-    assert launcher.gpu_fraction == pytest.approx((8 * GIB - CUDA_CONTEXT_BYTES) / (80 * GIB))
+    assert launcher.gpus == [
+        Gpu("0", 10, pytest.approx((8 * GIB - CUDA_CONTEXT_BYTES) / (80 * GIB)))
+    ]
     assert (
-        "10 job(s) at once on the GPU: each needs about 8.0 GiB of 80.0 GiB free (64 of 66 jobs "
-        "measured to fit alone" in caplog.text
+        "10 job(s) at once on 1 GPU(s) (10 on GPU 0 of 80.0 GiB free): each needs about 8.0 GiB "
+        "(64 of 66 jobs measured to fit alone" in caplog.text
     )
     gpu([None] * 66)  # none fits alone, or evaluations (not measured): one at a time
     launcher.share_gpu(jobs(66))
     assert (launcher.n_jobs, launcher.threads) == (1, 16)
-    assert launcher.gpu_fraction == pytest.approx((80 * GIB - CUDA_CONTEXT_BYTES) / (80 * GIB))
+    assert launcher.gpus == [
+        Gpu("0", 1, pytest.approx((80 * GIB - CUDA_CONTEXT_BYTES) / (80 * GIB)))
+    ]
+
+
+def test_every_gpu_of_a_node_runs_jobs_each_its_own_device_and_none_over_its_share(
+    gpu, monkeypatch
+):
+    """A node with 4 GPUs, one of them busy (20 GiB free), in a SLURM allocation that names them
+    4-7: 66 jobs of 7 GiB run 16 at once (one per core), spread evenly within each GPU's room
+    (the busy one fits 2); each started job takes the GPU with the most room, and no GPU runs
+    more than its jobs."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,6,7")
+    gpu([7 * GIB] * 66, free=(80 * GIB, 80 * GIB, 20 * GIB, 80 * GIB))
+    launcher = PoolLauncher()
+    launcher.share_gpu(jobs(66))
+    assert launcher.n_jobs == 16
+    assert [(g.device, g.jobs) for g in launcher.gpus] == [("4", 5), ("5", 5), ("6", 2), ("7", 4)]
+    assert launcher.gpus[2].fraction == pytest.approx((10 * GIB - CUDA_CONTEXT_BYTES) / (80 * GIB))
+    taken = [launcher.take_gpu().device for _ in range(16)]
+    assert taken[:4] == ["4", "5", "7", "6"]  # the roomiest first: every GPU is busy at once
+    assert {d: taken.count(d) for d in "4567"} == {"4": 5, "5": 5, "6": 2, "7": 4}
+    with pytest.raises(RuntimeError, match="no GPU has room"):
+        launcher.take_gpu()
+    launcher.gpus[1].running -= 1  # a job on GPU 5 ended: the next one goes there
+    assert launcher.take_gpu().device == "5"
+
+
+def test_a_started_gpu_job_is_given_its_device_and_share(gpu, tmp_path, monkeypatch):
+    """What the job's process receives (``worker.main`` sets ``CUDA_VISIBLE_DEVICES`` from it
+    before CUDA starts); a CPU job of the same sweep gets no device."""
+    gpu([7 * GIB] * 2, free=(80 * GIB, 80 * GIB))
+    launcher = PoolLauncher()
+    launcher.share_gpu(jobs(2))
+    started = []
+
+    class Process(SimpleNamespace):
+        pid = 1
+
+        def start(self):
+            started.append(self.args[-1])
+
+    context = SimpleNamespace(Process=lambda target, args: Process(args=args))
+    paths = dict(log_path=tmp_path / "l", call_path=tmp_path / "c", result_path=tmp_path / "r")
+    for config in (jobs(1)[0].config, jobs(1)[0].config, jobs(1, "cpu")[0].config):
+        job = pool_launcher._Job(0, [], config, tmp_path, **paths)
+        launcher._start(job, context)
+    share = pytest.approx((80 * GIB - CUDA_CONTEXT_BYTES) / (80 * GIB))  # one job on each
+    assert started == [("0", share), ("1", share), None]
 
 
 def test_a_gpu_sweeps_given_jobs_at_once_share_its_memory_unmeasured(gpu):
@@ -143,8 +202,14 @@ def test_a_gpu_sweeps_given_jobs_at_once_share_its_memory_unmeasured(gpu):
     launcher = PoolLauncher(n_jobs=4)
     launcher.share_gpu(jobs(66))
     assert probed == [[]] and (launcher.n_jobs, launcher.threads) == (4, 4)
-    assert launcher.gpu_fraction == pytest.approx((20 * GIB - CUDA_CONTEXT_BYTES) / (80 * GIB))
+    assert launcher.gpus == [
+        Gpu("0", 4, pytest.approx((20 * GIB - CUDA_CONTEXT_BYTES) / (80 * GIB)))
+    ]
+    gpu([], free=(80 * GIB, 80 * GIB))  # two GPUs: two each
+    launcher.share_gpu(jobs(66))
+    assert [(g.device, g.jobs) for g in launcher.gpus] == [("0", 2), ("1", 2)]
     with pytest.raises(ConfigError, match=r"hydra.launcher.n_jobs=100: .* leave each 0.80 GiB"):
+        gpu([])
         PoolLauncher(n_jobs=100).share_gpu(jobs(66))
 
 
@@ -154,7 +219,41 @@ def test_jobs_without_a_gpu_run_one_per_core_unmeasured(accelerator, monkeypatch
     monkeypatch.setattr(pool_launcher, "probe_gpu", lambda measured: pytest.fail("probed"))
     launcher = PoolLauncher()
     launcher.share_gpu(jobs(66, accelerator))
-    assert (launcher.n_jobs, launcher.gpu_fraction) == (available_cores(), None)
+    assert (launcher.n_jobs, launcher.gpus) == (available_cores(), [])
+
+
+def test_a_probe_that_fails_says_why_in_one_line(monkeypatch, tmp_path):
+    """A CUDA-only failure of one job's measurement is named (the job counts as not fitting
+    alone); a probe that cannot run at all refuses the sweep naming its cause, never a silent
+    one-at-a-time sweep."""
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda i: ((10, 30)[i] * GIB, 80 * GIB))
+    chosen = []
+    monkeypatch.setattr(torch.cuda, "set_device", chosen.append)
+
+    def measure(config, output_dir, device):
+        if output_dir.name == "bad":
+            raise RuntimeError("CUDA error: no kernel image is available\nmore lines")
+        return GIB
+
+    monkeypatch.setattr(pool_launcher, "measure", measure)
+    devices, needs, failures = pool_launcher._probe_gpu(
+        [(None, tmp_path / "ok"), (None, tmp_path / "bad")]
+    )
+    assert chosen == [1]  # measured on the GPU with the most free memory
+    assert devices == [(10 * GIB, 80 * GIB), (30 * GIB, 80 * GIB)] and needs == [GIB, None]
+    assert failures == [("bad", "RuntimeError: CUDA error: no kernel image is available")]
+
+    class Broken:
+        def __init__(self, *args, **kwargs):
+            raise OSError("forkserver could not start")
+
+    monkeypatch.setattr(pool_launcher, "ProcessPoolExecutor", Broken)
+    with pytest.raises(
+        ConfigError,
+        match=r"^the GPU probe failed before any job started: OSError: forkserver could not start",
+    ):
+        pool_launcher.probe_gpu([])
 
 
 def test_the_probe_measures_a_training_job_as_composed_for_it_and_leaves_evaluations(tmp_path):
@@ -171,4 +270,5 @@ def test_the_probe_measures_a_training_job_as_composed_for_it_and_leaves_evaluat
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
         bad = compose("train", [*TINY, "model.optimizer.lr=-1"], return_hydra_config=True)
-    assert measure(bad, tmp_path / "2", "cpu") is None  # the job says why; the others run
+    with pytest.raises(ValueError, match="Invalid learning rate"):  # the probe names it
+        measure(bad, tmp_path / "2", "cpu")

@@ -1,10 +1,12 @@
 """A local sweep that behaves like a SLURM array: every job runs in its own process, at most
 ``n_jobs`` at a time (one per core by default, each with at most ``cores // n_jobs`` torch
 threads: a job's ``threads=auto`` chooses within that share, ``pelab.threads``). Jobs that
-train on a GPU share its memory: ``n_jobs=-1`` runs as many at once as fit its free memory
-(``jobs_at_once``, from each job's need measured on the GPU, ``pelab.reliability.memory.job_need``)
-and each job's allocator is held to its share (``torch.cuda.set_per_process_memory_fraction``),
-which its own memory check reads. A
+train on a GPU fill every GPU of the node: ``n_jobs=-1`` runs on each device as many at once as
+fit its free memory (``place_jobs``, from each job's need measured on a GPU,
+``pelab.reliability.memory.job_need``); each job sees only its device (its own
+``CUDA_VISIBLE_DEVICES``, given to the device with the most room) and its allocator is held to
+its share of that device (``torch.cuda.set_per_process_memory_fraction``), which its own memory
+check reads. A
 job that is killed (SIGKILL, out of memory) or exits abnormally is recorded as failed in its
 ``results.json`` (its signal or exit status, the tail of its output) and the others run on; the
 sweep summary (``pelab.analysis.sweep.SweepSummary``) then names it and exits with status 1.
@@ -20,6 +22,7 @@ to ``<sweep dir>/.launcher/<job number>.log``."""
 
 import logging
 import multiprocessing
+import os
 import signal
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -68,6 +71,17 @@ ConfigStore.instance().store(
 
 
 @dataclass
+class Gpu:
+    """One GPU of the node as the sweep uses it: its id for ``CUDA_VISIBLE_DEVICES``, how many
+    jobs it runs at once, and each one's fraction of its memory."""
+
+    device: str
+    jobs: int
+    fraction: float
+    running: int = 0
+
+
+@dataclass
 class _Job:
     num: int
     overrides: list[str]
@@ -78,6 +92,7 @@ class _Job:
     result_path: Path
     process: Any = None  # a multiprocessing Process once started
     started: float = 0.0
+    gpu: Gpu | None = None  # the GPU it runs on, once started
 
 
 class PoolLauncher(Launcher):
@@ -94,7 +109,7 @@ class PoolLauncher(Launcher):
             )
         self.requested, self.threads_per_job = n_jobs, threads_per_job
         self.set_jobs(available_cores() if n_jobs == -1 else n_jobs)
-        self.gpu_fraction: float | None = None  # each job's share of the GPU's memory
+        self.gpus: list[Gpu] = []  # the GPUs the sweep's GPU jobs run on
         self.config: DictConfig | None = None
         self.hydra_context: HydraContext | None = None
         self.task_function: TaskFunction | None = None
@@ -142,6 +157,8 @@ class PoolLauncher(Launcher):
                 wait([job.process.sentinel for job in running])
                 for job in [j for j in running if j.process.exitcode is not None]:
                     running.remove(job)
+                    if job.gpu is not None:
+                        job.gpu.running -= 1
                     returns[job.num] = self._finish(job, clock)
         except KeyboardInterrupt:
             _stop(running)
@@ -156,43 +173,66 @@ class PoolLauncher(Launcher):
         self.threads = self.threads_per_job or max(1, available_cores() // n_jobs)
 
     def share_gpu(self, jobs: list["_Job"]) -> None:
-        """When a job trains on a GPU: with ``n_jobs=-1``, as many jobs at once as fit its free
-        memory (``jobs_at_once``: the largest need measured of a training job that fits alone,
-        plus ``CUDA_CONTEXT_BYTES``; none: one at a time), at most one per core; each job's
-        allocator held to its share of the free memory (``gpu_fraction``), which its own memory
-        check reads."""
-        from pelab.reliability.memory import GIB, run_device
+        """When a job trains on a GPU, place the sweep on every GPU of the node (``probe_gpu``):
+        with ``n_jobs=-1``, on each device as many jobs at once as fit its free memory (the
+        largest need measured of a training job that fits alone, plus ``CUDA_CONTEXT_BYTES``;
+        none: one at a time per device), at most one per core; with ``n_jobs=N``, N spread over
+        the devices. Each job's allocator is held to its share of its device's free memory."""
+        from pelab.reliability.memory import GIB
 
-        self.gpu_fraction = None
+        self.gpus = []
         self.set_jobs(available_cores() if self.requested == -1 else self.requested)
-        on_gpu = [(job.config, job.output_dir) for job in jobs if run_device(job.config) == "cuda"]
+        on_gpu = [(job.config, job.output_dir) for job in jobs if wants_gpu(job.config)]
         if not on_gpu:
             return
         measured = on_gpu if self.requested == -1 else []
-        free, total, needs = probe_gpu(measured)
+        devices, needs = probe_gpu(measured)
+        free = [f for f, _ in devices]
         if measured:
-            fitting = [need for need in needs if need is not None and need <= free]
-            need = max(fitting, default=free) + CUDA_CONTEXT_BYTES  # none fits: one at a time
-            self.set_jobs(jobs_at_once(free, need, available_cores(), len(jobs)))
+            fitting = [need for need in needs if need is not None and need <= max(free)]
+            need = max(fitting, default=max(free)) + CUDA_CONTEXT_BYTES  # none fits: one each
+            slots = place_jobs(free, need, available_cores(), len(jobs))
             log.info(
-                "%d job(s) at once on the GPU: each needs about %.1f GiB of %.1f GiB free (%d "
-                "of %d jobs measured to fit alone; the others' memory checks say why)",
-                self.n_jobs,
+                "%d job(s) at once on %d GPU(s) (%s): each needs about %.1f GiB (%d of %d jobs "
+                "measured to fit alone; the others' memory checks say why)",
+                sum(slots),
+                len(devices),
+                ", ".join(
+                    f"{n} on GPU {d} of {f / GIB:.1f} GiB free"
+                    for d, n, f in zip(visible_devices(len(devices)), slots, free, strict=True)
+                ),
                 need / GIB,
-                free / GIB,
                 len(fitting),
                 len(measured),
             )
-        share = free / self.n_jobs - CUDA_CONTEXT_BYTES
-        if share <= 0:
-            raise ConfigError(
-                f"hydra.launcher.n_jobs={self.n_jobs}: that many jobs at once leave each "
-                f"{free / self.n_jobs / GIB:.2f} GiB of the GPU's {free / GIB:.1f} GiB free, "
-                f"less than a CUDA context takes ({CUDA_CONTEXT_BYTES / GIB:.0f} GiB allowed); "
-                "give fewer, or -1 for as many as fit"
-            )
-        self.gpu_fraction = share / total
-        log.info("each job on the GPU may hold %.1f GiB (its share)", share / GIB)
+        else:
+            slots = spread(self.n_jobs, [self.n_jobs] * len(devices))
+        for device, n, (f, total) in zip(
+            visible_devices(len(devices)), slots, devices, strict=True
+        ):
+            if not n:
+                continue
+            share = f / n - CUDA_CONTEXT_BYTES
+            if share <= 0:
+                raise ConfigError(
+                    f"hydra.launcher.n_jobs={self.n_jobs}: that many jobs at once leave each "
+                    f"{f / n / GIB:.2f} GiB of GPU {device}'s {f / GIB:.1f} GiB free, less than "
+                    f"a CUDA context takes ({CUDA_CONTEXT_BYTES / GIB:.0f} GiB allowed); give "
+                    "fewer, or -1 for as many as fit"
+                )
+            self.gpus.append(Gpu(device, n, share / total))
+            log.info("each job on GPU %s may hold %.1f GiB (its share)", device, share / GIB)
+        self.set_jobs(sum(slots))
+
+    def take_gpu(self) -> Gpu:
+        """A GPU with room for one more job, the one running the fewest (ties: the most room
+        left, then the first), now holding it."""
+        open_ = [i for i, g in enumerate(self.gpus) if g.running < g.jobs]
+        if not open_:
+            raise RuntimeError(f"no GPU has room: {self.gpus}")  # n_jobs is the jobs' sum
+        gpu = self.gpus[min(open_, key=lambda i: (self.gpus[i].running, -self.gpus[i].jobs, i))]
+        gpu.running += 1
+        return gpu
 
     def _prepare(self, num: int, overrides: list[str], sweep_dir: Path) -> _Job:
         assert self.hydra_context is not None and self.config is not None
@@ -214,21 +254,21 @@ class PoolLauncher(Launcher):
         return job
 
     def _start(self, job: _Job, context: Any) -> _Job:
-        from pelab.reliability.memory import run_device
-
-        # a job on the CPU opens no CUDA context: its allocator needs no share
-        fraction = self.gpu_fraction if run_device(job.config) == "cuda" else None
+        # a job on the CPU opens no CUDA context: it needs no device and no share
+        job.gpu = self.take_gpu() if self.gpus and wants_gpu(job.config) else None
+        gpu = (job.gpu.device, job.gpu.fraction) if job.gpu else None
         job.process = context.Process(
             target=worker.main,
-            args=(job.call_path, job.result_path, job.log_path, self.threads, fraction),
+            args=(job.call_path, job.result_path, job.log_path, self.threads, gpu),
         )
         job.process.start()
         job.started = time.monotonic()
         log.info(
-            "#%d started: %s (pid %d, output: %s)",
+            "#%d started: %s (pid %d%s, output: %s)",
             job.num,
             job.output_dir.name,
             job.process.pid,
+            f", GPU {job.gpu.device}" if job.gpu else "",
             job.log_path,
         )
         return job
@@ -264,40 +304,106 @@ class PoolLauncher(Launcher):
         return returned
 
 
-def jobs_at_once(free: int, need: int, cores: int, jobs: int) -> int:
-    """How many of ``jobs`` jobs to run at once on a GPU with ``free`` bytes free when each needs
-    ``need`` bytes: as many as fit, at most one per core, at least one (a job that cannot fit
+def place_jobs(free: list[int], need: int, cores: int, jobs: int) -> list[int]:
+    """How many of ``jobs`` jobs each GPU runs at once, its ``free[i]`` bytes free and each job
+    needing ``need``: as many as fit on each, at most one per core in all, spread evenly
+    (``spread``); at least one on the GPU with the most free memory (a job that cannot fit
     alone is refused by its own memory check)."""
-    for name, value, least in (("free", free, 0), ("need", need, 1), ("cores", cores, 1)):
+    for name, value, least in (("need", need, 1), ("cores", cores, 1), ("jobs", jobs, 1)):
         if value < least:
             raise ValueError(f"{name}={value}: give >= {least}")
-    if jobs < 1:
-        raise ValueError(f"jobs={jobs}: give >= 1")
-    return max(1, min(cores, jobs, free // need))
+    if not free or min(free) < 0:
+        raise ValueError(f"free={free}: give each GPU's free bytes (>= 0)")
+    fits = [f // need for f in free]
+    if not any(fits):
+        fits[free.index(max(free))] = 1
+    return spread(min(cores, jobs, sum(fits)), fits)
 
 
-def probe_gpu(jobs: list[tuple[DictConfig, Path]]) -> tuple[int, int, list[int | None]]:
-    """The GPU's free and total bytes, and what each of ``jobs`` (its config and directory)
-    needs on it (``measure``), read in a child process: this one holds no CUDA context while
-    the sweep runs."""
+def spread(n: int, room: list[int]) -> list[int]:
+    """``n`` jobs over devices with ``room[i]`` places each, evenly: each next job to a device
+    with a place left that has the fewest jobs (ties: the most places left, then the first); at
+    most ``sum(room)``."""
+    slots = [0] * len(room)
+    for _ in range(min(n, sum(room))):
+        open_ = [d for d in range(len(room)) if slots[d] < room[d]]
+        slots[min(open_, key=lambda d: (slots[d], slots[d] - room[d], d))] += 1
+    return slots
+
+
+def wants_gpu(config: DictConfig) -> bool:
+    """Whether a job of ``config`` trains on a GPU (``memory.run_device``)."""
+    from pelab.reliability.memory import run_device
+
+    return run_device(config) == "cuda"
+
+
+def visible_devices(count: int) -> list[str]:
+    """The ids of this process's ``count`` GPUs for a job's ``CUDA_VISIBLE_DEVICES``: as this
+    process's ``CUDA_VISIBLE_DEVICES`` names them (a SLURM allocation's), else 0 .. count - 1."""
+    named = [d.strip() for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    return named[:count] if len(named) >= count else [str(i) for i in range(count)]
+
+
+def probe_gpu(
+    jobs: list[tuple[DictConfig, Path]],
+) -> tuple[list[tuple[int, int]], list[int | None]]:
+    """Each GPU's free and total bytes, and what each of ``jobs`` (its config and directory)
+    needs on one (``measure``, on the GPU with the most free memory), read in a child process:
+    this one holds no CUDA context while the sweep runs. A ``ConfigError`` naming the cause when
+    the probe itself fails; a job it could not measure is named in one line and counts as not
+    fitting alone."""
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(PRELOAD)
-    with ProcessPoolExecutor(1, mp_context=context) as child:
-        return child.submit(_probe_gpu, jobs).result()
+    try:
+        with ProcessPoolExecutor(1, mp_context=context) as child:
+            devices, needs, failures = child.submit(_probe_gpu, jobs).result()
+    except Exception as error:
+        raise ConfigError(
+            f"the GPU probe failed before any job started: {type(error).__name__}: "
+            f"{str(error).splitlines()[0] if str(error) else ''} (check nvidia-smi and "
+            "CUDA_VISIBLE_DEVICES, or give hydra.launcher.n_jobs=<N> to skip measuring)"
+        ) from error
+    if not devices:
+        raise ConfigError(
+            "the sweep's jobs train on a GPU (trainer.accelerator) but none is visible here "
+            f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r}); use "
+            "trainer=default for the CPU"
+        )
+    for job, failure in failures:
+        log.warning(
+            "the GPU probe could not measure job %s (counted as not fitting alone): %s",
+            job,
+            failure,
+        )
+    return devices, needs
 
 
-def _probe_gpu(jobs: list[tuple[DictConfig, Path]]) -> tuple[int, int, list[int | None]]:
+def _probe_gpu(jobs: list[tuple[DictConfig, Path]]):
     import torch
 
-    free, total = torch.cuda.mem_get_info()
-    return free, total, [measure(config, output_dir, "cuda") for config, output_dir in jobs]
+    devices = [torch.cuda.mem_get_info(i) for i in range(torch.cuda.device_count())]
+    if not devices:
+        return devices, [], []
+    torch.cuda.set_device(max(range(len(devices)), key=lambda i: devices[i][0]))
+    needs, failures = [], []
+    for config, output_dir in jobs:
+        try:
+            needs.append(measure(config, output_dir, "cuda"))
+        except Exception as error:  # a CUDA-only failure: say which and why
+            needs.append(None)
+            first = str(error).splitlines()[0] if str(error) else ""
+            failures.append((output_dir.name, f"{type(error).__name__}: {first}"))
+    return devices, needs, failures
 
 
 def measure(config: DictConfig, output_dir: Path, device: str) -> int | None:
     """The bytes a training job of the composed config ``config`` (``job_config``; its directory
-    ``output_dir``) needs on ``device`` (``memory.job_need``); None when it does not fit there
-    alone, its config is refused (the job then says why) or it does not train (an evaluation
-    job's own memory check measures it)."""
+    ``output_dir``) needs on ``device`` (``memory.job_need``); None when its config is refused
+    (the job then says why) or it does not train (an evaluation job's own memory check measures
+    it). Any other error propagates, for the probe to name."""
+
+    import torch
 
     from pelab.reliability.memory import job_need
 
@@ -306,8 +412,8 @@ def measure(config: DictConfig, output_dir: Path, device: str) -> int | None:
     HydraConfig.instance().set_config(config)  # ${hydra:...} resolves as in the job
     try:
         return job_need(run_config(config, output_dir), device)
-    except Exception:  # refused, out of memory, a bad value: the job itself says why
-        return None
+    except (ConfigError, torch.cuda.OutOfMemoryError):  # refused, or does not fit alone:
+        return None  # the job itself says why
 
 
 def _raise_keyboard_interrupt(signum: int, frame: Any) -> None:

@@ -8,7 +8,9 @@ share of the cores (``pelab.threads.share_cores``) and starts with that many tor
 entry point's ``threads=auto`` then chooses within the share (1 for a small model), so jobs x
 threads never exceeds it. A job config's ``threads=<n>`` is honoured as given, from the start.
 
-GPU memory: a job of a sweep that trains on a GPU gets its share as a per-process memory fraction
+GPU: a job of a sweep that trains on a GPU sees only its device (``CUDA_VISIBLE_DEVICES``, set
+before CUDA starts: its ``cuda:0``, its probe and its memory check are that device) and gets its
+share of the device's memory as a per-process memory fraction
 (``torch.cuda.set_per_process_memory_fraction``): its allocator cannot hold more, and its own
 memory check reads the share, not the memory the other jobs will also take."""
 
@@ -27,8 +29,14 @@ from pelab.threads import check_threads, set_threads, share_cores
 
 
 def main(
-    call_path: Path, result_path: Path, log_path: Path, threads: int, gpu_fraction: float | None
+    call_path: Path,
+    result_path: Path,
+    log_path: Path,
+    threads: int,
+    gpu: tuple[str, float] | None,
 ) -> None:
+    """Run the job; ``gpu``: its device's id for ``CUDA_VISIBLE_DEVICES`` and its fraction of
+    that device's memory (None: a job on the CPU)."""
     os.setsid()  # a Ctrl-C at the terminal reaches the job once, through the launcher
     with open(log_path, "ab") as out:  # this process's stdout and stderr, appended
         os.dup2(out.fileno(), sys.stdout.fileno())
@@ -40,10 +48,12 @@ def main(
     Singleton.set_state(singleton_state)
     sweep_config = job_config(hydra_context, config, overrides, num)
     share_cores(threads)
-    if gpu_fraction is not None:
+    if gpu is not None:
+        device, fraction = gpu
+        os.environ["CUDA_VISIBLE_DEVICES"] = device  # CUDA has not started in this process
         import torch  # here: Hydra imports this module at every start (issue 35, item 9)
 
-        torch.cuda.set_per_process_memory_fraction(gpu_fraction)
+        torch.cuda.set_per_process_memory_fraction(fraction)
     set_threads(job_threads(sweep_config.get("threads"), threads), None)
     HydraConfig.instance().set_config(sweep_config)
     returned = run_job(
