@@ -90,3 +90,32 @@ def test_encoder_runs_end_to_end(tiny_cfg):
     run(cfg)
     res = read_results(cfg)
     assert res["status"] == "completed" and res["choices"]["model"] == "encoder"
+
+
+@pytest.mark.parametrize(
+    "devices, accelerator, one",
+    [
+        (1, "gpu", True),
+        ([1], "gpu", True),
+        ("1,", "gpu", True),
+        ("auto", "cpu", True),
+        (2, "gpu", False),
+        ([0, 1], "gpu", False),
+        (-1, "gpu", False),
+        ("auto", "gpu", False),  # Lightning would take every GPU of the node, with DDP
+    ],
+)
+def test_a_job_on_more_than_one_device_is_refused_saying_pelab_scales_by_jobs(
+    devices, accelerator, one
+):
+    from omegaconf import OmegaConf
+
+    from pelab.assembly import check_devices
+    from pelab.errors import ConfigError
+
+    trainer = OmegaConf.create({"devices": devices, "accelerator": accelerator})
+    if one:
+        check_devices(trainer)
+    else:
+        with pytest.raises(ConfigError, match=r"trainer.devices=.*scales by jobs, not DDP"):
+            check_devices(trainer)

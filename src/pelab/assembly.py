@@ -143,3 +143,27 @@ def check_training(cfg: DictConfig) -> None:
             "with a fresh batch every step (epochs have no meaning here)"
         )
     check_budget(cfg.get("learned_at"), cfg.get("learned_patience", 2))
+    check_devices(cfg.trainer)
+
+
+def check_devices(trainer: DictConfig) -> None:
+    """A ``ConfigError`` for ``trainer.devices`` naming more than one device: a job trains on
+    one device (its members stacked on it), and pelab scales out by jobs, not by DDP (the engine
+    is not DDP-aware). ``1``, ``[i]``, ``"i,"`` and, on the CPU, ``auto`` are one device."""
+    devices = trainer.get("devices", 1)
+    accelerator = str(trainer.get("accelerator", "cpu"))
+    listed = [d for d in str(devices).strip("[]").split(",") if d.strip()]
+    if isinstance(devices, int) or str(devices).isdigit():
+        one = int(devices) == 1
+    elif devices == "auto":
+        one = accelerator == "cpu"
+    else:
+        one = len(listed) == 1 and listed[0].strip() != "-1"
+    if not one:
+        raise ConfigError(
+            f"trainer.devices={devices}: a pelab job trains on one device; it scales by jobs, "
+            "not DDP. Use trainer.devices=1 (or [i] for GPU i) and run a sweep: "
+            "hydra/launcher=parallel places one job per GPU of the node (several where memory "
+            "allows), hydra/launcher=slurm one per allocation; seeds=[...] stacks members on one "
+            "device"
+        )

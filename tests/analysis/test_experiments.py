@@ -4,6 +4,7 @@ it), they compose job by job, and their W&B sweep configs are that grid written 
 
 import logging
 import math
+from pathlib import Path
 
 import pytest
 import yaml
@@ -168,3 +169,22 @@ def test_an_experiment_without_a_grid_or_unknown_is_refused(capsys):
     assert "sweeps nothing" in capsys.readouterr().err
     assert wandb_sweep.main(CONFIG_DIR, ["no_such_experiment"]) == 2
     assert "no_such_experiment" in capsys.readouterr().err
+
+
+GPU_PRESETS = sorted(
+    p.stem
+    for p in (Path(CONFIG_DIR) / "experiment").glob("*.yaml")
+    if "override /trainer: gpu" in p.read_text()
+)
+
+
+@pytest.mark.parametrize("preset", GPU_PRESETS)
+def test_a_gpu_preset_fills_the_node_with_the_parallel_launcher_unless_told_otherwise(preset):
+    """Issue 43: a GPU preset's grid runs on every GPU of the node (``hydra/launcher=parallel``
+    places its jobs by free memory), not one job after another in one process; a launcher on
+    the command line (SLURM) still wins."""
+    assert len(GPU_PRESETS) >= 3
+    launcher = hydra_config(f"experiment={preset}").launcher._target_
+    assert launcher.endswith("pool_launcher.PoolLauncher")
+    slurm = hydra_config(f"experiment={preset}", "hydra/launcher=slurm").launcher._target_
+    assert slurm.endswith("submitit_launcher.SlurmLauncher")

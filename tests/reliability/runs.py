@@ -111,9 +111,12 @@ def same_weights(a: Path, b: Path) -> bool:
 
 
 # What may differ between a run and its uninterrupted twin: when and how long it ran, where,
-# the checkpoint it resumed from, and the hooks that interrupted it (its config)
+# from which checkout, the checkpoint it resumed from, and the hooks that interrupted it (its
+# config)
 ATTEMPT_KEYS = (
     "started",
+    "git_commit",
+    "git_dirty",
     "wall_time_s",
     "wall_time_parts_s",
     "peak_rss_mb",
