@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 
 from pelab.models.attention import Attention
 from pelab.pe import PE_REGISTRY
-from pelab.pe.base import ModelDims
+from pelab.pe.base import ModelDims, ieee_matmuls, in_fp32
 from pelab.pe.dape import DapePE
 from pelab.pe.floater import FloaterPE
 from pelab.pe.path import PathPE
@@ -100,3 +100,44 @@ def test_every_position_bias_reaches_attention_in_float32(name, monkeypatch):
     with bf16():
         net(torch.randint(0, 12, (1, 8)))
     assert dtypes == [torch.float32]
+
+
+def test_on_cuda_the_islands_run_full_float32_matmuls_whatever_the_matmul_precision():
+    """``train.py`` lets CUDA matmuls use TF32 (precision ``high``: 10 mantissa bits, under which
+    FIRE's distances merge from about 544 tokens); inside ``in_fp32`` they are full float32 on
+    CUDA (``highest``) and the setting is restored after. On the CPU, where ``high`` already is
+    full float32, nothing changes."""
+    before = torch.get_float32_matmul_precision()
+    try:
+        torch.set_float32_matmul_precision("high")
+        with ieee_matmuls("cuda"):
+            assert torch.get_float32_matmul_precision() == "highest"
+        assert torch.get_float32_matmul_precision() == "high"
+        with ieee_matmuls("cpu"):
+            assert torch.get_float32_matmul_precision() == "high"
+        seen = []
+        in_fp32(lambda x: seen.append(torch.get_float32_matmul_precision()), torch.ones(1))
+        assert seen == ["high"]  # a CPU tensor: untouched
+    finally:
+        torch.set_float32_matmul_precision(before)
+
+
+# the encodings whose islands handed float32 back into a float64 model before (issue 44); fire
+# and grape_a still do: float32 positions meet float64 weights in their own networks
+FLOAT64 = ["alibi", "dape", "fox", "kerple", "path", "stick_breaking", "t5_bias"]
+
+
+@pytest.mark.parametrize("name", FLOAT64)
+def test_a_float64_model_stays_float64_through_an_encodings_islands(name, tmp_path):
+    """A numerical check's float64 model: ``in_fp32`` hands float64 inputs back as float64, so a
+    biased encoding on the fused kernel, FoX, PaTH, ... run in float64 end to end, forward and
+    backward."""
+    from pelab.assembly import build_model, build_task
+    from tests.conftest import compose_config
+
+    size = ["model.net.d_model=16", "model.net.n_heads=2", "model.net.n_layers=1"]
+    cfg = compose_config([*size, f"pe={name}"], tmp_path)
+    model = build_model(cfg, build_task(cfg)).double()
+    out = model.net(torch.randint(0, 5, (2, 9)))
+    out.sum().backward()
+    assert out.dtype == torch.float64

@@ -49,7 +49,8 @@ def sweep(repo_root: Path, tmp_path: Path, sweep_dir: Path, *overrides: str, wai
         f"paths.cache_dir={tmp_path / 'cache'}",
     ]
     env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
-    env["PYTHONPATH"] = str(repo_root)  # the jobs import the test hooks (tests.reliability)
+    # the jobs import the test hooks (tests.reliability), and pelab as this process does
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(repo_root), env.get("PYTHONPATH")) if p)
     kwargs = dict(cwd=repo_root, env=env, text=True, stdin=subprocess.DEVNULL)
     if not wait:
         return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kwargs)

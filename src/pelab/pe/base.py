@@ -243,13 +243,32 @@ def memo_derived(
 
 
 def in_fp32(compute: Callable[..., T], *inputs: Tensor) -> T:
-    """``compute(*inputs)`` in float32 whatever autocast is doing: ``compute`` gets
-    ``inputs[i].float()`` and runs with autocast off on the inputs' device, so its matmuls
-    (``nn.Linear``, ``bmm``) keep float32 too instead of rounding to bf16 under
-    ``trainer.precision=bf16-mixed``. Encodings run their position biases, their small networks
-    and their sums through it. Without autocast and with float32 inputs it is ``compute(*inputs)``
-    bit for bit. (A device autocast does not know, such as ``meta``, has nothing to turn off.)"""
+    """``compute(*inputs)`` in at least float32 whatever autocast and TF32 are doing: ``compute``
+    gets each input as float32 (a float64 one, a numerical check's, stays float64) and runs with
+    autocast off on the inputs' device, so its matmuls (``nn.Linear``, ``bmm``) keep float32
+    instead of rounding to bf16 under ``trainer.precision=bf16-mixed``, and on CUDA with full
+    float32 matmuls (``ieee_matmuls``: no TF32, which ``train.py``'s matmul precision ``high``
+    allows elsewhere; TF32 keeps 10 mantissa bits, so e.g. FIRE's log distances merge from
+    about 544 tokens). Encodings run their position biases, their small networks and their sums
+    through it. Without autocast and with float32 inputs it is ``compute(*inputs)`` bit for
+    bit. (A device autocast does not know, such as ``meta``, has nothing to turn off.)"""
     device = inputs[0].device.type
     autocast = torch.amp.is_autocast_available(device)
     with torch.autocast(device, enabled=False) if autocast else contextlib.nullcontext():
-        return compute(*(x.float() for x in inputs))
+        with ieee_matmuls(device):
+            return compute(*(x.to(torch.promote_types(x.dtype, torch.float32)) for x in inputs))
+
+
+@contextlib.contextmanager
+def ieee_matmuls(device: str):
+    """Within: float32 matmuls in full float32 on CUDA (matmul precision ``highest``), restored
+    after. Elsewhere nothing changes (on the CPU ``high`` already is full float32)."""
+    if device != "cuda":
+        yield
+        return
+    before = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("highest")
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(before)
