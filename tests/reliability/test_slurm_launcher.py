@@ -98,7 +98,9 @@ def test_resources_follow_the_run(tmp_path):
     asked = job_resources(cpu, n_params=100_000, measured_mb=None)
     assert (asked.gpus, asked.cpus, asked.mem_gb) == (0, 1, DEFAULT_MEM_GB)
     gpu = compose_config([*RESUMABLE, "trainer=gpu"], tmp_path)
-    assert job_resources(gpu, n_params=100_000, measured_mb=None).gpus == 1
+    on_gpu = job_resources(gpu, n_params=100_000, measured_mb=None)
+    assert (on_gpu.gpus, on_gpu.cpus) == (1, 2)  # a torch thread and the host side (issue 43)
+    assert "+ 1 for the GPU job's host side" in on_gpu.why[1]
     big = job_resources(cpu, n_params=50_000_000, measured_mb=2000, max_cpus=2)
     assert (big.cpus, big.mem_gb) == (2, 3)  # threads=auto within the node; 1.5 x 2000 MiB
     three = compose_config([*RESUMABLE, "threads=3"], tmp_path)

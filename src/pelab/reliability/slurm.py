@@ -7,7 +7,10 @@ given):
 - GPUs: one per device for ``trainer.accelerator=gpu``/``cuda`` (``trainer=gpu``), none for
   ``trainer=default`` (CPU): a CPU cluster refuses a job that asks a GPU it has not got;
 - CPUs: the torch threads the run will use (``pelab.threads.choose_threads``: 1 below 5M
-  parameters, else up to ``AUTO_CAP``; ``threads=<n>`` as given), plus its data loader workers;
+  parameters, else up to ``AUTO_CAP``; ``threads=<n>`` as given), plus its data loader workers,
+  plus ``GPU_HOST_CPUS`` for a GPU job (its host side: drawing the K members' batches, Lightning
+  and W&B's own process, which one CPU shared with the torch thread leaves the GPU waiting on;
+  unmeasured on a GPU);
 - memory: ``MEM_MARGIN`` times the largest peak a previous run of the job measured
   (``peak_rss_mb`` in its ``results.json``), else ``DEFAULT_MEM_GB``.
 
@@ -28,6 +31,7 @@ from typing import Any
 DEFAULT_MEM_GB = 4
 MEM_MARGIN = 1.5
 GPU_ACCELERATORS = ("gpu", "cuda")
+GPU_HOST_CPUS = 1  # a GPU job's host side, beside its torch threads
 
 
 def peak_rss_mb() -> int:
@@ -74,10 +78,12 @@ def job_resources(
         cfg.get("threads", "auto"), n_params, cores=min(AUTO_CAP, max_cpus or AUTO_CAP)
     )
     workers = int(OmegaConf.select(cfg, "data.num_workers", default=0) or 0)
-    cpus = threads + workers
+    host = GPU_HOST_CPUS if gpus else 0
+    cpus = threads + workers + host
     why.append(
         f"cpus={cpus}: {threads} torch thread(s) ({reason})"
         + (f" + {workers} data loader worker(s)" if workers else "")
+        + (f" + {host} for the GPU job's host side (batches, Lightning, W&B)" if host else "")
     )
     if measured_mb:
         mem_gb = max(1, math.ceil(measured_mb * MEM_MARGIN / 1024))
