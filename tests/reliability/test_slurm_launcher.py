@@ -294,3 +294,51 @@ def test_a_sweep_rerun_does_not_submit_a_job_whose_run_still_runs(repo_root, tmp
     assert [p.parent.name for p in sweep.glob("*/results.json")] == [
         sweep_job(sweep, "rope", "copy", 0, "seed=0").name
     ]
+
+
+def test_a_local_sweep_spreads_its_gpu_jobs_over_the_machines_gpus(monkeypatch):
+    """``hydra/launcher=local`` with ``trainer=gpu`` (issue 43): submitit alone hid every GPU
+    (no ``gpus_per_node``) or showed all jobs GPU 0. Each GPU job sees one GPU, in turn from the
+    one with the most free memory, as this process's ``CUDA_VISIBLE_DEVICES`` names them; a CPU
+    job of the same sweep sees none; the job sets it before CUDA starts."""
+    from types import SimpleNamespace
+
+    from hydra_plugins.pelab_launcher import job_config, pool_launcher, submitit_launcher
+    from hydra_plugins.pelab_launcher.submitit_launcher import LocalLauncher, local_gpus
+    from pelab.reliability import requeue
+
+    free = [(20 * 2**30, 80 * 2**30), (70 * 2**30, 80 * 2**30), (50 * 2**30, 80 * 2**30)]
+    monkeypatch.setattr(pool_launcher, "probe_gpu", lambda measured: (free, []))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,6")
+    assert local_gpus([True, True, False, True, True]) == ["5", "6", None, "4", "5"]
+    assert local_gpus([False, False]) == [None, None]  # a CPU sweep probes nothing
+
+    launcher = LocalLauncher.__new__(LocalLauncher)
+    launcher.config, launcher.hydra_context = object(), object()
+    accelerators = {0: "gpu", 1: "cpu", 2: "gpu"}
+    monkeypatch.setattr(
+        job_config,
+        "job_config",
+        lambda context, config, overrides, num: {"trainer": {"accelerator": accelerators[num]}},
+    )
+    monkeypatch.setattr(pool_launcher, "wants_gpu", lambda c: c["trainer"]["accelerator"] == "gpu")
+    asked = {}
+    executor = SimpleNamespace(
+        update_parameters=lambda **kw: asked.update(kw),
+        map_array=lambda fn, *columns: list(zip(*columns, strict=True)),
+    )
+    calls = [([f"seed={n}"], "hydra.sweep.dir", n, f"job_id_for_{n}", {}) for n in range(3)]
+    submitted = launcher.submit(executor, calls)
+    assert len(submitted) == 3 and asked == {"gpus_per_node": 1}
+    assert launcher.devices == {0: "5", 1: "", 2: "6"}
+
+    seen = []
+    monkeypatch.setattr(
+        submitit_launcher.BaseSubmititLauncher,
+        "__call__",
+        lambda self, *args: seen.append(os.environ["CUDA_VISIBLE_DEVICES"]),
+    )
+    monkeypatch.setattr(requeue, "install", lambda: False)
+    for call in calls:
+        launcher(*call)
+    assert seen == ["5", "", "6"]

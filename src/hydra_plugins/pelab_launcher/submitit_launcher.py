@@ -45,10 +45,15 @@ class _PelabSubmitit(BaseSubmititLauncher):
     _RESULT_WAIT_S: int | None = None  # None: submitit's wait for a finished job's result
     _POLL_S = 5.0  # how often the launching process looks at its jobs (submitit asks SLURM less)
 
+    devices: dict[int, str] | None = None  # a local sweep's: each job's CUDA_VISIBLE_DEVICES
+
     def __call__(self, *args: Any, **kwargs: Any) -> JobReturn:
         from pelab.reliability import requeue
 
         requeue.install()  # the job's first line: SIGUSR1 requeues (or is ignored) from here on
+        job_num = args[2] if len(args) > 2 else kwargs["job_num"]
+        if self.devices is not None and job_num in self.devices:  # before CUDA starts
+            os.environ["CUDA_VISIBLE_DEVICES"] = self.devices[job_num]
         return super().__call__(*args, **kwargs)
 
     def launch(
@@ -96,7 +101,7 @@ class _PelabSubmitit(BaseSubmititLauncher):
             state = Singleton.get_state()
             calls.append((list(overrides), "hydra.sweep.dir", num, f"job_id_for_{num}", state))
         try:
-            jobs = executor.map_array(self, *zip(*calls, strict=True))
+            jobs = self.submit(executor, calls)
         except submitit.core.utils.FailedJobError as error:  # sbatch refused the array
             from pelab.errors import ConfigError
 
@@ -110,6 +115,10 @@ class _PelabSubmitit(BaseSubmititLauncher):
                 job._results_timeout_s = self._RESULT_WAIT_S
         resume = self.resume_command(sweep_dir)
         return wait_all(jobs, job_overrides, job_dirs, resume, self._POLL_S)
+
+    def submit(self, executor: Any, calls: list[tuple]) -> list[Any]:
+        """The sweep's jobs, as one array."""
+        return executor.map_array(self, *zip(*calls, strict=True))
 
     def _job_dir(self, overrides: list[str], num: int) -> Path:
         from hydra_plugins.pelab_launcher.job_config import job_config, job_dir
@@ -272,6 +281,46 @@ class LocalLauncher(_PelabSubmitit):
     # shared filesystem to catch up
     _RESULT_WAIT_S = 1
     _POLL_S = 0.5  # its jobs are this machine's processes
+
+    def submit(self, executor: Any, calls: list[tuple]) -> list[Any]:
+        """A job that trains on a GPU sees one of this machine's GPUs, spread over them by free
+        memory (``local_gpus``; submitit alone hides every GPU, or shows all jobs the first),
+        set by the job itself before CUDA starts (``devices``, read in ``__call__``); a CPU job
+        sees none."""
+        from hydra_plugins.pelab_launcher.job_config import job_config
+        from hydra_plugins.pelab_launcher.pool_launcher import wants_gpu
+
+        assert self.config is not None and self.hydra_context is not None
+        on_gpu = [
+            wants_gpu(job_config(self.hydra_context, self.config, call[0], call[2]))
+            for call in calls
+        ]
+        placed = local_gpus(on_gpu)
+        self.devices = {
+            call[2]: "" if device is None else device
+            for call, device in zip(calls, placed, strict=True)
+        }
+        executor.update_parameters(gpus_per_node=int(any(on_gpu)))
+        return super().submit(executor, calls)
+
+
+def local_gpus(on_gpu: list[bool]) -> list[str | None]:
+    """The GPU each job of a local sweep sees (None: a CPU job): the node's GPUs
+    (``pool_launcher.probe_gpu``) in turn, the one with the most free memory first, as
+    ``CUDA_VISIBLE_DEVICES`` names them. A ``ConfigError`` when a job trains on a GPU and none
+    is visible."""
+    from hydra_plugins.pelab_launcher import pool_launcher
+
+    if not any(on_gpu):
+        return [None] * len(on_gpu)
+    devices, _ = pool_launcher.probe_gpu([])
+    ids = pool_launcher.visible_devices(len(devices))
+    order = sorted(range(len(devices)), key=lambda i: (-devices[i][0], i))
+    placed, turn = [], 0
+    for wants in on_gpu:
+        placed.append(ids[order[turn % len(order)]] if wants else None)
+        turn += wants
+    return placed
 
 
 class SlurmLauncher(_PelabSubmitit):
