@@ -17,7 +17,8 @@ launcher, as ``scripts/train.py -m`` runs them):
 - ``jobs J`` (J = 1, 2, 4, 8; ``--quick``: 2): J jobs of
   ``experiment=ablation_cpu trainer=gpu pe=rope task=sort`` (3 members each) sharing the device
   through the parallel launcher, ``--steps`` steps each: the sweep's wall time (start-up
-  included) and its member-steps/s, as a ratio to J = 1's; and ``jobs 8 auto``, the 8 jobs with
+  included) and its member-steps/s over the jobs' training time (the longest stack's
+  ``fit_time_s``: start-up excluded), as a ratio to J = 1's; and ``jobs 8 auto``, the 8 jobs with
   ``hydra.launcher.n_jobs=-1`` (as many at once as the launcher measures to fit).
 - ``syncs``: host syncs per training step (``pelab.reliability.syncs``) of the ``ablation_gpu``
   stack (K = 5): the most at a step that neither logs nor validates, and at a logging step.
@@ -236,7 +237,11 @@ def jobs_row(args: argparse.Namespace, root: Path, jobs: int, auto: bool = False
     start = time.perf_counter()
     proc = subprocess.run(command, cwd=REPO, capture_output=True, text=True, env=_env())
     wall = time.perf_counter() - start
-    done = sum(r.get("status") == "completed" for r in _records(sweep))
+    records = _records(sweep)
+    done = sum(r.get("status") == "completed" for r in records)
+    # throughput over the jobs' training time (their stacks' fit_time_s, run side by side), not
+    # the sweep's wall: process start-up would otherwise decide the ratio whatever the GPU does
+    fits = [r["member_of"]["fit_time_s"] for r in records if r.get("member_of")]
     result = f"{done} of {3 * jobs} members completed"
     if proc.returncode != 0:
         result += f"; exit {proc.returncode}: {proc.stderr.strip().splitlines()[-1:]}"
@@ -248,7 +253,7 @@ def jobs_row(args: argparse.Namespace, root: Path, jobs: int, auto: bool = False
         name,
         steps=args.steps,
         wall_s=wall,
-        member_steps_per_s=3 * jobs * args.steps / wall,
+        member_steps_per_s=3 * jobs * args.steps / max(fits) if fits else None,
         result=result,
     )
 

@@ -18,6 +18,8 @@ def test_the_gpu_check_runs_every_row_on_a_cpu(tmp_path, capsys):
     assert rows[0].result in ("not learned",) or rows[0].result.startswith("learned at step")
     assert all(r.result == "completed" for r in rows[1:5])
     assert rows[5].result == "6 of 6 members completed"
+    # over the jobs' training time, not the sweep's wall (which counts each process's start-up)
+    assert rows[5].member_steps_per_s > 6 * rows[5].steps / rows[5].wall_s
     members = {r.name: r for r in rows}
     assert members["members 2"].member_steps_per_s == pytest.approx(
         2 * members["members 2"].steps_per_s
