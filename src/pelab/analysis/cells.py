@@ -13,6 +13,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from pelab.analysis.statistics import MAX_SEEDS
+
 NO_RUNS = "not run"  # a cell no run belongs to
 NOT_LEARNED = "not learned"  # an OOD cell whose seeds all failed to learn the task
 NOTHING_MEASURED = "n/a"  # a cell whose runs completed with nothing to measure
@@ -57,14 +59,25 @@ def cell_text(cell: pd.Series) -> str:
     low, high = (min(max(cell[k], 0.0), 1.0) for k in ("ci95_low", "ci95_high"))
     interval = "[–]" if np.isnan(cell["ci95_low"]) else f"[{low * 100:.1f}, {high * 100:.1f}]"
     partly = f", learned {learned}/{judged}" if learned < judged else ""
-    return f"{cell['mean'] * 100:.1f} {interval} ({cell['n']}/{cell['runs']}{partly})"
+    text = f"{cell['mean'] * 100:.1f} {interval} ({cell['n']}/{cell['runs']}{partly})"
+    return text + decide_text(cell.get("seeds_to_decide", np.nan))
+
+
+def decide_text(seeds: float) -> str:
+    """What would decide an undecided cell against its column's best: `` · 9 seeds decide``
+    (seeds per cell, ``statistics.seeds_to_decide``), `` · >100 seeds`` beyond
+    ``statistics.MAX_SEEDS``; nothing for a cell that is not undecided."""
+    if pd.isna(seeds):
+        return ""
+    return f" · >{MAX_SEEDS} seeds" if np.isinf(seeds) else f" · {seeds:.0f} seeds decide"
 
 
 def pivot(
     stats: pd.DataFrame, rows: list[str], cols: list[str]
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The cell texts and the ``best`` flags, rows x columns; a last row ``chance`` holds the
-    chance level of each column when the runs recorded one."""
+    """The cell texts and the ``best`` flags, rows x columns; a row ``chance`` holds the chance
+    level of each column when the runs recorded one, and a row ``detectable`` the smallest
+    difference (points) each ranked column's seeds could detect (``statistics.detectable``)."""
     texts = stats.assign(text=stats.apply(cell_text, axis=1))
     table = texts.pivot(index=rows, columns=cols, values="text").fillna(NO_RUNS)
     best = texts.pivot(index=rows, columns=cols, values="best").fillna(False).astype(bool)
@@ -79,7 +92,24 @@ def pivot(
         row = [chance.reindex(table.columns).map(_percent).tolist()]
         table = pd.concat([table, pd.DataFrame(row, index=index, columns=table.columns)])
         best = pd.concat([best, pd.DataFrame(False, index=index, columns=best.columns)])
+    if "detectable" in stats:
+        detectable = stats.groupby(cols, observed=True)["detectable"].first()
+        if detectable.notna().any():
+            label = [("detectable", *[""] * (len(rows) - 1))]
+            index = (
+                pd.MultiIndex.from_tuples(label, names=rows)
+                if len(rows) > 1
+                else pd.Index(["detectable"], name=rows[0])
+            )
+            row = [detectable.reindex(table.columns).map(_points).tolist()]
+            table = pd.concat([table, pd.DataFrame(row, index=index, columns=table.columns)])
+            best = pd.concat([best, pd.DataFrame(False, index=index, columns=best.columns)])
     return table, best
+
+
+def _points(value: float) -> str:
+    """A detectable difference: ``±12.3`` points; ``–`` for a column that does not rank."""
+    return "–" if pd.isna(value) else f"±{value * 100:.1f}"
 
 
 def _percent(value: float) -> str:

@@ -92,8 +92,14 @@ LEGEND = (
     "competing cells all show one value (e.g. 0.0) has no bold. ID: mean over the evaluation "
     "lengths inside the training range; OOD: over the longer ones; not learned: no seed "
     "learned the task, so its OOD score measures nothing (its ID mean is shown); not run: no "
-    "run of this setting. The CSV files hold every number (metric, mean, std, ci95_low, "
-    "ci95_high, n, learned, p_vs_top)."
+    "run of this setting. What a column cannot tell yet: detectable, the smallest difference "
+    "(points) its seeds would find with 80% power (Welch's test at the Holm level of the "
+    "column's first comparison, α/m, both cells at the column's mean observed variance); "
+    "'k seeds decide' beside a bold cell that is not the best: the seeds per cell at which its "
+    "observed difference from the best would be significant with 80% power, its and the best's "
+    "observed variances taken as true (an estimate from few seeds), '>100 seeds': not within "
+    "100. The CSV files hold every number (metric, mean, std, ci95_low, ci95_high, n, learned, "
+    "p_vs_top, seeds_to_decide, detectable)."
 )
 STEPS_LEGEND = (
     "Steps to learn (competence budget, `learned_at`): the training step at which in-distribution "
