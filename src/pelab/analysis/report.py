@@ -37,7 +37,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from pelab.analysis import baseline
+from pelab.analysis import add_seeds, baseline
 from pelab.analysis.browse import run_list
 from pelab.analysis.collect import WANDB_PREFIX, load_records
 from pelab.analysis.frames import lengths_frame, runs_frame
@@ -97,6 +97,21 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         action="store_true",
         help="also log the summary as one W&B run (job_type=summary; offline unless logged in)",
     )
+    parser.add_argument(
+        "--add-seeds",
+        action="store_true",
+        help="print the jobs that add seeds where they decide an undecided comparison with a "
+        "column's best, cheapest first within --budget (pelab.analysis.add_seeds); with --run, "
+        "run them; writes no table",
+    )
+    parser.add_argument("--budget", default="30min", help="--add-seeds: 30min, 2h, 90s, ...")
+    parser.add_argument(
+        "--split",
+        choices=["ID", "OOD", "all"],
+        default="OOD",
+        help="--add-seeds: the columns whose comparisons to decide",
+    )
+    parser.add_argument("--run", action="store_true", help="--add-seeds: run the jobs it prints")
     parser.add_argument(
         "--list",
         action="store_true",
@@ -190,6 +205,8 @@ def tabulate(argv: list[str]) -> int:
     if args.list:
         print(run_list(records))
         return 0
+    if args.add_seeds:
+        return add_seeds_to(records, args)
     out = args.out or default_out(args.sources[0])
     written = []
     for found, where in ((records, out), (evaluations, out / "eval")):
@@ -197,6 +214,28 @@ def tabulate(argv: list[str]) -> int:
             written += tables_and_figures(found, where, args)
     print(f"{len(written)} files written to {out}")
     return 0
+
+
+def add_seeds_to(records: list[dict], args: argparse.Namespace) -> int:
+    """``--add-seeds``: the plan, printed (and with ``--run`` run); 1 when a job failed."""
+    try:
+        budget = add_seeds.parse_budget(args.budget)
+        result = ablation(runs_frame(records), lengths_frame(records), args.metric, args.protocol)
+    except ConfigError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    additions = add_seeds.plan(result, budget, None if args.split == "all" else args.split)
+    sweep_dir = add_seeds.default_sweep_dir(args.sources[0])
+    commands = add_seeds.commands(result, additions, sweep_dir)
+    print(add_seeds.report(additions, commands, budget))
+    if not args.run or not commands:
+        return 0
+    failed = add_seeds.run(commands, Path(__file__).resolve().parents[3])
+    print(
+        f"--add-seeds: {len(commands) - failed} of {len(commands)} jobs ran; then: "
+        f"make_table.py {' '.join(args.sources)}"
+    )
+    return 1 if failed else 0
 
 
 def tables_and_figures(records: list[dict], out: Path, args: argparse.Namespace) -> list[Path]:

@@ -1,0 +1,192 @@
+"""Seeds added where they decide (issue 44, item 2): ``make_table.py <sources> --add-seeds
+--budget 30min [--split OOD] [--run]``.
+
+A table's undecided comparisons (a bold cell that is not its column's best, ``statistics``'
+``seeds_to_decide``: the seeds per cell at which its observed difference from the best would be
+significant with 80% power) are decided by adding seeds to both cells. The plan takes them
+cheapest first, each costed from the records' own wall times, while the budget lasts; seeds a
+comparison shares with another (the same best cell) are paid once. Each cell's new seeds are one
+job of the same protocol (the runs' fixed settings and the row's own, members stacked as usual),
+written into the first source, so the same ``make_table.py <sources>`` reads old and new seeds
+together in the same cells (a shipped baseline's too: its added runs keep its origin).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import shlex
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+import pandas as pd
+
+from pelab.analysis.baseline import ORIGIN
+from pelab.analysis.frames import NOT_SET
+from pelab.analysis.table import Ablation, fixed_settings
+from pelab.errors import ConfigError
+
+# each member of a stack past the first costs this share of one run (seeds=[0,1,2] took 1.84x
+# one run on 2 CPU cores, 2026-11-25: README); a cell's runs were one stack
+STACK_COST = 0.42
+UNITS = {"s": 1, "sec": 1, "min": 60, "m": 60, "h": 3600}
+
+
+def parse_budget(text: str) -> float:
+    """``30min``, ``2h``, ``90s`` or plain seconds -> seconds; a ``ConfigError`` otherwise."""
+    found = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-z]*)\s*", str(text))
+    if not found or (found[2] and found[2] not in UNITS):
+        raise ConfigError(
+            f"--budget {text}: give a time such as 30min, 2h or 90s (units: {', '.join(UNITS)})"
+        )
+    return float(found[1]) * UNITS.get(found[2] or "s", 1)
+
+
+@dataclass
+class Addition:
+    """Seeds to add to one cell: its settings (``key=value`` overrides, the task included), the
+    seeds it has, the new ones, their estimated time and the comparisons they serve."""
+
+    settings: list[str]
+    have: int
+    seeds: list[int]
+    seconds: float
+    decides: list[str] = field(default_factory=list)
+
+
+def plan(result: Ablation, budget_s: float, split: str | None = "OOD") -> list[Addition]:
+    """The seeds to add, per cell, that decide the most undecided comparisons of
+    ``result``'s first metric (in ``split`` columns; None: every column) within ``budget_s``
+    seconds, cheapest comparison first."""
+    stats = result.by_task[result.by_task["metric"] == result.metric]
+    if split is not None:
+        stats = stats[stats["split"] == split]
+    keys = [*result.rows, "task"]
+    target: dict[tuple, int] = {}  # cell -> seeds it will have
+    decides: dict[tuple, list[str]] = {}
+    spent, candidates = 0.0, []
+    for _, column in stats.groupby(["task", "split"], observed=True, sort=False):
+        tops = column[column["top"]]
+        if tops.empty:
+            continue
+        top = tuple(tops.iloc[0][keys])
+        for _, cell in column[column["seeds_to_decide"].notna()].iterrows():
+            if math.isinf(cell["seeds_to_decide"]):
+                continue
+            name = f"{' · '.join(map(str, cell[keys]))} vs {top[0]} ({cell['split']})"
+            candidates.append((int(cell["seeds_to_decide"]), tuple(cell[keys]), top, name))
+    have = _seeds(result.runs, keys)
+
+    def cost(cell: tuple, seeds: int) -> float:
+        """The time to bring ``cell`` to ``seeds`` seeds, beyond what the plan already adds."""
+        now = max(target.get(cell, 0), have[cell])
+        return _job_seconds(result.runs, keys, cell, seeds - now) if seeds > now else 0.0
+
+    candidates.sort(key=lambda c: cost(c[1], c[0]) + cost(c[2], c[0]))
+    for seeds, cell, top, name in candidates:
+        extra = cost(cell, seeds) + cost(top, seeds)
+        if spent + extra > budget_s:
+            continue
+        spent += extra
+        for each in (cell, top):
+            target[each] = max(target.get(each, 0), seeds, have[each])
+            decides.setdefault(each, []).append(name)
+    additions = []
+    for cell, seeds in target.items():
+        if seeds <= have[cell]:
+            continue
+        first = _next_seed(result.runs, keys, cell)
+        new = list(range(first, first + seeds - have[cell]))
+        settings = [f"{k}={v}" for k, v in zip(keys, cell, strict=True) if _is_setting(k, v)]
+        seconds = _job_seconds(result.runs, keys, cell, len(new))
+        additions.append(Addition(settings, have[cell], new, seconds, decides[cell]))
+    return additions
+
+
+def commands(result: Ablation, additions: list[Addition], sweep_dir: Path) -> list[list[str]]:
+    """One ``scripts/train.py`` command per addition: the runs' fixed settings, the cell's, its
+    new seeds as the members of one job, into ``sweep_dir``."""
+    fixed = [f"{k}={v}" for k, v in fixed_settings(result.runs).items() if _is_setting(k, v)]
+    return [
+        [
+            sys.executable,
+            "scripts/train.py",
+            "-m",
+            *fixed,
+            *a.settings,
+            f"seeds=[{','.join(map(str, a.seeds))}]",
+            f"hydra.sweep.dir={sweep_dir}",
+        ]
+        for a in additions
+    ]
+
+
+def default_sweep_dir(source: str) -> Path:
+    """Inside the first source, so re-reading it reads the added seeds too."""
+    return Path(source) / f"added_seeds_{datetime.now():%Y-%m-%d_%H-%M-%S}"
+
+
+def report(additions: list[Addition], cmds: list[list[str]], budget_s: float) -> str:
+    """The plan as text: per cell its seeds, time and comparisons, and its command."""
+    if not additions:
+        return (
+            "--add-seeds: no undecided comparison is decidable within the budget "
+            f"({budget_s / 60:.0f} min): see each cell's 'k seeds decide' and the column's "
+            "'detectable' row"
+        )
+    total = sum(a.seconds for a in additions)
+    lines = [
+        f"--add-seeds: {sum(len(a.seeds) for a in additions)} runs in {len(additions)} jobs, "
+        f"about {total / 60:.0f} min of {budget_s / 60:.0f} (estimated from the records' wall "
+        "times, run one after another):"
+    ]
+    for addition, cmd in zip(additions, cmds, strict=True):
+        lines.append(
+            f"- {' '.join(addition.settings)}: {addition.have} seeds + {addition.seeds}, "
+            f"~{addition.seconds / 60:.1f} min; decides {'; '.join(addition.decides)}"
+        )
+        lines.append(f"    {shlex.join(cmd)}")
+    return "\n".join(lines)
+
+
+def run(cmds: list[list[str]], cwd: Path) -> int:
+    """Each command, one after another; the number that failed (the others go on)."""
+    failed = 0
+    for i, cmd in enumerate(cmds, 1):
+        print(f"[{i}/{len(cmds)}] {shlex.join(cmd[1:])}", flush=True)
+        failed += subprocess.run(cmd, cwd=cwd).returncode != 0
+    return failed
+
+
+def _is_setting(key: str, value: object) -> bool:
+    return key != ORIGIN and value != NOT_SET and value is not None
+
+
+def _cell_runs(runs: pd.DataFrame, keys: list[str], cell: tuple) -> pd.DataFrame:
+    chosen = pd.Series(True, index=runs.index)
+    for key, value in zip(keys, cell, strict=True):
+        chosen &= runs[key].astype(str) == str(value)
+    return runs[chosen]
+
+
+def _seeds(runs: pd.DataFrame, keys: list[str]) -> dict[tuple, int]:
+    """Seeds with a result per cell."""
+    done = runs[runs["status"].eq("completed")]
+    return {k: int(v) for k, v in done.groupby(keys, observed=True)["seed"].nunique().items()}
+
+
+def _next_seed(runs: pd.DataFrame, keys: list[str], cell: tuple) -> int:
+    return int(_cell_runs(runs, keys, cell)["seed"].max()) + 1
+
+
+def _job_seconds(runs: pd.DataFrame, keys: list[str], cell: tuple, seeds: int) -> float:
+    """A job of ``seeds`` members of ``cell``: one run's time (the cell's stack time, its
+    members' ``wall_time_s``, over its stack cost) times the stack cost of ``seeds``."""
+    done = _cell_runs(runs, keys, cell)
+    done = done[done["status"].eq("completed")]
+    stack = len(done)
+    one = done["wall_time_s"].mean() / (1 + (stack - 1) * STACK_COST)
+    return float(one * (1 + (seeds - 1) * STACK_COST))

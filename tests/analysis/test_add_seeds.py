@@ -1,0 +1,113 @@
+"""Seeds added where they decide (issue 44, item 2): the plan takes the undecided comparisons
+cheapest first within the budget, costed from the records' own times, pays a shared best cell
+once, and writes jobs of the same protocol whose runs fall into the same cells."""
+
+import json
+import shlex
+
+import pytest
+
+from pelab.analysis import add_seeds, report
+from pelab.analysis.add_seeds import STACK_COST, parse_budget, plan
+from pelab.analysis.frames import lengths_frame, runs_frame
+from pelab.analysis.table import ablation
+from pelab.errors import ConfigError
+from tests.analysis.records import record
+
+# copy OOD (lengths 32 and 48 beyond training 1-16): alibi best; rope close and noisy
+# (undecided, decidable); none far below (decided); sinusoidal 0.3 points below (not in 100)
+SCORES = {
+    "alibi": [0.90, 0.84, 0.95],
+    "rope": [0.80, 0.70, 0.88],
+    "none": [0.10, 0.12, 0.11],
+    "sinusoidal": [0.94, 0.85, 0.89],
+}
+WALL = {"alibi": 60.0, "rope": 30.0, "none": 20.0, "sinusoidal": 40.0}
+
+
+def records() -> list[dict]:
+    out = []
+    for pe, scores in SCORES.items():
+        for seed, value in enumerate(scores):
+            rec = record(pe, "copy", seed, {8: 1.0, 32: value, 48: value}, chance=0.0)
+            rec["wall_time_s"] = WALL[pe]
+            out.append(rec)
+    return out
+
+
+def table(recs):
+    return ablation(runs_frame(recs), lengths_frame(recs), "exact_match")
+
+
+def test_a_budget_reads_as_people_write_it():
+    assert [parse_budget(t) for t in ("30min", "2h", "90s", "45", "1.5h")] == [
+        1800,
+        7200,
+        90,
+        45,
+        5400,
+    ]
+    with pytest.raises(ConfigError, match=r"--budget 2x: give a time such as 30min"):
+        parse_budget("2x")
+
+
+def test_the_plan_adds_seeds_to_the_undecided_cell_and_its_best_within_the_budget():
+    result = table(records())
+    column = result.by_task.query("split == 'OOD' and metric == 'exact_match'").set_index("pe")
+    k = int(column.loc["rope", "seeds_to_decide"])
+    assert k > 3 and column.loc["sinusoidal", "seeds_to_decide"] == float("inf")
+    one = {pe: WALL[pe] / (1 + 2 * STACK_COST) for pe in WALL}  # a run's time, from its stack
+    seconds = {pe: one[pe] * (1 + (k - 3 - 1) * STACK_COST) for pe in ("rope", "alibi")}
+    additions = plan(result, budget_s=seconds["rope"] + seconds["alibi"] + 1)
+    assert {tuple(a.settings): a.seeds for a in additions} == {
+        ("pe=rope", "task=copy"): list(range(3, k)),
+        ("pe=alibi", "task=copy"): list(range(3, k)),
+    }
+    assert sum(a.seconds for a in additions) == pytest.approx(sum(seconds.values()))
+    assert all(a.decides == ["rope · copy vs alibi (OOD)"] for a in additions)
+    assert plan(result, budget_s=seconds["rope"] + seconds["alibi"] - 1) == []  # does not fit
+
+
+def test_the_jobs_keep_the_protocol_and_their_runs_join_the_same_cells(tmp_path, capsys):
+    """The printed commands carry the runs' fixed settings and the cell's, the new seeds as one
+    job's members, into the first source; records written there are read with the old ones."""
+    source = tmp_path / "sweep"
+    for i, rec in enumerate(records()):
+        (source / f"job{i}").mkdir(parents=True)
+        (source / f"job{i}" / "results.json").write_text(json.dumps(rec))
+    assert report.main([str(source), "--add-seeds", "--budget", "2h"]) == 0
+    printed = capsys.readouterr().out
+    commands = [shlex.split(line) for line in printed.splitlines() if "scripts/train.py" in line]
+    assert len(commands) == 2
+    rope = next(c for c in commands if "pe=rope" in c)
+    assert rope[1:4] == ["scripts/train.py", "-m", "model=decoder"]
+    assert {"positions=contiguous", "trainer=default", "task=copy"} <= set(rope)
+    seeds = next(c for c in rope if c.startswith("seeds="))
+    new = [int(s) for s in seeds[len("seeds=[") : -1].split(",")]
+    sweep_dir = next(c for c in rope if c.startswith("hydra.sweep.dir=")).split("=", 1)[1]
+    assert sweep_dir.startswith(str(source / "added_seeds_"))
+    added = tmp_path / "sweep" / "added_seeds_x" / "rope_copy"
+    added.mkdir(parents=True)
+    for seed in new:  # what the job would write: the same cell, new seeds
+        rec = record("rope", "copy", seed, {8: 1.0, 32: 0.8, 48: 0.8}, chance=0.0)
+        (added / f"s{seed}").mkdir()
+        (added / f"s{seed}" / "results.json").write_text(json.dumps(rec))
+    from pelab.analysis.collect import load_records
+
+    again = table(load_records([str(source)], {}))
+    cell = again.by_task.query("pe == 'rope' and split == 'OOD' and metric == 'exact_match'")
+    assert int(cell["n"].iloc[0]) == 3 + len(new)
+
+
+def test_run_runs_each_job_and_counts_the_failures(monkeypatch, tmp_path):
+    ran = []
+
+    class Done:
+        def __init__(self, code):
+            self.returncode = code
+
+    monkeypatch.setattr(
+        add_seeds.subprocess, "run", lambda cmd, cwd: ran.append(cmd) or Done(cmd[-1] == "bad")
+    )
+    assert add_seeds.run([["python", "ok"], ["python", "bad"]], tmp_path) == 1
+    assert ran == [["python", "ok"], ["python", "bad"]]
