@@ -115,7 +115,7 @@ def commands(result: Ablation, additions: list[Addition], sweep_dir: Path) -> li
             sys.executable,
             "scripts/train.py",
             "-m",
-            *fixed,
+            *(f for f in fixed if f not in a.settings),  # the task is fixed in a one-task table
             *a.settings,
             f"seeds=[{','.join(map(str, a.seeds))}]",
             f"hydra.sweep.dir={sweep_dir}",
