@@ -336,6 +336,8 @@ class RequeueAtStepEnd(Callback):
         self._received = False
         trainer.save_checkpoint(self.path)
         log.warning("SIGUSR1: saved %s at step %d", self.path, trainer.global_step)
+        for logger in trainer.loggers:  # what they hold goes to disk: the process ends next
+            logger.finalize("finished")
         requeue.handle(self.signum, None)
 
     def on_train_end(self, trainer: L.Trainer, pl_module) -> None:
