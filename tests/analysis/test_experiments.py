@@ -188,3 +188,10 @@ def test_a_gpu_preset_fills_the_node_with_the_parallel_launcher_unless_told_othe
     assert launcher.endswith("pool_launcher.PoolLauncher")
     slurm = hydra_config(f"experiment={preset}", "hydra/launcher=slurm").launcher._target_
     assert slurm.endswith("submitit_launcher.SlurmLauncher")
+
+
+def test_the_length_extrapolation_preset_trains_on_the_lengths_its_docs_state():
+    """README and the preset's own comments: train 1-16, test up to 64 (issue 45: the config
+    trained on 1-8, so a paper citing the preset would have stated the wrong range)."""
+    task = compose_config(["experiment=copy_extrapolation"]).task
+    assert list(task.train_lengths) == [1, 16] and max(task.eval_lengths) == 64
