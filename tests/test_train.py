@@ -119,3 +119,23 @@ def test_a_job_on_more_than_one_device_is_refused_saying_pelab_scales_by_jobs(
     else:
         with pytest.raises(ConfigError, match=r"trainer.devices=.*scales by jobs, not DDP"):
             check_devices(trainer)
+
+
+def test_trainer_gpu_on_a_machine_without_one_is_refused_before_any_work(monkeypatch):
+    """Issue 45: one line, before a run directory, a W&B run or a record exist (Lightning's
+    own error came after all three); checked where the job runs, so a cluster's login node
+    still launches GPU jobs."""
+    import torch
+    from omegaconf import OmegaConf
+
+    from pelab.assembly import check_gpu_present
+    from pelab.errors import ConfigError
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(
+        ConfigError, match=r"trainer.accelerator=gpu .* no CUDA GPU .*trainer=default"
+    ):
+        check_gpu_present(OmegaConf.create({"accelerator": "gpu"}))
+    check_gpu_present(OmegaConf.create({"accelerator": "cpu"}))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    check_gpu_present(OmegaConf.create({"accelerator": "gpu"}))

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 import lightning as L
+import torch
 from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
 
@@ -24,6 +25,7 @@ from pelab.models.transformer import Transformer
 from pelab.pe.base import ModelDims, PositionalEncoding
 from pelab.pe.layered import scheduled
 from pelab.positions import build_sampler
+from pelab.reliability.slurm import GPU_ACCELERATORS
 from pelab.reliability.validate import check_types
 from pelab.tasks import TASK_REGISTRY
 from pelab.tasks.base import Task
@@ -144,6 +146,20 @@ def check_training(cfg: DictConfig) -> None:
         )
     check_budget(cfg.get("learned_at"), cfg.get("learned_patience", 2))
     check_devices(cfg.trainer)
+
+
+def check_gpu_present(trainer: DictConfig) -> None:
+    """A ``ConfigError`` when ``trainer.accelerator`` asks a GPU (``trainer=gpu``) and this
+    machine has none, before a run directory or record exists (Lightning's own error comes
+    after both, naming ``full_key: trainer``). Checked where the job runs, not where a sweep is
+    launched (a cluster's login node has no GPU)."""
+    accelerator = str(trainer.get("accelerator", "cpu"))
+    if accelerator in GPU_ACCELERATORS and not torch.cuda.is_available():
+        raise ConfigError(
+            f"trainer.accelerator={accelerator} (trainer=gpu) but this machine has no CUDA GPU "
+            "(torch.cuda.is_available() is False): train on the CPU with trainer=default, or "
+            "run where a GPU is (hydra/launcher=slurm)"
+        )
 
 
 def check_devices(trainer: DictConfig) -> None:

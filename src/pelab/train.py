@@ -19,7 +19,13 @@ import lightning as L
 import torch
 from omegaconf import DictConfig
 
-from pelab.assembly import build_members, build_task, check_training, data_module
+from pelab.assembly import (
+    build_members,
+    build_task,
+    check_gpu_present,
+    check_training,
+    data_module,
+)
 from pelab.competence import LearnedStop, competence_fields
 from pelab.lit_module import SequenceModel
 from pelab.members import Job, Member
@@ -85,6 +91,7 @@ def prepare(job: Job) -> Prepared:
     is known to come from the same settings."""
     cfg = job.config
     check_training(cfg)
+    check_gpu_present(cfg.trainer)
     L.seed_everything(cfg.seed, workers=True)
     torch.set_float32_matmul_precision("high")
     task = build_task(cfg)

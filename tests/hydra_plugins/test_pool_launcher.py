@@ -274,3 +274,27 @@ def test_the_probe_measures_a_training_job_as_composed_for_it_and_leaves_evaluat
         bad = compose("train", [*TINY, "model.optimizer.lr=-1"], return_hydra_config=True)
     with pytest.raises(ValueError, match="Invalid learning rate"):  # the probe names it
         measure(bad, tmp_path / "2", "cpu")
+
+
+def test_a_gpu_sweep_on_a_machine_without_a_gpu_is_refused_before_any_job(monkeypatch):
+    """``trainer=gpu`` on a CPU machine: the probe finds no GPU and the sweep stops in one line,
+    instead of every job running into Lightning's error (issue 45)."""
+
+    class InProcess:  # the probe's child process, here
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *args):
+            return False
+
+        def submit(self, function, *args):
+            return SimpleNamespace(result=lambda: function(*args))
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    monkeypatch.setattr(pool_launcher, "ProcessPoolExecutor", InProcess)
+    monkeypatch.setattr(pool_launcher, "available_cores", lambda: 2)
+    with pytest.raises(ConfigError, match=r"train on a GPU .* but none is visible here"):
+        PoolLauncher().share_gpu(jobs(4))

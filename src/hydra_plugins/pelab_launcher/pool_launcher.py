@@ -332,10 +332,15 @@ def spread(n: int, room: list[int]) -> list[int]:
 
 
 def wants_gpu(config: DictConfig) -> bool:
-    """Whether a job of ``config`` trains on a GPU (``memory.run_device``)."""
-    from pelab.reliability.memory import run_device
+    """Whether a job of ``config`` trains on a GPU: ``trainer.accelerator`` asks one
+    (``trainer=gpu``; a machine without any then refuses the sweep before a job starts,
+    ``probe_gpu``), or ``auto`` where CUDA is."""
+    import torch
 
-    return run_device(config) == "cuda"
+    from pelab.reliability.slurm import GPU_ACCELERATORS
+
+    accelerator = str(config.trainer.get("accelerator", "cpu"))
+    return accelerator in GPU_ACCELERATORS or (accelerator == "auto" and torch.cuda.is_available())
 
 
 def visible_devices(count: int) -> list[str]:
