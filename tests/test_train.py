@@ -139,3 +139,15 @@ def test_trainer_gpu_on_a_machine_without_one_is_refused_before_any_work(monkeyp
     check_gpu_present(OmegaConf.create({"accelerator": "cpu"}))
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     check_gpu_present(OmegaConf.create({"accelerator": "gpu"}))
+
+
+def test_a_protocol_with_nothing_beyond_training_says_so_before_it_trains():
+    """Issue 45: ``task.train_lengths=[1,80]`` (a typo for ``[1,8]``) left every evaluation
+    length in distribution, and an extrapolation tool said nothing for 9 minutes. The note is
+    logged before training and kept in the record's ``warnings``."""
+    from pelab.lengths import no_extrapolation_note
+
+    note = no_extrapolation_note([1, 80], [4, 8, 16, 32])
+    assert note.startswith("no evaluation length lies beyond training")
+    assert "task.train_lengths=[1, 80]" in note and "task.eval_lengths=[4, 8, 16, 32]" in note
+    assert no_extrapolation_note([1, 8], [4, 8, 16]) is None

@@ -27,3 +27,16 @@ def expand_lengths(lengths: Sequence[int | str]) -> list[int]:
         else:
             expanded.append(int(item))
     return expanded
+
+
+def no_extrapolation_note(train_lengths: Sequence[int], eval_lengths: Sequence[int]) -> str | None:
+    """A note when no evaluation length lies beyond training (``task.train_lengths=[1,80]``
+    for ``[1,8]``: nothing out of distribution is tested, and the tables' OOD columns stay
+    empty); None otherwise."""
+    if any(length > train_lengths[1] for length in eval_lengths):
+        return None
+    return (
+        f"no evaluation length lies beyond training (task.train_lengths={list(train_lengths)}, "
+        f"task.eval_lengths={list(eval_lengths)}): nothing out of distribution is tested; "
+        "add longer task.eval_lengths to measure length generalization"
+    )

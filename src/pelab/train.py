@@ -27,6 +27,7 @@ from pelab.assembly import (
     data_module,
 )
 from pelab.competence import LearnedStop, competence_fields
+from pelab.lengths import no_extrapolation_note
 from pelab.lit_module import SequenceModel
 from pelab.members import Job, Member
 from pelab.record import MEMBER_KEYS
@@ -129,6 +130,10 @@ def train(job: Job, prepared: Prepared | None = None) -> Fitted:
         callbacks.append(stop)
     resumed = None if ckpt_path is None else str(ckpt_path)
     fitted = Fitted(model, stop, resumed, prepared.ckpt_step)
+    note = no_extrapolation_note(model.task.train_lengths, model.task.eval_lengths)
+    if note and cfg.test:  # said before the hours of training, and kept in the record
+        log.warning(note)
+        fitted.notes.append(note)
     params = model.net.num_params()
     trainer = make_trainer(cfg, params, fitted.notes, callbacks, loggers=job.live)
     if not job.live:
