@@ -218,6 +218,9 @@ def test_a_run_resumed_at_its_last_step_records_its_last_validation(tmp_path):
     assert again["resumed_from"].endswith("last.ckpt")
     assert again["metrics"]["val"] == first["metrics"]["val"] and first["metrics"]["val"]
     assert again["metrics"]["test"] == first["metrics"]["test"]
+    # the training's time carries on (issue 45: the record said the re-test's 3 s, not 62)
+    assert again["wall_time_parts_s"][0] == first["wall_time_s"]
+    assert again["wall_time_s"] == pytest.approx(sum(again["wall_time_parts_s"]), abs=0.02)
 
 
 @pytest.mark.integration
