@@ -411,3 +411,28 @@ def test_a_column_whose_learned_cells_all_score_0_has_no_bold():
     assert column_notes(stats, ["task", "split"]) == [
         "No bold in copy OOD: every cell whose seeds all learned the task is 0.0."
     ]
+
+
+def test_the_latex_table_compiles_in_an_article_with_the_packages_it_names(tmp_path):
+    """Issue 45: a setting column's name kept raw underscores (``run_name``: pdflatex stops with
+    "Missing $ inserted"), ``\\multirow`` needed a package named nowhere, and a wide table ran
+    past ``\\textwidth``. Every name is escaped, row labels repeat (no ``\\multirow``), the
+    tabular is scaled to the text width, and its first line names the packages it needs."""
+    records = [
+        record(
+            pe, "copy", seed, {8: 0.9, 32: 0.1 * seed}, chance=0.0, overrides=[f"run_name=a_{pe}"]
+        )
+        for pe in ("t5_bias", "rope")
+        for seed in (0, 1)
+    ]
+    result = build(records)
+    assert result.rows == ["pe", "run_name"]
+    write_tables(result, tmp_path)
+    latex = (tmp_path / "table_tasks.tex").read_text()
+    assert latex.startswith("% needs \\usepackage{booktabs,graphicx}\n")
+    assert r"pe & run\_name" in latex and r"t5\_bias & a\_t5\_bias" in latex
+    assert "multirow" not in latex
+    assert "\\resizebox{\\textwidth}{!}{%\n\\begin{tabular}" in latex
+    assert latex.count("\\end{tabular}}") == 1
+    body = latex.split("\\midrule", 1)[1]
+    assert "_" not in body.replace("\\_", "")  # no raw underscore where pdflatex reads text

@@ -23,15 +23,29 @@ def to_markdown(stats: pd.DataFrame, rows: list[str], cols: list[str]) -> str:
     return table.reset_index().to_markdown(index=False, disable_numparse=True)
 
 
+LATEX_PACKAGES = "booktabs,graphicx"  # \toprule..., \resizebox
+
+
 def to_latex(stats: pd.DataFrame, rows: list[str], cols: list[str], caption: str) -> str:
+    r"""The table for pdflatex: every name escaped (``run_name``, ``model.net.attn_scale``), the
+    row labels repeated rather than ``\multirow`` (no package beyond ``LATEX_PACKAGES``, named
+    in its first line), scaled to ``\textwidth`` (a 25-row baseline is 921 pt wider)."""
     table, best = pivot(stats, rows, cols)
     table.columns = pd.MultiIndex.from_tuples([column_header(c, stats) for c in table.columns])
+    table.index = table.index.set_names([latex_escape(str(n)) for n in table.index.names])
     styler = table.style.format(escape="latex")
     styler = styler.format_index(escape="latex", axis=0).format_index(escape="latex", axis=1)
     styler = styler.apply(lambda _: np.where(best, "textbf:--rwrap;", ""), axis=None)
-    return styler.to_latex(
-        hrules=True, caption=latex_escape(caption), multicol_align="c", position_float="centering"
+    latex = styler.to_latex(
+        hrules=True,
+        caption=latex_escape(caption),
+        multicol_align="c",
+        position_float="centering",
+        sparse_index=False,
     )
+    latex = latex.replace("\\begin{tabular}", "\\resizebox{\\textwidth}{!}{%\n\\begin{tabular}", 1)
+    latex = latex.replace("\\end{tabular}\n", "\\end{tabular}}\n", 1)
+    return f"% needs \\usepackage{{{LATEX_PACKAGES}}}\n{latex}"
 
 
 def latex_escape(text: str) -> str:
