@@ -111,3 +111,26 @@ def test_run_runs_each_job_and_counts_the_failures(monkeypatch, tmp_path):
     )
     assert add_seeds.run([["python", "ok"], ["python", "bad"]], tmp_path) == 1
     assert ran == [["python", "ok"], ["python", "bad"]]
+
+
+def test_seeds_added_to_a_shipped_baseline_keep_only_their_portable_records(tmp_path):
+    """As every shipped baseline: each results.json with no absolute path, nothing else."""
+    sweep = tmp_path / "added_seeds_x"
+    job = sweep / "rope_copy_s3-4_abc"
+    for seed in (3, 4):
+        run_dir = job / f"seed_{seed}"
+        (run_dir / "checkpoints").mkdir(parents=True)
+        (run_dir / "checkpoints" / "best.ckpt").write_bytes(b"weights")
+        rec = record("rope", "copy", seed, {8: 1.0, 32: 0.5}, chance=0.0)
+        rec |= {"checkpoint": str(run_dir / "checkpoints" / "best.ckpt")}
+        rec["config"]["paths"] = {"output_dir": str(run_dir), "root_dir": "/elsewhere/repo"}
+        (run_dir / "results.json").write_text(json.dumps(rec))
+    (job / ".hydra").mkdir()
+    (job / ".hydra" / "config.yaml").write_text("{}")
+    (job / "train.log").write_text("log")
+    assert add_seeds.ship(sweep) == 2
+    files = sorted(p.relative_to(sweep).as_posix() for p in sweep.rglob("*") if p.is_file())
+    assert files == [f"rope_copy_s3-4_abc/seed_{s}/results.json" for s in (3, 4)]
+    kept = json.loads((job / "seed_3" / "results.json").read_text())
+    assert kept["checkpoint"] == "rope_copy_s3-4_abc/seed_3/checkpoints/best.ckpt"
+    assert not (job / ".hydra").exists()

@@ -13,6 +13,7 @@ together in the same cells (a shipped baseline's too: its added runs keep its or
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import shlex
@@ -24,10 +25,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from pelab.analysis.baseline import ORIGIN
+from pelab.analysis.baseline import ORIGIN, portable, sweep_roots
 from pelab.analysis.frames import NOT_SET
 from pelab.analysis.table import Ablation, fixed_settings
 from pelab.errors import ConfigError
+from pelab.record import RESULTS, write_json_atomic
 
 # each member of a stack past the first costs this share of one run (seeds=[0,1,2] took 1.84x
 # one run on 2 CPU cores, 2026-11-25: README); a cell's runs were one stack
@@ -159,6 +161,24 @@ def run(cmds: list[list[str]], cwd: Path) -> int:
         print(f"[{i}/{len(cmds)}] {shlex.join(cmd[1:])}", flush=True)
         failed += subprocess.run(cmd, cwd=cwd).returncode != 0
     return failed
+
+
+def ship(sweep_dir: Path) -> int:
+    """Keep of a run into a shipped baseline (``baselines/<name>/...``) what every shipped
+    baseline keeps: each ``results.json``, made portable (``baseline.portable``: no absolute
+    path), and nothing else (checkpoints, logs, Hydra's files). Returns the records kept."""
+    kept = 0
+    for path in sorted(sweep_dir.rglob("*"), key=lambda p: -len(p.parts)):  # deepest first
+        if path.is_file() and path.name == RESULTS:
+            record = json.loads(path.read_text())
+            roots = sweep_roots(sweep_dir, path.parent.relative_to(sweep_dir), record)
+            write_json_atomic(path, portable(record, roots))
+            kept += 1
+        elif path.is_file() or path.is_symlink():
+            path.unlink()
+        elif not any(path.iterdir()):  # a folder its files left
+            path.rmdir()
+    return kept
 
 
 def _is_setting(key: str, value: object) -> bool:

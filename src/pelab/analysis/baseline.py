@@ -164,7 +164,7 @@ def save(sweep: str | Path, name: str) -> list[Path]:
         raw = json.loads((run / RESULTS).read_text())
         relative = run.relative_to(sweep)
         dest = target / relative / RESULTS
-        written.append(write_json_atomic(dest, portable(raw, _sweep_roots(sweep, relative, raw))))
+        written.append(write_json_atomic(dest, portable(raw, sweep_roots(sweep, relative, raw))))
     return written
 
 
@@ -172,7 +172,7 @@ def _from_file(record: dict[str, Any]) -> bool:
     return (Path(record["source"]) / RESULTS).is_file()
 
 
-def _sweep_roots(sweep: Path, relative: Path, record: dict[str, Any]) -> dict[str, str]:
+def sweep_roots(sweep: Path, relative: Path, record: dict[str, Any]) -> dict[str, str]:
     """``{absolute prefix: its replacement}``: the sweep as it lies now and as the run saw it
     (its ``paths.output_dir`` less the run's place in the sweep) -> ``""`` (relative to the
     baseline's directory), then the checkout the run ran in (``paths.root_dir``) -> ``""``

@@ -231,6 +231,8 @@ def add_seeds_to(records: list[dict], args: argparse.Namespace) -> int:
     if not args.run or not commands:
         return 0
     failed = add_seeds.run(commands, Path(__file__).resolve().parents[3])
+    if baseline.origin(sweep_dir) != baseline.YOURS:  # into a shipped baseline: records only
+        print(f"--add-seeds: {add_seeds.ship(sweep_dir)} records kept in {sweep_dir}")
     print(
         f"--add-seeds: {len(commands) - failed} of {len(commands)} jobs ran; then: "
         f"make_table.py {' '.join(args.sources)}"
