@@ -158,6 +158,22 @@ def assert_same_as_twin(output_dir: Path, record: dict, reference: tuple[Path, d
     assert same_weights(Path(record["checkpoint"]), Path(twin["checkpoint"]))
 
 
+SLURM_JOB = "4242"
+# a batch job as Lightning detects it (it then restores an hpc_ckpt_N.ckpt it finds: issue 42)
+SLURM = {"SLURM_JOB_ID": SLURM_JOB, "SLURM_NTASKS": "1", "SLURM_JOB_NAME": "pelab"}
+
+
+def fake_slurm_job(tmp_path: Path) -> tuple[dict[str, str], Path]:
+    """The environment of a SLURM job (``SLURM``) whose ``scontrol`` appends its arguments to a
+    log, and that log."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    calls = tmp_path / "scontrol.log"
+    (bin_dir / "scontrol").write_text(f'#!/bin/sh\necho "$@" >> {calls}\n')
+    (bin_dir / "scontrol").chmod(0o755)
+    return {**SLURM, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}, calls
+
+
 def uninterrupted(tmp_path: Path, *overrides: str) -> tuple[Path, dict]:
     """The uninterrupted twin (``RESUMABLE`` with ``overrides``): its directory and record."""
     from pelab.train import run

@@ -19,10 +19,13 @@ import pytest
 from pelab.train import run
 from tests.reliability.runs import (
     RESUMABLE,
+    SLURM,
+    SLURM_JOB,
     assert_same_as_twin,
     checkpoint,
     cli,
     config,
+    fake_slurm_job,
     fault,
     results,
     uninterrupted,
@@ -30,27 +33,15 @@ from tests.reliability.runs import (
 
 pytestmark = pytest.mark.integration  # real processes
 
-JOB = "4242"
-# a batch job as Lightning detects it (it then restores an hpc_ckpt_N.ckpt it finds: issue 42)
-SLURM = {"SLURM_JOB_ID": JOB, "SLURM_NTASKS": "1", "SLURM_JOB_NAME": "pelab"}
+
 HOOKS = "tests.reliability.signal_hooks"
 
 
 @pytest.fixture
 def fake_slurm(tmp_path: Path, repo_root: Path) -> tuple[dict[str, str], Path]:
-    """The environment of a SLURM job whose ``scontrol`` appends its arguments to a log."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    calls = tmp_path / "scontrol.log"
-    scontrol = bin_dir / "scontrol"
-    scontrol.write_text(f'#!/bin/sh\necho "$@" >> {calls}\n')
-    scontrol.chmod(0o755)
-    env = {
-        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
-        **SLURM,
-        "PYTHONPATH": str(repo_root),
-    }
-    return env, calls
+    """A SLURM job's environment whose ``scontrol`` logs its calls; the hooks importable."""
+    env, calls = fake_slurm_job(tmp_path)
+    return {**env, "PYTHONPATH": str(repo_root)}, calls
 
 
 def calls_of(log: Path) -> list[str]:
@@ -81,7 +72,7 @@ def test_sigusr1_before_the_run_requeues_the_job(
     ]
     done = cli(repo_root, tmp_path, out, *hook, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert calls_of(calls) == [f"requeue {JOB}"]
+    assert calls_of(calls) == [f"requeue {SLURM_JOB}"]
     assert not (out / "results.json").exists()  # the process ended at once, before the run
     assert "this process ends now; the requeued job resumes" in (out / "train.log").read_text()
     assert_same_as_twin(out, requeued(tmp_path, out, monkeypatch), twin)
@@ -95,7 +86,7 @@ def test_sigusr1_between_fit_and_test_requeues_the_job(
     hook = [f"+callbacks.sig._target_={HOOKS}.SignalOnFitEnd"]
     done = cli(repo_root, tmp_path, out, *hook, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert calls_of(calls) == [f"requeue {JOB}"]
+    assert calls_of(calls) == [f"requeue {SLURM_JOB}"]
     assert results(out)["status"] == "running"  # ended before the test; the requeue resumes it
     record = requeued(tmp_path, out, monkeypatch)
     assert record["resumed_from"] == str(out / "checkpoints" / "last.ckpt")
@@ -109,7 +100,7 @@ def test_sigusr1_during_training_checkpoints_then_requeues(
     out = tmp_path / "run"
     done = cli(repo_root, tmp_path, out, *fault("sigusr1", 2), env=env)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert calls_of(calls) == [f"requeue {JOB}"]
+    assert calls_of(calls) == [f"requeue {SLURM_JOB}"]
     assert checkpoint(out / "checkpoints" / "last.ckpt")["global_step"] == 3  # the step's end
     assert not list(out.glob("hpc_ckpt_*.ckpt"))  # Lightning would restore it at the test
     record = requeued(tmp_path, out, monkeypatch)
@@ -146,7 +137,7 @@ def test_sigusr1_in_the_first_second_of_the_process_requeues(
     process.send_signal(signal.SIGUSR1)
     _, stderr = process.communicate(timeout=300)
     assert process.returncode == 0, stderr[-3000:]
-    assert calls_of(calls) == [f"requeue {JOB}"]
+    assert calls_of(calls) == [f"requeue {SLURM_JOB}"]
     assert not (tmp_path / "run" / "results.json").exists()  # ended at once after the requeue
     out = tmp_path / "run"
     assert_same_as_twin(out, requeued(tmp_path, out, monkeypatch), twin)

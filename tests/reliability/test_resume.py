@@ -5,7 +5,6 @@ resume that replayed the wrong batches or RNG draws would be caught."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import signal
 import time
@@ -16,10 +15,13 @@ import torch
 from pelab.errors import ConfigError
 from pelab.train import run
 from tests.reliability.runs import (
+    SLURM,
+    SLURM_JOB,
     assert_same_as_twin,
     checkpoint,
     cli,
     config,
+    fake_slurm_job,
     fault,
     results,
     uninterrupted,
@@ -105,18 +107,6 @@ def test_sigterm_during_the_final_test_stops_at_once_and_the_rerun_only_tests_ag
     assert_same_as_twin(out, record, reference)
 
 
-SLURM = {"SLURM_NTASKS": "1", "SLURM_JOB_ID": "4242", "SLURM_JOB_NAME": "pelab"}
-
-
-def fake_scontrol(tmp_path) -> dict[str, str]:
-    """A SLURM job's environment whose ``scontrol`` appends its arguments to scontrol.log."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "scontrol").write_text(f'#!/bin/sh\necho "$@" >> {tmp_path / "scontrol.log"}\n')
-    (bin_dir / "scontrol").chmod(0o755)
-    return {**SLURM, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
-
-
 @pytest.mark.integration
 def test_a_slurm_requeue_resumes_from_the_step_of_the_signal(
     tmp_path, repo_root, reference, monkeypatch
@@ -127,9 +117,10 @@ def test_a_slurm_requeue_resumes_from_the_step_of_the_signal(
     ends with the uninterrupted run's record. No ``hpc_ckpt_N.ckpt`` is written (Lightning
     would restore it before the final test: issue 42)."""
     out = tmp_path / "run"
-    proc = cli(repo_root, tmp_path, out, *fault("sigusr1", 6), env=fake_scontrol(tmp_path))
+    env, calls = fake_slurm_job(tmp_path)
+    proc = cli(repo_root, tmp_path, out, *fault("sigusr1", 6), env=env)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert (tmp_path / "scontrol.log").read_text().split() == ["requeue", "4242"]
+    assert calls.read_text().split() == ["requeue", SLURM_JOB]
     assert checkpoint(out / "checkpoints" / "last.ckpt")["global_step"] == 7  # the end of step 7
     assert not list(out.glob("hpc_ckpt_*.ckpt"))
     assert results(out)["status"] == "running"  # the requeued job finishes it

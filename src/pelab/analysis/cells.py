@@ -81,29 +81,19 @@ def pivot(
     texts = stats.assign(text=stats.apply(cell_text, axis=1))
     table = texts.pivot(index=rows, columns=cols, values="text").fillna(NO_RUNS)
     best = texts.pivot(index=rows, columns=cols, values="best").fillna(False).astype(bool)
-    chance = stats.groupby(cols, observed=True)["chance"].first()
-    if chance.notna().any():
-        label = [("chance", *[""] * (len(rows) - 1))]
+    for name, shown in (("chance", _percent), ("detectable", _points)):
+        per_column = stats.groupby(cols, observed=True)[name].first() if name in stats else None
+        if per_column is None or not per_column.notna().any():
+            continue
+        label = [(name, *[""] * (len(rows) - 1))]
         index = (
             pd.MultiIndex.from_tuples(label, names=rows)
             if len(rows) > 1
-            else pd.Index(["chance"], name=rows[0])
+            else pd.Index([name], name=rows[0])
         )
-        row = [chance.reindex(table.columns).map(_percent).tolist()]
+        row = [per_column.reindex(table.columns).map(shown).tolist()]
         table = pd.concat([table, pd.DataFrame(row, index=index, columns=table.columns)])
         best = pd.concat([best, pd.DataFrame(False, index=index, columns=best.columns)])
-    if "detectable" in stats:
-        detectable = stats.groupby(cols, observed=True)["detectable"].first()
-        if detectable.notna().any():
-            label = [("detectable", *[""] * (len(rows) - 1))]
-            index = (
-                pd.MultiIndex.from_tuples(label, names=rows)
-                if len(rows) > 1
-                else pd.Index(["detectable"], name=rows[0])
-            )
-            row = [detectable.reindex(table.columns).map(_points).tolist()]
-            table = pd.concat([table, pd.DataFrame(row, index=index, columns=table.columns)])
-            best = pd.concat([best, pd.DataFrame(False, index=index, columns=best.columns)])
     return table, best
 
 
