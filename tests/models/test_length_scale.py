@@ -107,3 +107,45 @@ def test_none_leaves_the_model_as_it_was():
     plain = scaled_decoder("alibi", "none")
     assert not any("length_scale" in name for name, _ in plain.named_parameters())
     assert not torch.allclose(scaled_decoder("alibi", "logn")(tokens), plain(tokens))
+
+
+def biases_under(scale: str, pe_name: str, **options) -> list[torch.Tensor]:
+    """The logit biases one attention layer hands its kernel, with ``scale`` and an encoding's
+    weights drawn the same under every scale, on a sequence past the training length."""
+    from pelab.pe.base import ModelDims
+
+    torch.manual_seed(0)
+    pe = PE_REGISTRY[pe_name](ModelDims(16, 2, 1, True, 32), **options)
+    torch.manual_seed(1)
+    attn = Attention(16, 2, True, pe, 0, impl="eager", length_scale=scale, train_len=4)
+    seen = []
+    attend = attn.attend
+    attn.attend = lambda q, k, v, pos, bias: seen.append(bias) or attend(q, k, v, pos, bias)
+    attn(torch.randn(2, 12, 16, generator=torch.Generator().manual_seed(2)), Positions.contiguous(12))
+    return seen
+
+
+@pytest.mark.parametrize("gate", ["query", "key", "query_key"])
+def test_grape_a_gates_read_the_query_before_the_length_scale(gate):
+    """GRAPE-A's bias is additive: its gates read q as it leaves the projection (the authors'
+    code), so under logn its bias is the unscaled model's, while the logits it joins scale."""
+    (plain,), (scaled,) = biases_under("none", "grape_a", gate=gate), biases_under(
+        "logn", "grape_a", gate=gate
+    )
+    torch.testing.assert_close(scaled, plain, rtol=0, atol=0)
+
+
+def test_paths_bias_is_part_of_the_score_and_scales_with_the_logits():
+    """PaTH's bias is ``q^T (H...H - I) k``: the length scale multiplies it like ``q^T k``."""
+    (plain,), (scaled,) = biases_under("none", "path"), biases_under("logn", "path")
+    c = (keys_seen(12, 12, True, torch.device("cpu")).log() / math.log(4))[:, None]  # [i, 1]
+    torch.testing.assert_close(scaled, plain * c)
+
+
+def test_a_composition_refuses_a_content_bias_beside_an_additive_one():
+    from pelab.pe.base import ModelDims
+    from pelab.pe.composed import ComposedPE
+
+    parts = {"path": PE_REGISTRY["path"], "fox": PE_REGISTRY["fox"]}
+    with pytest.raises(ConfigError, match="part 'path'.*scales with the logits"):
+        ComposedPE(ModelDims(16, 2, 1, True, 32), parts)

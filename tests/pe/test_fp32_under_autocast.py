@@ -122,22 +122,21 @@ def test_on_cuda_the_islands_run_full_float32_matmuls_whatever_the_matmul_precis
         torch.set_float32_matmul_precision(before)
 
 
-# the encodings whose islands handed float32 back into a float64 model before (issue 44); fire
-# and grape_a still do: float32 positions meet float64 weights in their own networks
-FLOAT64 = ["alibi", "dape", "fox", "kerple", "path", "stick_breaking", "t5_bias"]
+@pytest.mark.parametrize("attn_impl", ["fused", "eager"])
+def test_a_float64_model_stays_float64_through_every_encodings_islands(attn_impl):
+    """A numerical check's float64 model: ``in_fp32`` hands float64 inputs back as float64 and
+    each encoding's own positions follow its weights' dtype, so every registered encoding runs
+    in float64 end to end on both kernels, forward and backward (FIRE and GRAPE-A handed float32
+    back before, issue 44)."""
+    from pelab.models.transformer import Transformer
+    from tests.models.test_kv_cache import position_dims, positions
+    from tests.pe.nets import DIGITS
 
-
-@pytest.mark.parametrize("name", FLOAT64)
-def test_a_float64_model_stays_float64_through_an_encodings_islands(name, tmp_path):
-    """A numerical check's float64 model: ``in_fp32`` hands float64 inputs back as float64, so a
-    biased encoding on the fused kernel, FoX, PaTH, ... run in float64 end to end, forward and
-    backward."""
-    from pelab.assembly import build_model, build_task
-    from tests.conftest import compose_config
-
-    size = ["model.net.d_model=16", "model.net.n_heads=2", "model.net.n_layers=1"]
-    cfg = compose_config([*size, f"pe={name}"], tmp_path)
-    model = build_model(cfg, build_task(cfg)).double()
-    out = model.net(torch.randint(0, 5, (2, 9)))
-    out.sum().backward()
-    assert out.dtype == torch.float64
+    for name in sorted(PE_REGISTRY):
+        net = Transformer(
+            12, 16, True, PE_REGISTRY[name], d_model=16, n_heads=2, attn_impl=attn_impl,
+            position_dims=position_dims(name), digit_tokens=DIGITS,
+        ).double()  # fmt: skip
+        out = net(torch.randint(0, 12, (2, 9)), positions(name, 2, 9, randomized=False))
+        out.sum().backward()
+        assert out.dtype == torch.float64, name

@@ -101,16 +101,21 @@ class Attention(nn.Module):
         else:
             q, k, v = self.cross_qkv(x, context, cache)
             q, k = self.pe.transform_qk(q, k, pos, self.layer)
+        bias = self.bias(x, q, k, pos)
         q = self.length_scale(q, k.shape[2], self.causal)
-        out = self.attend(q, k, v, pos, self.bias(x, q, k, pos))
+        out = self.attend(q, k, v, pos, bias)
         return self.proj(rearrange(out, "b h n d -> b n (h d)"))
 
     def bias(self, x: Tensor, q: Tensor, k: Tensor, pos: Positions) -> Tensor | None:
         """The additive logit bias ``[b|1, h|1, i, j]`` (or None): the encoding's content-free
         ``logit_bias`` plus its ``input_bias`` of this block's attention input ``x`` and its
-        queries and keys."""
+        queries and keys, ``q`` before the length scale: an additive bias keeps its size at any
+        length (a gate reads q as the paper's does), while a bias that is part of the q.k score
+        (``pe.scores_content``, PaTH) is scaled with the logits."""
         fixed = self.pe.logit_bias(pos, self.layer)
         dynamic = self.pe.input_bias(x, q, k, pos, self.layer)
+        if dynamic is not None and self.pe.scores_content:  # [b, h, i, j]: rows like q's
+            dynamic = self.length_scale(dynamic, k.shape[2], self.causal)
         if dynamic is None or fixed is None:
             return fixed if dynamic is None else dynamic
         return fixed + dynamic

@@ -96,6 +96,10 @@ class PositionalEncoding(nn.Module):
     position_dims: int | None = 1  # coordinates it reads per position; None: reads no positions
     supports_kv_cache = True  # False: greedy decoding re-runs full forwards (pelab.model_kinds)
     needs_digit_tokens = False  # True: reads ModelDims.digit_tokens; a model without gets an error
+    # True: ``input_bias`` is part of the q.k score (PaTH's q^T (H...H - I) k), so a length scale
+    # (model.net.attn_scale) scales it with the logits. False: an additive bias that keeps its
+    # size, computed from q as it leaves ``transform_qk``, before the length scale (GRAPE-A's gates)
+    scores_content = False
     shift: ClassVar[str]  # one of SHIFT_CLASSES, declared by every registered encoding
 
     def __init__(self, dims: ModelDims) -> None:

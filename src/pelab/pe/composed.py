@@ -54,6 +54,15 @@ class ComposedPE(PositionalEncoding):
         reads = any(part.position_dims is not None for part in built)
         self.position_dims = dims.position_dims if reads else None
         self.shift = max((part.shift for part in built), key=SHIFT_CLASSES.index)
+        biased = [key for key, part in self.parts.items() if part.overrides("input_bias")]
+        content = [key for key in biased if self.parts[key].scores_content]
+        if content and len(biased) > 1:
+            raise ConfigError(
+                f"pe={name}: part {content[0]!r}'s input_bias is part of the q.k score and "
+                f"scales with the logits, the other parts' ({biased}) keep their size: one sum "
+                "cannot do both; compose it with encodings without input_bias"
+            )
+        self.scores_content = bool(content)
         normalizers = [key for key, part in self.parts.items() if part.overrides("normalize")]
         if len(normalizers) > 1:
             raise ConfigError(

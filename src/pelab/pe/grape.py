@@ -207,7 +207,7 @@ class GrapeA(PositionalEncoding):
 
     def gate_of(self, name: str, x: Tensor, layer: int) -> Tensor:
         """``softplus(wᵀ x / √d)`` for ``x: [b, h, n, d]`` -> ``[b, h, n]``."""
-        w = getattr(self, name)[layer].float()
+        w = getattr(self, name)[layer].to(x.dtype)  # float32 (in_fp32), float64 in checks
         if self.normalize_gate_vectors:
             w = F.normalize(w, dim=-1, eps=1e-6)
         return F.softplus(torch.einsum("bhnd,hd->bhn", x, w) / math.sqrt(x.shape[-1]))
@@ -218,5 +218,5 @@ class GrapeA(PositionalEncoding):
             rate = rate + self.gate_of("v", q, layer)[..., :, None]  # [b, h, i, 1]
         if self.gate in ("key", "query_key"):
             rate = rate + self.gate_of("u", k, layer)[..., None, :]  # [b, h, 1, j]
-        slope = self.slopes * F.softplus(self.omega[layer].float())  # β_h ω_h, [h]
-        return -pos.delta()[:, None].float() * slope[:, None, None] * rate  # [b, h, i, j]
+        slope = self.slopes * F.softplus(self.omega[layer].to(q.dtype))  # β_h ω_h, [h]
+        return -pos.delta()[:, None].to(q.dtype) * slope[:, None, None] * rate  # [b, h, i, j]

@@ -98,6 +98,7 @@ class PathPE(PositionalEncoding):
     shift = "relative"
     causal_only = True
     supports_kv_cache = False
+    scores_content = True  # the bias is q's score through the transforms: it scales with q
 
     def __init__(self, dims: ModelDims, rank: int = 32, kernel: int = 3) -> None:
         super().__init__(dims)
