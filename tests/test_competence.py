@@ -35,6 +35,7 @@ def test_a_run_stops_once_learned_and_records_when(tiny_cfg):
     cfg = tiny_cfg(*EASY, "learned_at=0.9")
     record = run(cfg)
     assert record["status"] == "completed" and record["stop_reason"] == "learned"
+    assert record["attention"] == {"kernel": "flash (cpu)", "dtype": "float32"}  # pelab.kernels
     assert record["learned"] is True and record["steps_to_learn"] % 25 == 0
     # patience 2: the criterion held at steps_to_learn and at the next validation, then it stopped
     assert trained_steps(cfg) == record["steps_to_learn"] + 25 < 600

@@ -61,6 +61,7 @@ class Outcome:
     resumed_from_step: int | None = None
     warnings: list[str] = field(default_factory=list)
     competence: dict[str, Any] | None = None  # training: pelab.competence.competence_fields
+    attention: dict[str, str] | None = None  # the kernel and dtype it ran (pelab.kernels)
 
 
 def in_sweep() -> bool:
@@ -193,6 +194,8 @@ def execute(
             if outcome.checkpoint is not None:
                 record["checkpoint"] = outcome.checkpoint
                 record["checkpoint_step"] = outcome.checkpoint_step
+            if outcome.attention is not None:
+                record["attention"] = outcome.attention
             if outcome.resumed_from is not None:
                 record["resumed_from"] = outcome.resumed_from
                 record["resumed_from_step"] = outcome.resumed_from_step

@@ -27,6 +27,7 @@ from pelab.assembly import (
     data_module,
 )
 from pelab.competence import LearnedStop, competence_fields
+from pelab.kernels import AttentionKernels
 from pelab.lengths import no_extrapolation_note
 from pelab.lit_module import SequenceModel
 from pelab.members import Job, Member
@@ -74,6 +75,7 @@ class Fitted:
     resumed_from_step: int | None = None
     notes: list[str] = field(default_factory=list)
     tested: list[Tested] = field(default_factory=list)  # per member, once tested
+    kernels: AttentionKernels = field(default_factory=AttentionKernels)
 
 
 @dataclass
@@ -123,13 +125,13 @@ def train(job: Job, prepared: Prepared | None = None) -> Fitted:
         [m.directory / "checkpoints" / "best.ckpt" for m in job.members],
         [m.identity for m in job.members],
     )
-    callbacks: list[L.Callback] = [best, ResumeState(identity(cfg))]
     stop = None
     if cfg.get("learned_at") is not None:
         stop = LearnedStop(cfg.learned_at, cfg.get("learned_patience", 2), len(job.members))
-        callbacks.append(stop)
     resumed = None if ckpt_path is None else str(ckpt_path)
     fitted = Fitted(model, stop, resumed, prepared.ckpt_step)
+    callbacks: list[L.Callback] = [best, ResumeState(identity(cfg)), fitted.kernels]
+    callbacks += [stop] if stop is not None else []
     note = no_extrapolation_note(model.task.train_lengths, model.task.eval_lengths)
     if note and cfg.test:  # said before the hours of training, and kept in the record
         log.warning(note)
@@ -176,6 +178,7 @@ def member_outcome(job: Job, fitted: Fitted, member: Member) -> Outcome:
         resumed_from_step=fitted.resumed_from_step,
         warnings=notes,
         competence=competence_fields(fitted.stop, member.index),
+        attention=fitted.kernels.found,
     )
 
 
