@@ -20,8 +20,17 @@ launcher, as ``scripts/train.py -m`` runs them):
   included) and its member-steps/s over the jobs' training time (the longest stack's
   ``fit_time_s``: start-up excluded), as a ratio to J = 1's; and ``jobs 8 auto``, the 8 jobs with
   ``hydra.launcher.n_jobs=-1`` (as many at once as the launcher measures to fit).
+- ``node N gpus`` (a node of N >= 2 GPUs only): N jobs as in ``jobs``, one per GPU (the
+  parallel launcher places them), against ``jobs 1``: at least 0.8 N times its member-steps/s.
+- ``rate P`` for each encoding P of the ``ablation_gpu`` grid (``--quick``: rope, t5_bias): its
+  stack of 5 at that size on copy for ``--rate-steps`` steps. The grid's GPU-hours follow, one
+  job at a time (each encoding's steps/s over the grid's steps, for each task; training only),
+  and with 8 jobs sharing the GPU (the ``jobs 8`` speed-up): target at most 8.
 - ``syncs``: host syncs per training step (``pelab.reliability.syncs``) of the ``ablation_gpu``
   stack (K = 5): the most at a step that neither logs nor validates, and at a logging step.
+
+Every row that trains names the attention kernel and dtype its run recorded (``kernel``:
+``pelab.kernels``), so the rate rows say which kernel each encoding gets.
 
 Each row is printed as it finishes (``--json`` rewritten after each); a row that fails says why
 and the check goes on. Then each target (``TARGETS``, docs/performance.md "On a GPU") beside its
@@ -81,6 +90,7 @@ class Row:
     peak_gib: float | None = None  # the device's peak allocated memory (GPU only)
     syncs: str | None = None  # host syncs per step
     result: str = ""
+    kernel: str | None = None  # the attention kernel and its dtype (the record's ``attention``)
 
 
 class Probe(Callback):
@@ -164,6 +174,7 @@ def measured_run(name: str, overrides: list[str], root: Path, members: int = 1) 
     probe = Probe.last
     first = records[0] if isinstance(records, list) else records
     rate = None if probe is None else probe.steps_per_s
+    kernel = first.get("attention")  # what the run's attention dispatched (pelab.kernels)
     return Row(
         name,
         wall_s=wall,
@@ -171,6 +182,7 @@ def measured_run(name: str, overrides: list[str], root: Path, members: int = 1) 
         member_steps_per_s=None if rate is None else rate * members,
         peak_gib=None if probe is None else probe.peak_gib,
         result=first["status"],
+        kernel=None if kernel is None else f"{kernel['kernel']}, {kernel['dtype']}",
     )
 
 
@@ -210,13 +222,15 @@ def preset_row(args: argparse.Namespace, root: Path, preset: str) -> Row:
     return row
 
 
-def jobs_row(args: argparse.Namespace, root: Path, jobs: int, auto: bool = False) -> Row:
+def jobs_row(
+    args: argparse.Namespace, root: Path, jobs: int, auto: bool = False, name: str | None = None
+) -> Row:
     """``jobs`` jobs of ``ablation_cpu trainer=gpu`` sharing the device (the parallel launcher),
     each with its own 3 members (distinct seeds), in a process of their own as a user runs
     them; all at once, or with ``auto`` as many as the launcher finds fit
     (``hydra.launcher.n_jobs=-1``: each job measured on the GPU first)."""
     choices = ",".join(f"[{3 * j},{3 * j + 1},{3 * j + 2}]" for j in range(jobs))
-    name = f"jobs {jobs}" + (" auto" if auto else "")
+    name = name or f"jobs {jobs}" + (" auto" if auto else "")
     sweep = root / name.replace(" ", "_")
     command = [
         sys.executable,
@@ -256,6 +270,50 @@ def jobs_row(args: argparse.Namespace, root: Path, jobs: int, auto: bool = False
         member_steps_per_s=3 * jobs * args.steps / max(fits) if fits else None,
         result=result,
     )
+
+
+def grid_encodings() -> list[str]:
+    """The encodings of the ``ablation_gpu`` grid, read from its sweep (``glob(...)`` over the
+    registry), as ``-m`` expands it."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from pelab.pe import PE_REGISTRY
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
+        cfg = compose("train", overrides=["experiment=ablation_gpu"], return_hydra_config=True)
+    value = OverridesParser.create().parse_override(f"pe={cfg.hydra.sweeper.params.pe}").value()
+    return value.filter(sorted(PE_REGISTRY)) if hasattr(value, "filter") else [str(value)]
+
+
+def rate_row(args: argparse.Namespace, root: Path, pe: str) -> Row:
+    """``pe``'s stack of ``GRID_MEMBERS`` at the ``ablation_gpu`` size on copy, ``--rate-steps``
+    steps: the steps/s the grid's GPU-hours are read from, and the kernel it gets."""
+    seeds = ",".join(str(s) for s in range(GRID_MEMBERS))
+    overrides = ["experiment=ablation_gpu", f"pe={pe}", "task=copy", f"seeds=[{seeds}]"]
+    steps = [f"trainer.max_steps={args.rate_steps}", f"trainer.val_check_interval={args.rate_steps}"]
+    row = measured_run(f"rate {pe}", [*overrides, *steps, *_size(args)], root, GRID_MEMBERS)
+    row.steps = args.rate_steps
+    return row
+
+
+GRID_MEMBERS = 5  # ablation_gpu's seeds per job
+
+
+def grid_hours(rows: list[Row]) -> tuple[float, int] | None:
+    """The ``ablation_gpu`` grid's GPU-hours one job at a time: for each encoding its rate row's
+    steps/s over the grid's steps (``trainer.max_steps``) for each of its tasks (training only:
+    validation and test excluded), and how many encodings had a rate. None without any."""
+    rates = {r.name.removeprefix("rate "): r.steps_per_s for r in rows if r.name.startswith("rate ")}
+    measured = {pe: rate for pe, rate in rates.items() if rate}
+    if not measured:
+        return None
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
+        cfg = compose("train", overrides=["experiment=ablation_gpu"], return_hydra_config=True)
+    tasks = len(str(cfg.hydra.sweeper.params.task).split(","))
+    steps = cfg.trainer.max_steps
+    return sum(tasks * steps / rate for rate in measured.values()) / 3600, len(measured)
 
 
 def syncs_row(args: argparse.Namespace, root: Path) -> Row:
@@ -299,8 +357,9 @@ def _env() -> dict[str, str]:
     return env
 
 
-HEADER = ["row", "steps", "wall s", "steps/s", "member-steps/s", "peak GiB", "syncs", "result"]
-WIDTHS = [22, 6, 8, 8, 15, 9, 20, 0]
+HEADER = ["row", "steps", "wall s", "steps/s", "member-steps/s", "peak GiB", "syncs", "kernel"]
+HEADER += ["result"]
+WIDTHS = [22, 6, 8, 8, 15, 9, 20, 26, 0]
 
 
 def line(row: Row) -> str:
@@ -313,6 +372,7 @@ def line(row: Row) -> str:
         _fmt(row.member_steps_per_s, ".1f"),
         _fmt(row.peak_gib, ".2f"),
         row.syncs or "",
+        row.kernel or "",
         row.result,
     ]
     return "  ".join(c.ljust(w) for c, w in zip(cells, WIDTHS, strict=True)).rstrip()
@@ -333,6 +393,8 @@ TARGETS = [
     ),
     ("8 jobs at least 4x one job's member-steps/s", "jobs 8", "jobs 1", "member_steps_per_s", 4.0),
 ]
+NODE_EFFICIENCY = 0.8  # N GPUs, one job each: at least 0.8 N times one job's member-steps/s
+GRID_HOURS = 8.0  # the ablation_gpu grid on one GPU, with the jobs sharing it (issue 43)
 
 
 def judge(rows: list[Row], quick: bool) -> tuple[list[str], bool]:
@@ -352,6 +414,31 @@ def judge(rows: list[Row], quick: bool) -> tuple[list[str], bool]:
         met = a / b >= least
         ok &= met
         lines.append(f"{'met ' if met else 'MISS'}  {label}: {a / b:.2f}x (target >= {least}x)")
+    node = next((r for r in rows if r.name.startswith("node ")), None)
+    if node is not None and node.member_steps_per_s and by_name.get("jobs 1", Row("")).member_steps_per_s:
+        gpus = int(node.name.split()[1])
+        ratio = node.member_steps_per_s / by_name["jobs 1"].member_steps_per_s
+        met = ratio >= NODE_EFFICIENCY * gpus
+        ok &= met
+        lines.append(
+            f"{'met ' if met else 'MISS'}  {gpus} GPUs, one job each, at least "
+            f"{NODE_EFFICIENCY} x {gpus} one job's member-steps/s: {ratio:.2f}x"
+        )
+    hours = grid_hours(rows)
+    if hours is None:
+        lines.append("MISS  the ablation_gpu grid's GPU-hours: no rate row measured")
+        return lines, False
+    alone, encodings = hours
+    shared = by_name.get("jobs 8", Row("")).member_steps_per_s
+    one = by_name.get("jobs 1", Row("")).member_steps_per_s
+    speedup = shared / one if shared and one else 1.0
+    met = alone / speedup <= GRID_HOURS
+    ok &= met
+    lines.append(
+        f"{'met ' if met else 'MISS'}  the ablation_gpu grid at most {GRID_HOURS:g} GPU-hours "
+        f"on one GPU: {alone:.1f} one job at a time ({encodings} encodings' rates), "
+        f"{alone / speedup:.1f} with 8 jobs sharing it ({speedup:.2f}x); training steps only"
+    )
     return lines, ok
 
 
@@ -364,11 +451,13 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     parser.add_argument("--quick", action="store_true", help="toy size, each kind of row")
     parser.add_argument("--steps", type=int, default=None, help="steps per timed run (200)")
+    parser.add_argument("--rate-steps", type=int, default=None, help="steps per rate row (40)")
     parser.add_argument("--json", type=Path, default=None, help="also write the rows here")
     args = parser.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: no CUDA device here (torch.cuda.is_available() is False)")
     args.steps = args.steps or (8 if args.quick else 200)
+    args.rate_steps = args.rate_steps or (8 if args.quick else 40)
     args.trainer = "gpu" if args.device == "cuda" else "default"
     return args
 
@@ -405,6 +494,12 @@ def main(argv: list[str] | None = None) -> Check:
         plan += [(f"jobs {j}", lambda j=j: jobs_row(args, root, j)) for j in jobs]
         if not args.quick:
             plan.append(("jobs 8 auto", lambda: jobs_row(args, root, 8, auto=True)))
+        gpus = torch.cuda.device_count() if args.device == "cuda" else 0
+        if gpus > 1:  # one job per GPU of the node, placed by the launcher
+            name = f"node {gpus} gpus"
+            plan.append((name, lambda: jobs_row(args, root, gpus, name=name)))
+        encodings = ["rope", "t5_bias"] if args.quick else grid_encodings()
+        plan += [(f"rate {pe}", lambda pe=pe: rate_row(args, root, pe)) for pe in encodings]
         for name, measure in plan:
             if name == f"jobs {jobs[0]}" and args.device == "cuda":
                 torch.cuda.empty_cache()  # the jobs' processes get the memory this one cached
