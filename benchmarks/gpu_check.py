@@ -291,7 +291,10 @@ def rate_row(args: argparse.Namespace, root: Path, pe: str) -> Row:
     steps: the steps/s the grid's GPU-hours are read from, and the kernel it gets."""
     seeds = ",".join(str(s) for s in range(GRID_MEMBERS))
     overrides = ["experiment=ablation_gpu", f"pe={pe}", "task=copy", f"seeds=[{seeds}]"]
-    steps = [f"trainer.max_steps={args.rate_steps}", f"trainer.val_check_interval={args.rate_steps}"]
+    steps = [
+        f"trainer.max_steps={args.rate_steps}",
+        f"trainer.val_check_interval={args.rate_steps}",
+    ]
     row = measured_run(f"rate {pe}", [*overrides, *steps, *_size(args)], root, GRID_MEMBERS)
     row.steps = args.rate_steps
     return row
@@ -304,7 +307,9 @@ def grid_hours(rows: list[Row]) -> tuple[float, int] | None:
     """The ``ablation_gpu`` grid's GPU-hours one job at a time: for each encoding its rate row's
     steps/s over the grid's steps (``trainer.max_steps``) for each of its tasks (training only:
     validation and test excluded), and how many encodings had a rate. None without any."""
-    rates = {r.name.removeprefix("rate "): r.steps_per_s for r in rows if r.name.startswith("rate ")}
+    rates = {
+        r.name.removeprefix("rate "): r.steps_per_s for r in rows if r.name.startswith("rate ")
+    }
     measured = {pe: rate for pe, rate in rates.items() if rate}
     if not measured:
         return None
@@ -415,7 +420,11 @@ def judge(rows: list[Row], quick: bool) -> tuple[list[str], bool]:
         ok &= met
         lines.append(f"{'met ' if met else 'MISS'}  {label}: {a / b:.2f}x (target >= {least}x)")
     node = next((r for r in rows if r.name.startswith("node ")), None)
-    if node is not None and node.member_steps_per_s and by_name.get("jobs 1", Row("")).member_steps_per_s:
+    if (
+        node is not None
+        and node.member_steps_per_s
+        and by_name.get("jobs 1", Row("")).member_steps_per_s
+    ):
         gpus = int(node.name.split()[1])
         ratio = node.member_steps_per_s / by_name["jobs 1"].member_steps_per_s
         met = ratio >= NODE_EFFICIENCY * gpus

@@ -13,6 +13,7 @@ from pelab.models.attention import Attention
 from tests.conftest import TINY, compose_config
 
 bf16 = partial(torch.autocast, "cpu", dtype=torch.bfloat16)
+F32, FLASH = "float32", "flash (cpu)"
 
 
 def model_of(tmp_path, *overrides: str):
@@ -28,8 +29,8 @@ def model_of(tmp_path, *overrides: str):
         # a bias runs the fused kernel in float32 under autocast (pelab.pe.base.in_fp32)
         (["pe=t5_bias"], bf16, {"kernel": "flash (cpu)", "dtype": "float32"}),
         (["pe=cope"], bf16, {"kernel": "eager", "dtype": "bfloat16"}),
-        (["pe=rope", "model.net.attn_impl=eager"], nullcontext, {"kernel": "eager", "dtype": "float32"}),
-        (["model=encoder_decoder", "pe=rope"], nullcontext, {"kernel": "flash (cpu)", "dtype": "float32"}),
+        (["pe=rope", "model.net.attn_impl=eager"], nullcontext, {"kernel": "eager", "dtype": F32}),
+        (["model=encoder_decoder", "pe=rope"], nullcontext, {"kernel": FLASH, "dtype": F32}),
     ],
 )  # fmt: skip
 def test_the_kernel_and_dtype_are_those_the_forward_dispatched(tmp_path, overrides, context, want):

@@ -24,7 +24,8 @@ reads versions 1 and 2, which called ``job_type`` ``kind``, with ``job_type``; v
 - ``checkpoint``: the file the test scores come from (a training run's: its ``best.ckpt``, with
   ``checkpoint_step``, its training step; absent when nothing was tested from a file);
 - ``attention``: the attention ``kernel`` the run's forward passes dispatched on its device
-  (``flash``, ``memory-efficient``, ``math``, ``eager``, ...) and its ``dtype`` (``pelab.kernels``);
+  (``flash``, ``memory-efficient``, ``math``, ``eager``, ...) and its ``dtype``
+  (``pelab.kernels``);
 - training runs: ``learned`` (``null`` without ``learned_at``), ``steps_to_learn`` and
   ``stop_reason`` (``learned``, ``max_steps``, ``failed`` or ``interrupted``;
   ``pelab.competence``);

@@ -186,15 +186,26 @@ def run(job: Job | DictConfig) -> dict[str, Any] | list[dict[str, Any]]:
     """``train(job)`` inside its members' run records (``pelab.recorder``), with the per-length
     table, and ``wandb.finish()`` so the next job of a multirun opens its own W&B run. A plain
     run returns its record; a stack (``seeds=[...]`` and/or ``learning_rates=[...]``) a list,
-    one per member (each in ``record.member_dir``, naming its stack in ``member_of``). With
-    ``skip_completed=true`` completed records of the same config are returned untrained."""
+    one per member (each in ``record.member_dir``, naming its stack in ``member_of``). A job
+    whose directory already holds the completed records of the same config (up to the settings
+    that change neither training nor test, ``record.RUN_ONLY``) returns them as they are,
+    untrained and untested: with ``skip_completed=true``, and whenever it would resume
+    (``resume=true``, the default: re-running a finished run's command)."""
     job = job if isinstance(job, Job) else Job.of(job)
     requeue.install()  # a run started from Python (scripts/train.py installed it already)
     requeue.started()
-    if job.config.get("skip_completed"):
+    cfg = job.config
+    if cfg.get("skip_completed") or (cfg.get("resume") and cfg.get("ckpt_path") is None):
         done = [completed_record(m.config) for m in job.members]
         if all(r is not None for r in done):
             requeue.finished()
+            if not cfg.get("skip_completed"):
+                log.warning(
+                    "%s already completed with this config: its record is left as it was (to "
+                    "test other lengths, change task.eval_lengths or run scripts/eval.py; to "
+                    "train again, use another hydra.run.dir)",
+                    job.directory,
+                )
             return done[0] if job.live else done
     # one writer per job directory, for the job's life (a second process waits or is refused)
     with run_lock(job.directory, job.config.get("run_lock_wait_s") or 0):

@@ -161,6 +161,45 @@ def test_differing_protocols_are_refused_naming_each_key_and_values(shipped, tmp
     assert not out.exists()
 
 
+def test_the_compared_setting_may_differ_the_baseline_row_its_control(shipped, tmp_path):
+    """Issue 45: RoPE with Scalable-Softmax was refused against the baseline whose RoPE is its
+    control. A length scale, the positions and the encoding's options may differ; the baseline
+    is narrowed to your tasks and by ``--filter``; a baseline record from before
+    ``attn_scale`` existed shows its default (``none``), not ``-``."""
+    mine = write_sweep(
+        tmp_path / "mine", ["rope"], tasks=["copy"], **{"model.net.attn_scale": "ssmax"}
+    )
+    for path in mine.glob("*/.hydra/overrides.yaml"):  # as the sweep with the override has it
+        given = OmegaConf.load(path)
+        OmegaConf.save(OmegaConf.create([*given, "model.net.attn_scale=ssmax"]), path)
+    out = tmp_path / "table"
+    assert make_table([str(mine), "--baseline", "ablation_cpu", "--out", str(out),
+                       "--filter", "pe=rope,alibi", "--filter", "task=copy"]) == 0  # fmt: skip
+    stats = pd.read_csv(out / "table_tasks.csv")
+    rows = stats[["pe", "model.net.attn_scale", "origin"]].drop_duplicates().values.tolist()
+    assert rows == [
+        ["rope", "ssmax", "yours"], ["rope", "none", "ablation_cpu"],
+        ["alibi", "none", "ablation_cpu"],
+    ]  # fmt: skip
+    assert set(stats["task"]) == {"copy"}  # not the baseline's reverse: you ran copy only
+    out2 = tmp_path / "table2"
+    assert make_table([str(mine), "--baseline", "ablation_cpu", "--out", str(out2),
+                       "--filter", "pe=rope"]) == 0  # fmt: skip
+    assert set(pd.read_csv(out2 / "table_tasks.csv")["pe"]) == {"rope"}
+
+
+def test_filter_takes_several_values_and_an_empty_selection_blames_the_filter(
+    shipped, tmp_path, capsys
+):
+    zoo = tmp_path / "zoo"
+    assert make_table([str(zoo), "--list", "--filter", "pe=rope,alibi"]) == 0
+    listed = capsys.readouterr().out
+    assert "rope" in listed and "alibi" in listed
+    assert make_table([str(zoo), "--list", "--filter", "pe=xpos,cope"]) == 2
+    err = capsys.readouterr().err
+    assert f"no runs (results.json) under {zoo} match --filter pe=xpos,cope" in err
+
+
 def test_a_task_the_baseline_lacks_is_a_difference(shipped, tmp_path):
     mine = write_sweep(tmp_path / "mine", ["mine"], tasks=["sort"])
     with pytest.raises(ConfigError, match=r"task copy, reverse \(baseline\) vs sort \(yours\)"):

@@ -23,3 +23,19 @@ def test_a_filter_without_a_value_and_an_unknown_metric_are_refused(tmp_path, ca
 def test_the_default_output_is_beside_the_first_source():
     assert str(default_out("logs/sweep")) == "logs/sweep/summary"
     assert str(default_out("wandb:me/pelab")) == "logs/summary/me_pelab"
+
+
+def test_help_starts_with_usage_and_lists_every_option(capsys):
+    """Issue 45: ``--help`` printed its baseline group before ``usage:``."""
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    printed = capsys.readouterr().out
+    assert printed.startswith("usage: make_table.py")
+    assert "--baseline NAME" in printed and "--filter KEY=VALUE" in printed
+
+
+def test_no_wandb_still_runs_and_says_it_is_no_longer_needed(tmp_path, capsys):
+    """Issue 45: ``--no-wandb``, documented before, had become an error."""
+    assert main([str(tmp_path), "--no-wandb"]) == 2  # no runs there, but the flag is accepted
+    err = capsys.readouterr().err
+    assert "--no-wandb is no longer needed" in err and "unrecognized" not in err

@@ -121,7 +121,10 @@ def biases_under(scale: str, pe_name: str, **options) -> list[torch.Tensor]:
     seen = []
     attend = attn.attend
     attn.attend = lambda q, k, v, pos, bias: seen.append(bias) or attend(q, k, v, pos, bias)
-    attn(torch.randn(2, 12, 16, generator=torch.Generator().manual_seed(2)), Positions.contiguous(12))
+    attn(
+        torch.randn(2, 12, 16, generator=torch.Generator().manual_seed(2)),
+        Positions.contiguous(12),
+    )
     return seen
 
 
@@ -129,8 +132,9 @@ def biases_under(scale: str, pe_name: str, **options) -> list[torch.Tensor]:
 def test_grape_a_gates_read_the_query_before_the_length_scale(gate):
     """GRAPE-A's bias is additive: its gates read q as it leaves the projection (the authors'
     code), so under logn its bias is the unscaled model's, while the logits it joins scale."""
-    (plain,), (scaled,) = biases_under("none", "grape_a", gate=gate), biases_under(
-        "logn", "grape_a", gate=gate
+    (plain,), (scaled,) = (
+        biases_under("none", "grape_a", gate=gate),
+        biases_under("logn", "grape_a", gate=gate),
     )
     torch.testing.assert_close(scaled, plain, rtol=0, atol=0)
 

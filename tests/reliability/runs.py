@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from pelab.record import job_key
+from pelab.record import RESULTS, job_key
 from tests.conftest import TINY, compose_config
 
 # 8 steps, validation (and last.ckpt) at steps 4 and 8; dropout draws from the global RNG in
@@ -211,3 +211,10 @@ def sweep_cli(repo_root: Path, tmp_path: Path, sweep_dir: Path, *overrides: str)
     """``sweep_command`` run to its end (at most 10 minutes)."""
     cmd = sweep_command(repo_root, tmp_path, sweep_dir, *overrides)
     return subprocess.run(cmd, **sweep_popen_kwargs(repo_root), timeout=600)
+
+
+def killed_in_the_test(output_dir: Path) -> None:
+    """The record a run killed outright during its final test leaves: ``running``."""
+    record = json.loads((output_dir / RESULTS).read_text())
+    record["status"] = "running"
+    (output_dir / RESULTS).write_text(json.dumps(record))

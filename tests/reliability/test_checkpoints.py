@@ -14,7 +14,7 @@ from pelab.evaluate import load_weights
 from pelab.reliability.callbacks import BestCheckpoints
 from pelab.reliability.checkpoints import AtomicCheckpointIO, differences, read_checkpoint
 from pelab.train import run
-from tests.reliability.runs import checkpoint, config, fault, results
+from tests.reliability.runs import checkpoint, config, fault, killed_in_the_test, results
 
 pytestmark = pytest.mark.faults  # the fault campaign: make test-faults
 
@@ -61,6 +61,7 @@ def test_a_flipped_bit_in_a_checkpoint_is_refused_not_resumed_from(tmp_path):
     out = tmp_path / "run"
     cfg = config(tmp_path, out)
     run(cfg)
+    killed_in_the_test(out)  # not completed: a re-run resumes from last.ckpt
     earlier = results(out)
     last = out / "checkpoints" / "last.ckpt"
     read_checkpoint(last)  # intact: reads

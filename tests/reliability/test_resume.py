@@ -8,6 +8,7 @@ from __future__ import annotations
 import shutil
 import signal
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -23,6 +24,7 @@ from tests.reliability.runs import (
     config,
     fake_slurm_job,
     fault,
+    killed_in_the_test,
     results,
     uninterrupted,
 )
@@ -205,6 +207,7 @@ def test_a_run_resumed_at_its_last_step_records_its_last_validation(tmp_path):
     train or validate, and its record still has the last validation (saved in the checkpoint)."""
     out = tmp_path / "run"
     first = run(config(tmp_path, out))
+    killed_in_the_test(out)
     again = run(config(tmp_path, out))  # what a re-run after a kill in the test does
     assert again["resumed_from"].endswith("last.ckpt")
     assert again["metrics"]["val"] == first["metrics"]["val"] and first["metrics"]["val"]
@@ -218,6 +221,28 @@ def test_a_run_resumed_at_its_last_step_records_its_last_validation(tmp_path):
 def test_a_stack_resumed_at_its_last_step_records_each_members_last_validation(tmp_path):
     cfg = config(tmp_path, tmp_path / "stack", "seeds=[0,1]")
     first = run(cfg)
+    for record in first:
+        killed_in_the_test(Path(record["config"]["paths"]["output_dir"]))
     again = run(config(tmp_path, tmp_path / "stack", "seeds=[0,1]"))
     assert [r["metrics"]["val"] for r in again] == [r["metrics"]["val"] for r in first]
     assert all(r["metrics"]["val"] for r in again)
+
+
+@pytest.mark.integration
+def test_a_completed_runs_command_run_again_says_so_and_leaves_its_record(tmp_path, caplog):
+    """Issue 45: re-running a finished run's command (its printed resume command) tested it
+    again and rewrote its record (a 3 s wall time, a new start). Now it says the run is done
+    and returns the record untouched, byte for byte; a stack's members alike."""
+    out = tmp_path / "run"
+    first = run(config(tmp_path, out))
+    saved = (out / "results.json").read_bytes()
+    with caplog.at_level("WARNING", logger="pelab.train"):
+        again = run(config(tmp_path, out, "logger=none"))  # a run-only setting may change
+    assert again == first and (out / "results.json").read_bytes() == saved
+    assert f"{out} already completed with this config: its record is left as it was" in caplog.text
+    stack = config(tmp_path, tmp_path / "stack", "seeds=[0,1]")
+    members = run(stack)
+    files = [Path(r["config"]["paths"]["output_dir"]) / "results.json" for r in members]
+    before = [f.read_bytes() for f in files]
+    assert run(config(tmp_path, tmp_path / "stack", "seeds=[0,1]")) == members
+    assert [f.read_bytes() for f in files] == before

@@ -13,22 +13,40 @@ from pelab.utils.console import duration
 
 
 class SweepClock:
-    """The jobs of a sweep ended so far, and the time the rest will take at the pace so far
-    (elapsed / ended x left: jobs that run at once are in the pace)."""
+    """The jobs of a sweep ended so far, and when the rest will have ended: each job taking the
+    mean wall time of those ended, the running ones that time from their own start, the waiting
+    ones queued on ``slots`` jobs at once (elapsed / ended x left would say "ETA 8 min" with one
+    minute left: it ignores how far the running jobs are)."""
 
     def __init__(self, total: int) -> None:
         self.total, self.ended, self.failed = total, 0, 0
-        self.start = time.monotonic()
+        self.walls: list[float] = []  # each ended job's wall time
 
-    def end(self, failed: bool) -> str:
-        """Count one more job ended; ``4/66 jobs done (1 failed), ETA 9 min``."""
+    def end(
+        self, failed: bool, started: float, running: list[float] = (), slots: int = 1
+    ) -> str:
+        """Count one more job ended (it started at ``started``, ``time.monotonic``; ``running``:
+        the start times of the jobs still running; ``slots``: how many run at once);
+        ``4/66 jobs done (1 failed), ETA 9 min``."""
+        now = time.monotonic()
         self.ended += 1
         self.failed += failed
+        self.walls.append(now - started)
         line = f"{self.ended}/{self.total} jobs done ({self.failed} failed)"
-        left = self.total - self.ended
-        if left > 0:
-            line += f", ETA {duration((time.monotonic() - self.start) / self.ended * left)}"
+        if self.ended < self.total:
+            line += f", ETA {duration(self.left(now, list(running), max(slots, 1)))}"
         return line
+
+    def left(self, now: float, running: list[float], slots: int) -> float:
+        """Seconds until the last job ends, each taking the mean wall time so far."""
+        mean = sum(self.walls) / len(self.walls)
+        free = [max(mean - (now - start), 0.0) for start in running]  # when each slot frees
+        free += [0.0] * max(slots - len(running), 0)
+        waiting = self.total - self.ended - len(running)
+        for _ in range(max(waiting, 0)):
+            free.sort()
+            free[0] += mean
+        return max(free, default=0.0)
 
 
 def outcome(output_dir: Path) -> tuple[str, bool]:

@@ -45,7 +45,7 @@ from hydra_plugins.pelab_launcher.job_config import job_config, job_dir, run_con
 from hydra_plugins.pelab_launcher.job_lines import SweepClock, outcome
 from pelab.errors import ConfigError
 from pelab.threads import available_cores
-from pelab.utils.console import duration
+from pelab.utils.console import count, duration
 
 log = logging.getLogger(__name__)
 
@@ -136,9 +136,9 @@ class PoolLauncher(Launcher):
         ]
         self.share_gpu(jobs)
         log.info(
-            "Launching %d jobs, %d at a time, %d torch thread(s) each at most (threads=auto "
+            "Launching %s, %d at a time, %d torch thread(s) each at most (threads=auto "
             "chooses within it); sweep output dir: %s",
-            len(job_overrides),
+            count(len(job_overrides), "job"),
             self.n_jobs,
             self.threads,
             sweep_dir,
@@ -159,7 +159,7 @@ class PoolLauncher(Launcher):
                     running.remove(job)
                     if job.gpu is not None:
                         job.gpu.running -= 1
-                    returns[job.num] = self._finish(job, clock)
+                    returns[job.num] = self._finish(job, clock, running)
         except KeyboardInterrupt:
             _stop(running)
             raise
@@ -273,7 +273,12 @@ class PoolLauncher(Launcher):
         )
         return job
 
-    def _finish(self, job: _Job, clock: SweepClock) -> JobReturn:
+    def _end(self, clock: SweepClock, job: _Job, failed: bool, running: list[_Job]) -> str:
+        """``clock``'s line for ``job`` ended, with the jobs still ``running``."""
+        starts = [j.started for j in running if j is not job]
+        return clock.end(failed, job.started, starts, self.n_jobs)
+
+    def _finish(self, job: _Job, clock: SweepClock, running: list[_Job]) -> JobReturn:
         """The job's ``JobReturn``, and its line (``job_lines``): how it ended, after how long,
         and the sweep's progress."""
         code = job.process.exitcode
@@ -283,7 +288,7 @@ class PoolLauncher(Launcher):
             job.call_path.unlink()
             job.result_path.unlink()
             said, failed = outcome(job.output_dir)
-            log.info("#%d %s after %s; %s", job.num, said, wall, clock.end(failed))
+            log.info("#%d %s after %s; %s", job.num, said, wall, self._end(clock, job, failed, running))
             return returned
         reason = _death(code)
         tail = _tail(job.log_path)
@@ -292,7 +297,7 @@ class PoolLauncher(Launcher):
             job.num,
             reason,
             wall,
-            clock.end(True),
+            self._end(clock, job, True, running),
             job.log_path,
             "\n".join(tail),
         )

@@ -209,7 +209,9 @@ def wait_all(
                 returns[i] = job_return(job, job_overrides[i], job_dirs[i], resume)
                 said, failed = outcome(job_dirs[i])
                 wall = duration(time.monotonic() - started[i])
-                log.info("%s %s after %s; %s", job_dirs[i].name, said, wall, clock.end(failed))
+                running = [t for k, t in started.items() if k not in returns]
+                ended = clock.end(failed, started[i], running, max(len(running) + 1, 1))
+                log.info("%s %s after %s; %s", job_dirs[i].name, said, wall, ended)
         if len(returns) < len(jobs):
             time.sleep(poll_s)
     return [returns[i] for i in range(len(jobs))]

@@ -30,10 +30,13 @@ from pelab.record import MEMBER_KEYS, RESULTS, run_only, write_json_atomic
 BASELINES = Path(__file__).resolve().parents[3] / "baselines"  # at the repository's root
 ORIGIN = "origin"  # the runs-frame column naming where a run comes from
 YOURS = "yours"  # the origin of every run outside baselines/
-# config keys a run may change and still be compared: the encoding and its parameters, the
-# seed and a stack's members, the run's name, and (``record.run_only``) paths, loggers,
+# config keys a run may change and still be compared: the compared settings, the seed and a
+# stack's members, the run's name, and (``record.run_only``) paths, loggers,
 # callbacks, tags, threads and the trainer's display; the run's directory
-FREE = ("pe", "seed", *MEMBER_KEYS, "run_name", "run_lock_wait_s", "trainer.default_root_dir")
+# settings a row may change against its baseline control (the compared setting: an encoding's
+# options and layer schedule under ``pe``, the positions, a length scale of attention)
+COMPARED = ("pe", "positions", "model.net.attn_scale")
+FREE = (*COMPARED, "seed", *MEMBER_KEYS, "run_name", "run_lock_wait_s", "trainer.default_root_dir")
 NO_RECORD = ("crashed", "missing")  # collect's rows of jobs that left no results.json
 UNSET = "unset"
 

@@ -56,8 +56,8 @@ def cell_text(cell: pd.Series) -> str:
     if word:
         return f"{word} ({cell['n']}/{cell['runs']})"
     judged, learned = cell.get("judged", 0), cell.get("learned", 0)
-    low, high = (min(max(cell[k], 0.0), 1.0) for k in ("ci95_low", "ci95_high"))
-    interval = "[–]" if np.isnan(cell["ci95_low"]) else f"[{low * 100:.1f}, {high * 100:.1f}]"
+    low, high = cell["ci95_low"], cell["ci95_high"]  # clipped to [0, 1] (``cell_stats``)
+    interval = "[–]" if np.isnan(low) else f"[{low * 100:.1f}, {high * 100:.1f}]"
     partly = f", learned {learned}/{judged}" if learned < judged else ""
     text = f"{cell['mean'] * 100:.1f} {interval} ({cell['n']}/{cell['runs']}{partly})"
     return text + decide_text(cell.get("seeds_to_decide", np.nan))

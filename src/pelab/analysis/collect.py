@@ -99,19 +99,21 @@ def matches(record: dict[str, Any], filters: dict[str, str]) -> bool:
     its W&B group (its sweep), ``date`` a prefix of when it started (``2026-11-24``; records
     from before ``started`` was kept never match), ``config.<key>`` a config value
     (``config.run_name=ablation_cpu``, ``config.model.net.d_model=32``); a ``ConfigError`` for
-    another key."""
+    another key. A value may list alternatives, any of which passes: ``pe=rope,alibi`` (a
+    value in brackets, ``[1,8]``, is one value)."""
     config = OmegaConf.create(record.get("config") or {})
-    for key, want in filters.items():
+    for key, value in filters.items():
+        wanted = alternatives(value)
         if key in (*CHOICES, "seed"):
             have = (record.get("choices") or {}).get(key)
         elif key == "tag":
-            if want not in (OmegaConf.select(config, "tags") or []):
+            if not set(wanted) & set(OmegaConf.select(config, "tags") or []):
                 return False
             continue
         elif key == "group":
             have = OmegaConf.select(config, "logger.wandb.group")
         elif key == "date":  # a prefix of when it started: 2026-11-24, 2026-11
-            if not str(record.get("started", "")).startswith(want):
+            if not str(record.get("started", "")).startswith(tuple(wanted)):
                 return False
             continue
         elif key.startswith("config."):
@@ -119,9 +121,30 @@ def matches(record: dict[str, Any], filters: dict[str, str]) -> bool:
         else:
             valid = ", ".join([*CHOICES, "seed", *FILTER_KEYS, "config.<key>"])
             raise ConfigError(f"--filter {key}=...: unknown key {key!r}; valid keys: {valid}")
-        if str(have) != want:
+        if str(have) not in wanted:
             return False
     return True
+
+
+def alternatives(value: str) -> list[str]:
+    """A filter's values: ``rope,alibi`` -> ``["rope", "alibi"]``; commas inside brackets belong
+    to one value (``[1,8]``)."""
+    values, depth, start = [], 0, 0
+    for i, char in enumerate(value):
+        depth += {"[": 1, "]": -1}.get(char, 0)
+        if char == "," and depth == 0:
+            values.append(value[start:i])
+            start = i + 1
+    return [*values, value[start:]]
+
+
+def merged_filters(pairs: Iterable[tuple[str, str]]) -> dict[str, str]:
+    """``--filter`` pairs as one filter per key: a key given twice takes either value
+    (``pe=rope --filter pe=alibi`` is ``pe=rope,alibi``)."""
+    merged: dict[str, str] = {}
+    for key, value in pairs:
+        merged[key] = f"{merged[key]},{value}" if key in merged else value
+    return merged
 
 
 def eval_records(root: Path, as_trained: bool = True) -> list[dict[str, Any]]:

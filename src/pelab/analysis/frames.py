@@ -13,6 +13,7 @@ import pandas as pd
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import ListConfig, OmegaConf
 
+from pelab.config_files import added_defaults
 from pelab.lengths import expand_lengths
 from pelab.metrics import GROUPS as SPLITS
 from pelab.metrics import METRICS
@@ -96,10 +97,13 @@ def runs_frame(records: list[dict[str, Any]]) -> pd.DataFrame:
                 row[f"{split}/{metric}"] = metrics.get(f"test_{split}", {}).get(metric, math.nan)
         row["val_id"] = _validation_score(metrics.get("val") or {}, train)
         rows.append(row | changed)
+    added = added_defaults()  # a record from before a setting ran at its default
     for row, record in zip(rows, records, strict=True):  # settings equal once resolved merge
         config = OmegaConf.create(record.get("config") or {})
         for key in settings:
             value = setting_text(OmegaConf.select(config, key.lstrip("+~"), default=None))
+            if value is None and record.get("config") and key.lstrip("+~") in added:
+                value = setting_text(added[key.lstrip("+~")])
             if value is not None:
                 row[key] = value
     frame = pd.DataFrame(rows)

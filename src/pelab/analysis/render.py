@@ -12,7 +12,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from pelab.analysis.cells import column_header, column_label, column_notes, pivot, steps_text
+from pelab.analysis.cells import (
+    NO_RUNS,
+    column_header,
+    column_label,
+    column_notes,
+    pivot,
+    steps_text,
+)
 from pelab.analysis.table import Ablation
 
 
@@ -43,6 +50,11 @@ def to_latex(stats: pd.DataFrame, rows: list[str], cols: list[str], caption: str
         position_float="centering",
         sparse_index=False,
     )
+    return for_pdflatex(latex)
+
+
+def for_pdflatex(latex: str) -> str:
+    """A ``tabular`` scaled to ``\\textwidth``, headed by the packages it needs."""
     latex = latex.replace("\\begin{tabular}", "\\resizebox{\\textwidth}{!}{%\n\\begin{tabular}", 1)
     latex = latex.replace("\\end{tabular}\n", "\\end{tabular}}\n", 1)
     return f"% needs \\usepackage{{{LATEX_PACKAGES}}}\n{latex}"
@@ -89,6 +101,7 @@ def write_tables(result: Ablation, out_dir: Path) -> list[Path]:
     if result.steps is not None:
         table = steps_markdown(result.steps, result.rows)
         written.append(_write(out_dir / "table_steps.md", f"{table}\n\n{STEPS_LEGEND}\n"))
+        written.append(_write(out_dir / "table_steps.tex", steps_latex(result.steps, result.rows)))
         result.steps.to_csv(out_dir / "table_steps.csv", index=False)
         written.append(out_dir / "table_steps.csv")
     return written
@@ -123,11 +136,28 @@ STEPS_LEGEND = (
 )
 
 
-def steps_markdown(steps: pd.DataFrame, rows: list[str]) -> str:
-    """The steps-to-learn table, rows x tasks."""
+def steps_table(steps: pd.DataFrame, rows: list[str]) -> pd.DataFrame:
+    """The steps-to-learn table, rows x tasks, ``not run`` where a row has no run of a task."""
     texts = steps.assign(text=steps.apply(steps_text, axis=1))
-    table = texts.pivot(index=rows, columns="task", values="text")
-    return table.reset_index().to_markdown(index=False, disable_numparse=True)
+    return texts.pivot(index=rows, columns="task", values="text").fillna(NO_RUNS)
+
+
+def steps_markdown(steps: pd.DataFrame, rows: list[str]) -> str:
+    return steps_table(steps, rows).reset_index().to_markdown(index=False, disable_numparse=True)
+
+
+def steps_latex(steps: pd.DataFrame, rows: list[str]) -> str:
+    """The steps-to-learn table for pdflatex, as ``to_latex`` writes the others."""
+    table = steps_table(steps, rows)
+    table.index = table.index.set_names([latex_escape(str(n)) for n in table.index.names])
+    styler = table.style.format(escape="latex").format_index(escape="latex", axis=0)
+    latex = styler.format_index(escape="latex", axis=1).to_latex(
+        hrules=True,
+        caption=latex_escape("Training steps to learn each task in distribution (mean ± std)"),
+        position_float="centering",
+        sparse_index=False,
+    )
+    return for_pdflatex(latex)
 
 
 def _write(path: Path, text: str) -> Path:

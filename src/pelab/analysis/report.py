@@ -39,7 +39,7 @@ from pathlib import Path
 
 from pelab.analysis import add_seeds, baseline
 from pelab.analysis.browse import run_list
-from pelab.analysis.collect import WANDB_PREFIX, load_records
+from pelab.analysis.collect import WANDB_PREFIX, load_records, matches, merged_filters
 from pelab.analysis.frames import lengths_frame, runs_frame
 from pelab.analysis.html_report import write_html
 from pelab.analysis.plots import heatmap, length_curves, read_published, save
@@ -58,7 +58,9 @@ def key_value(text: str) -> tuple[str, str]:
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="make_table.py", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="make_table.py", description=__doc__.split("\n\n")[0], parents=[baseline_options()]
+    )
     parser.add_argument("sources", nargs="+", help="run directories or wandb:<entity>/<project>")
     parser.add_argument("--out", type=Path, help="output directory")
     parser.add_argument(
@@ -74,9 +76,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         default=[],
         type=key_value,
         metavar="KEY=VALUE",
-        help="keep the runs with this value: pe=rope, task=copy, seed=0, tag=cpu, group=<sweep>, "
-        "date=2026-11-24, "
-        "config.<key>=<value> (W&B sources: W&B's own filter keys, e.g. sweep=<id>)",
+        help="keep the runs with this value (any of several: pe=rope,alibi; a key given twice "
+        "takes either): pe=rope, task=copy, seed=0, tag=cpu, group=<sweep>, date=2026-11-24, "
+        "config.<key>=<value>; it narrows --baseline's runs too (W&B sources: W&B's own filter "
+        "keys, one value each, e.g. sweep=<id>)",
     )
     parser.add_argument(
         "--published",
@@ -96,6 +99,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "--wandb",
         action="store_true",
         help="also log the summary as one W&B run (job_type=summary; offline unless logged in)",
+    )
+    parser.add_argument(
+        "--no-wandb",
+        action="store_true",
+        help="no longer needed: nothing is logged to W&B without --wandb (kept so that older "
+        "commands still run)",
     )
     parser.add_argument(
         "--add-seeds",
@@ -118,7 +127,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         help="print a compact list of the runs (date, encoding, task, seeds, learned, ID/OOD, "
         "wall time, directory), one line per job, and write nothing",
     )
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.no_wandb:
+        print("note: --no-wandb is no longer needed (W&B only with --wandb)", file=sys.stderr)
+    return args
 
 
 def default_out(source: str) -> Path:
@@ -128,9 +140,9 @@ def default_out(source: str) -> Path:
 
 
 def baseline_options() -> argparse.ArgumentParser:
-    """``--baseline`` and ``--save-baseline``, read before the tables' options (``parse``) and
-    listed before them by ``--help``."""
-    parser = argparse.ArgumentParser(add_help=False, usage=argparse.SUPPRESS)
+    """``--baseline`` and ``--save-baseline``: read first by ``main`` to choose what to do, and
+    a parent of the tables' options (``parse``), so ``--help`` lists every option."""
+    parser = argparse.ArgumentParser(add_help=False)
     group = parser.add_argument_group("baselines (baselines/README.md)")
     group.add_argument(
         "--baseline",
@@ -156,8 +168,6 @@ def main(argv: list[str] | None = None) -> int:
     else the tables (``tabulate``). Returns the exit status: 0, or 2 when no run was found or a
     baseline was refused."""
     extra, rest = baseline_options().parse_known_args(argv)
-    if {"-h", "--help"} & set(rest):
-        baseline_options().print_help()
     try:
         if extra.save_baseline:
             sweep, name = extra.save_baseline
@@ -176,10 +186,20 @@ def compare(argv: list[str], names: list[str]) -> int:
     """The tables of the training runs of ``argv``'s sources (``--filter`` selects among them)
     beside those of the baselines ``names``, in ``--out`` (default: beside the first source)."""
     args = parse(argv)
-    records = load_records(args.sources, dict(args.filter))
+    filters = merged_filters(args.filter)
+    records = load_records(args.sources, filters)
     if not records:
-        raise ConfigError(f"no training runs (results.json) under {' '.join(args.sources)}")
-    shipped = [r for name in names for r in baseline.check(records, name)]
+        raise ConfigError(
+            f"no training runs (results.json) under {' '.join(args.sources)}" + filtered(filters)
+        )
+    # the baseline's runs of your tasks, narrowed by --filter as yours are
+    tasks = {str((r.get("choices") or {}).get("task")) for r in records}
+    shipped = [
+        r
+        for name in names
+        for r in baseline.check(records, name)
+        if str((r.get("choices") or {}).get("task")) in tasks and matches(r, filters)
+    ]
     out = args.out or default_out(args.sources[0])
     written = tables_and_figures([*records, *shipped], out, args)
     print(f"{len(written)} files written to {out}")
@@ -194,13 +214,15 @@ def tabulate(argv: list[str]) -> int:
     try:
         if args.published:
             read_published(args.published)  # a bad file fails before any work
-        records = load_records(args.sources, dict(args.filter))
-        evaluations = load_records(args.sources, dict(args.filter), job_type="eval")
+        filters = merged_filters(args.filter)
+        records = load_records(args.sources, filters)
+        evaluations = load_records(args.sources, filters, job_type="eval")
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     if not records and not evaluations:
-        print(f"error: no runs (results.json) under {' '.join(args.sources)}", file=sys.stderr)
+        where = " ".join(args.sources)
+        print(f"error: no runs (results.json) under {where}{filtered(filters)}", file=sys.stderr)
         return 2
     if args.list:
         print(run_list(records))
@@ -214,6 +236,14 @@ def tabulate(argv: list[str]) -> int:
             written += tables_and_figures(found, where, args)
     print(f"{len(written)} files written to {out}")
     return 0
+
+
+def filtered(filters: dict[str, str]) -> str:
+    """What an empty selection says of its ``--filter``s (nothing without any)."""
+    if not filters:
+        return ""
+    given = " ".join(f"--filter {k}={v}" for k, v in filters.items())
+    return f" match {given} (without it: make_table.py <dirs> --list shows what is there)"
 
 
 def add_seeds_to(records: list[dict], args: argparse.Namespace) -> int:

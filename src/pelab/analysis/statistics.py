@@ -73,7 +73,8 @@ def cell_stats(frame: pd.DataFrame, rows: list[str], cols: list[str], value: str
         .reset_index()
     )
     low, high = t_interval(stats["mean"], stats["std"], stats["n"])
-    return stats.assign(ci95_low=low, ci95_high=high)
+    # a score lies in [0, 1]: so does its interval, in the CSV files as in the tables
+    return stats.assign(ci95_low=low.clip(0.0, 1.0), ci95_high=high.clip(0.0, 1.0))
 
 
 def t_interval(mean: pd.Series, std: pd.Series, n: pd.Series) -> tuple[pd.Series, pd.Series]:

@@ -98,7 +98,7 @@ class PositionalEncoding(nn.Module):
     needs_digit_tokens = False  # True: reads ModelDims.digit_tokens; a model without gets an error
     # True: ``input_bias`` is part of the q.k score (PaTH's q^T (H...H - I) k), so a length scale
     # (model.net.attn_scale) scales it with the logits. False: an additive bias that keeps its
-    # size, computed from q as it leaves ``transform_qk``, before the length scale (GRAPE-A's gates)
+    # size, computed from q as it leaves ``transform_qk``, before the length scale (GRAPE-A)
     scores_content = False
     shift: ClassVar[str]  # one of SHIFT_CLASSES, declared by every registered encoding
 

@@ -87,9 +87,7 @@ class FirePE(PositionalEncoding):
         # of neighbouring distances from about 20 on (tests/pe/test_fp32_under_autocast.py)
         bias = partial(self._bias, layer=layer)
         dtype = self.c.dtype  # float32, or a numerical check's float64
-        return pos.memo(
-            (id(self), layer), lambda: in_fp32(bias, pos.q.to(dtype), pos.k.to(dtype))
-        )
+        return pos.memo((id(self), layer), lambda: in_fp32(bias, pos.q.to(dtype), pos.k.to(dtype)))
 
     def _bias(self, q: Tensor, k: Tensor, layer: int) -> Tensor:
         """The bias ``[b|1, h, i, j]`` of float32 positions ``q: [b|1, i]`` and ``k: [b|1, j]``."""

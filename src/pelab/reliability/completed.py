@@ -1,4 +1,5 @@
-"""Re-running a sweep without repeating finished work: with ``skip_completed=true``, a job whose
+"""Re-running without repeating finished work: with ``skip_completed=true`` (or ``resume=true``,
+the default, ``pelab.train.run``), a job whose
 output directory already holds a ``completed`` ``results.json`` of the same config returns that
 record without training. Hydra names each job's directory after its choices and overrides
 (``record.job_key``), so a sweep re-run, or grown, with the same fixed ``hydra.sweep.dir`` finds
@@ -44,15 +45,17 @@ def completed_record(cfg: DictConfig) -> dict[str, Any] | None:
     current = OmegaConf.to_container(cfg, resolve=True)
     changed = differences(comparable(record["config"]), comparable(current))
     if not changed:
-        log.info("skip_completed: %s already holds this completed run; not training", path)
+        log.info("%s already holds this completed run: not training or testing again", path)
         return record
     if any(_is_trajectory(c) for c in changed):
         raise ConfigError(
-            f"skip_completed: {path} holds a completed run with other training settings; use "
+            f"{path} holds a completed run with other training settings; use "
             f"another output directory (hydra.sweep.dir) for this config:\n  "
             + "\n  ".join(changed)
         )
-    log.info("skip_completed: evaluation settings changed, re-testing: %s", "; ".join(changed))
+    log.info(
+        "evaluation settings changed since the completed run, re-testing: %s", "; ".join(changed)
+    )
     return None
 
 

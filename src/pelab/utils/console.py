@@ -75,6 +75,11 @@ def interactive() -> bool:
     return sys.stdout.isatty()
 
 
+def count(n: int, noun: str) -> str:
+    """``1 job``, ``3 jobs``."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
 def duration(seconds: float) -> str:
     """A time left or taken, as a console line says it: ``45 s``, ``9 min``, ``2 h 5 min``."""
     if seconds < 60:
