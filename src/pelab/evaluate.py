@@ -34,6 +34,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 from pelab.assembly import build_model, build_task, data_module
 from pelab.config_files import schedule_options  # also stores eval.yaml's eval_pe_options
 from pelab.errors import ConfigError
+from pelab.eval_time import check_test_time
 from pelab.lit_module import SequenceModel
 from pelab.record import RESULTS, read_record
 from pelab.reliability.checkpoints import check_integrity, check_nothing_restored
@@ -182,6 +183,7 @@ def evaluated_model(merged: DictConfig, sizes: dict[str, int], ckpt: Path) -> Se
     load_weights(model, ckpt)
     configure_threads(merged, model.net.num_params()["total"])
     check_eval_memory(merged, task, model)
+    check_test_time(model, task, merged.data.eval_batch_size, "the evaluation")
     return model
 
 

@@ -30,10 +30,13 @@ from pelab.record import (
     CHOICE_GROUPS,
     COMPLETED,
     RESULTS,
+    SWEEP_RESUMES,
     ended_status,
     new_record,
     recorded,
     resume_command,
+    sweep_overrides,
+    sweep_resume_command,
 )
 from pelab.reliability.checkpoints import AtomicCheckpointIO
 from pelab.tasks.base import Task
@@ -171,8 +174,7 @@ def execute(
     record = new_record(job_type, choices, config) | extra
     resume = None
     if job_type == "train":
-        overrides = list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
-        resume = resume_command(job_type, overrides, job_dir or output_dir)
+        resume = interrupted_resume(job_type, job_dir or output_dir)
     try:
         with recorded(Path(output_dir) / RESULTS, record, since, resume, earlier):
             try:
@@ -209,6 +211,22 @@ def execute(
                 print_results(record, outcome.task)
             except Exception:  # the record is written: a table's fault must not fail the run
                 log.exception("could not print the results table (results.json has them)")
+
+
+def interrupted_resume(job_type: str, job_dir: str | Path) -> str:
+    """What resumes an interrupted run: its own command, or in a sweep the whole sweep's (a
+    Ctrl-C stops the sweep, so the jobs not started yet need it too); ``record.resume_command``,
+    ``record.sweep_resume_command``."""
+    if not HydraConfig.initialized():
+        return resume_command(job_type, [], job_dir)
+    hydra = HydraConfig.get()
+    multirun = Path(str(hydra.sweep.dir)) / "multirun.yaml"
+    if in_sweep() and multirun.exists():
+        script = f"scripts/{job_type}.py"
+        sweep = sweep_overrides(OmegaConf.load(multirun))
+        command = sweep_resume_command(script, *sweep, hydra.sweep.dir)
+        return f"{command} (the whole sweep: {SWEEP_RESUMES})"
+    return resume_command(job_type, list(hydra.overrides.task), job_dir)
 
 
 def scored_outcome(

@@ -27,6 +27,7 @@ from pelab.assembly import (
     data_module,
 )
 from pelab.competence import LearnedStop, competence_fields
+from pelab.eval_time import check_test_time
 from pelab.kernels import AttentionKernels
 from pelab.lengths import no_extrapolation_note
 from pelab.lit_module import SequenceModel
@@ -101,6 +102,8 @@ def prepare(job: Job) -> Prepared:
     model = build_members([m.config for m in job.members], task, live=job.live)
     configure_threads(cfg, model.net.num_params()["total"] * len(job.members))
     check_eval_memory(cfg, task, model)
+    if cfg.test:  # said before the hours of training
+        check_test_time(model, task, cfg.data.eval_batch_size)
     adopt_requeue_checkpoints(cfg.paths.output_dir)  # before any trainer can restore one
     ckpt_path = resume_path(cfg) if cfg.train else None
     if cfg.train and ckpt_path is None:  # from scratch: not an earlier attempt's W&B run

@@ -140,7 +140,7 @@ def test_sigterm_to_a_parallel_sweep_reaches_its_running_jobs_which_checkpoint(
         time.sleep(0.2)
     assert marker.exists(), proc.communicate()[1][-3000:]
     proc.send_signal(signal.SIGTERM)
-    _, stderr = proc.communicate(timeout=300)
+    stdout, stderr = proc.communicate(timeout=300)
     assert proc.returncode != 0
     first, second = (sweep_job(sweep, "rope", "copy", s, f"seed={s}", *LONG) for s in (0, 1))
     record = results(first)
@@ -148,6 +148,15 @@ def test_sigterm_to_a_parallel_sweep_reaches_its_running_jobs_which_checkpoint(
     assert "interrupted by SIGTERM" in record["error"]
     assert checkpoint(first / "checkpoints" / "last.ckpt")["global_step"] > 6
     assert not second.exists()  # never started
+    # issue 45: the command that resumes the whole sweep, not the one job, said by the launcher
+    # and kept in the interrupted job's record
+    said_by_launcher = stdout + stderr
+    assert "sweep interrupted: 0 jobs ended, 1 stopped, 1 not started" in said_by_launcher
+    resume = "-m hydra/launcher=parallel hydra.launcher.n_jobs=1 "
+    for said in (said_by_launcher, record["error"]):
+        assert resume in said and "seed=0,1 " in said, said[-2000:]
+        assert f"hydra.sweep.dir={sweep} skip_completed=true" in said
+        assert "the jobs not started yet run" in said
 
 
 @pytest.mark.integration

@@ -6,10 +6,17 @@ and ETA; the job's own output (its table) stays in its log::
     #3 completed, 3 of 3 runs learned after 5 min; 4/66 jobs done (0 failed), ETA 1 h 10 min
 """
 
+import os
+import sys
 import time
 from pathlib import Path
 
 from pelab.utils.console import duration
+
+
+def launched_script() -> str:
+    """The script this sweep was launched with, relative to here (for a resume command)."""
+    return os.path.relpath(sys.argv[0]) if sys.argv and sys.argv[0] else "scripts/train.py"
 
 
 class SweepClock:
@@ -22,9 +29,7 @@ class SweepClock:
         self.total, self.ended, self.failed = total, 0, 0
         self.walls: list[float] = []  # each ended job's wall time
 
-    def end(
-        self, failed: bool, started: float, running: list[float] = (), slots: int = 1
-    ) -> str:
+    def end(self, failed: bool, started: float, running: list[float] = (), slots: int = 1) -> str:
         """Count one more job ended (it started at ``started``, ``time.monotonic``; ``running``:
         the start times of the jobs still running; ``slots``: how many run at once);
         ``4/66 jobs done (1 failed), ETA 9 min``."""

@@ -42,7 +42,7 @@ from omegaconf import DictConfig
 
 from hydra_plugins.pelab_launcher import worker
 from hydra_plugins.pelab_launcher.job_config import job_config, job_dir, run_config
-from hydra_plugins.pelab_launcher.job_lines import SweepClock, outcome
+from hydra_plugins.pelab_launcher.job_lines import SweepClock, launched_script, outcome
 from pelab.errors import ConfigError
 from pelab.threads import available_cores
 from pelab.utils.console import count, duration
@@ -162,10 +162,26 @@ class PoolLauncher(Launcher):
                     returns[job.num] = self._finish(job, clock, running)
         except KeyboardInterrupt:
             _stop(running)
+            self._say_interrupted(len(returns), len(running), len(waiting), sweep_dir)
             raise
         finally:
             signal.signal(signal.SIGTERM, previous_sigterm)
         return [returns[job.num] for job in jobs]
+
+    def _say_interrupted(self, ended: int, stopped: int, waiting: int, sweep_dir: Path) -> None:
+        """How far the sweep got, and the one command that resumes all of it."""
+        from pelab.record import SWEEP_RESUMES, sweep_overrides, sweep_resume_command
+
+        command = sweep_resume_command(launched_script(), *sweep_overrides(self.config), sweep_dir)
+        log.error(
+            "sweep interrupted: %s ended, %d stopped, %d not started. To resume the whole "
+            "sweep (%s):\n  %s",
+            count(ended, "job"),
+            stopped,
+            waiting,
+            SWEEP_RESUMES,
+            command,
+        )
 
     def set_jobs(self, n_jobs: int) -> None:
         """``n_jobs`` at once, each with ``threads_per_job`` torch threads (None: its share)."""
@@ -288,7 +304,8 @@ class PoolLauncher(Launcher):
             job.call_path.unlink()
             job.result_path.unlink()
             said, failed = outcome(job.output_dir)
-            log.info("#%d %s after %s; %s", job.num, said, wall, self._end(clock, job, failed, running))
+            ended = self._end(clock, job, failed, running)
+            log.info("#%d %s after %s; %s", job.num, said, wall, ended)
             return returned
         reason = _death(code)
         tail = _tail(job.log_path)

@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
-import shlex
 import shutil
-import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -32,7 +30,7 @@ from hydra_plugins.hydra_submitit_launcher.submitit_launcher import (
 )
 from omegaconf import OmegaConf
 
-from hydra_plugins.pelab_launcher.job_lines import SweepClock, outcome
+from hydra_plugins.pelab_launcher.job_lines import SweepClock, launched_script, outcome
 from pelab.utils.console import duration
 
 log = logging.getLogger(__name__)
@@ -133,27 +131,11 @@ class _PelabSubmitit(BaseSubmititLauncher):
         return dict(self.params)
 
     def resume_command(self, sweep_dir: Path) -> str:
-        """The command that re-runs this sweep into ``sweep_dir``: each job resumes from its
-        last checkpoint and a completed one is returned untouched."""
+        """The command that re-runs this sweep into ``sweep_dir`` (``record``'s)."""
+        from pelab.record import sweep_overrides, sweep_resume_command
+
         assert self.config is not None
-        hydra_overrides = [
-            o
-            for o in OmegaConf.select(self.config, "hydra.overrides.hydra", default=[]) or []
-            if not o.startswith(("hydra.sweep.dir=", "hydra.mode="))
-        ]
-        task = list(OmegaConf.select(self.config, "hydra.overrides.task", default=[]) or [])
-        task = [o for o in task if not o.startswith("skip_completed=")]
-        script = os.path.relpath(sys.argv[0]) if sys.argv and sys.argv[0] else "scripts/train.py"
-        words = [
-            "python",
-            script,
-            "-m",
-            *hydra_overrides,
-            *task,
-            f"hydra.sweep.dir={sweep_dir}",
-            "skip_completed=true",
-        ]
-        return " ".join(shlex.quote(w) for w in words)
+        return sweep_resume_command(launched_script(), *sweep_overrides(self.config), sweep_dir)
 
 
 def not_submitted(

@@ -90,3 +90,37 @@ def progress_line(
     if rate > 0 and max_steps > step:
         parts.append(f"ETA {duration((max_steps - step) / rate)}")
     return f"step {step}/{max_steps}: " + ", ".join(parts)
+
+
+class TestProgress(Callback):
+    """A line when the test (or a re-evaluation) starts a length that takes a while, and then
+    every ``every_s`` seconds of it: ``testing length 2048 (4 of 4): batch 3/16, about 7 min
+    left at this length``, bar or not (a bar shows one length's batches, not the test's end)."""
+
+    def __init__(self, every_s: float = 30.0) -> None:
+        self.every_s = every_s
+        self.length_start = self.last = 0.0
+        self.current: int | None = None
+
+    def on_test_batch_end(
+        self, trainer, pl_module, outputs, batch, batch_idx: int, dataloader_idx: int = 0
+    ) -> None:
+        now = time.monotonic()
+        if dataloader_idx != self.current:  # the first batch of a length is done
+            self.current, self.length_start, self.last = dataloader_idx, now, now
+        if now - self.last < self.every_s:
+            return
+        self.last = now
+        lengths = pl_module.lengths["test"]  # pelab.lit_module.SequenceModel's
+        total = trainer.num_test_batches[dataloader_idx]
+        done = batch_idx + 1
+        left = (now - self.length_start) / max(done - 1, 1) * (total - done)
+        log.info(
+            "testing length %d (%d of %d): batch %d/%d, about %s left at this length",
+            lengths[dataloader_idx],
+            dataloader_idx + 1,
+            len(lengths),
+            done,
+            total,
+            duration(left),
+        )

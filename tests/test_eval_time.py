@@ -1,0 +1,52 @@
+"""The test's time, said before training (``pelab.eval_time``), and its progress during a long
+one (``TestProgress``): issue 45's silent 10 minutes at length 2048."""
+
+import logging
+
+import pytest
+
+from pelab import eval_time
+from pelab.assembly import build_model, build_task
+from pelab.eval_time import TestTime, check_test_time
+from pelab.train import run
+from tests.conftest import TINY, compose_config
+
+
+def test_the_estimate_covers_every_length_and_grows_with_it(tmp_path):
+    cfg = compose_config([*TINY, "task.eval_lengths=[4,256]", "task.n_test=16"], tmp_path)
+    model = build_model(cfg, task := build_task(cfg))
+    found = eval_time.estimate(model, task, batch_size=8)
+    assert list(found.by_length) == [4, 256]
+    assert 0 < found.by_length[4] < found.by_length[256]
+    assert found.total == pytest.approx(sum(found.by_length.values()))
+
+
+def test_a_long_test_is_warned_about_naming_the_lengths_that_cost_it(
+    tmp_path, monkeypatch, caplog
+):
+    cfg = compose_config([*TINY, "task.eval_lengths=[4,8,128]"], tmp_path)
+    model = build_model(cfg, task := build_task(cfg))
+    monkeypatch.setattr(eval_time, "LONG_TEST_S", 0.0)
+    with caplog.at_level(logging.INFO, logger="pelab.eval_time"):
+        check_test_time(model, task, 8)
+    said = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(said) == 1 and "most of it at length 128: " in said[0].getMessage()
+    assert "lower task.n_test (now 8)" in said[0].getMessage()
+    assert "the final test will take about" in caplog.text
+
+
+def test_the_costliest_lengths_make_up_most_of_the_time():
+    found = TestTime({4: 1.0, 8: 2.0, 2048: 97.0})
+    assert found.costliest() == [2048] and TestTime({4: 1.0, 8: 1.0}).costliest() == [4, 8]
+
+
+@pytest.mark.integration
+def test_a_run_says_its_test_time_before_training_and_its_progress_during_it(tmp_path, caplog):
+    overrides = [*TINY, "logger=none", "callbacks.test_progress.every_s=0"]
+    with caplog.at_level(logging.INFO):
+        run(compose_config(overrides, tmp_path))
+    lines = [r.getMessage() for r in caplog.records]
+    told = next(i for i, m in enumerate(lines) if m.startswith("the final test will take about"))
+    trained = next(i for i, m in enumerate(lines) if "stopped" in m or "step" in m.lower())
+    assert told < trained
+    assert any(m.startswith("testing length 8 (") and "left at this length" in m for m in lines)
