@@ -56,7 +56,7 @@ gpu-check: ## does pelab fill a GPU? one table, exit 1 on a miss (sized for 8 mi
 	$(if $(wildcard $(PY)),$(PY),$(PYTHON)) scripts/gpu_check.py
 
 sync: install ## upload every offline W&B run under logs/ not uploaded yet (W&B marks uploaded ones)
-	@if [ -d logs ]; then find logs -type d -name 'offline-run-*' -exec $(VENV)/bin/wandb sync {} +; \
+	@if [ -d logs ]; then find logs -type d -name 'offline-run-*' -print0 | sort -z | xargs -0r $(VENV)/bin/wandb sync; \
 	else echo "make sync: no logs/ here (run it from the repo root): no runs to sync"; fi
 
 lint: install ## ruff lint and format check

@@ -101,24 +101,22 @@ def test_the_printed_sync_command_finds_every_offline_run_not_yet_uploaded(tmp_p
     """``SYNC_COMMAND`` from the directory holding ``logs/``: its ``find`` (run here as Python
     walks the tree: directories by name, symlinks not followed) hands ``wandb sync`` (run
     in-process, ``--dry-run``: no upload) every offline run; W&B skips the one it uploaded."""
-    find, root, *select, exec_, program, sync, each, end = shlex.split(SYNC_COMMAND)
-    assert (find, select, exec_, each, end) == (
-        "find",
-        ["-type", "d", "-name", select[-1]],
-        "-exec",
-        "{}",
-        "+",
+    find, root, *select, null, pipe, sort, z, pipe2, xargs, flags, program, sync = shlex.split(
+        SYNC_COMMAND
     )
+    assert (find, select, null) == ("find", ["-type", "d", "-name", select[-1]], "-print0")
+    # oldest first: a resumed run's attempts (one id) continue its W&B run in order
+    assert (pipe, sort, z, pipe2, xargs, flags) == ("|", "sort", "-z", "|", "xargs", "-0r")
     assert (program, sync) == ("wandb", "sync")
     logs = tmp_path / root
     offline_run(logs / "train/runs/2026-11-27_12-00-00/wandb", "fresh001")
     offline_run(logs / "train/multiruns/2026-11-27_12-00-00/0/wandb", "synced01", synced=True)
     offline_run(logs / "eval/runs/2026-11-27_12-00-00/wandb", "online01", mode="run")
-    found = [
+    found = sorted(
         os.path.relpath(folder, tmp_path)
         for folder, _, _ in os.walk(logs)
         if fnmatch(os.path.basename(folder), select[-1])
-    ]
+    )
     monkeypatch.chdir(tmp_path)
     # the CLI's report is what is checked: a silent run earlier in this process (the suite's
     # WANDB_SILENT) left W&B's console silent, as a fresh `wandb sync` process never is

@@ -30,9 +30,14 @@ from urllib.parse import urlsplit
 DEFAULT_HOST = "https://api.wandb.ai"
 PROBE_TIMEOUT_S = 5.0
 # every offline run under logs/ (runs live in logs/**/wandb/offline-run-*), from the repo root, in
-# any shell; `wandb sync` skips the runs it has uploaded (it marks them `<run>.wandb.synced`)
-SYNC_COMMAND = "find logs -type d -name 'offline-run-*' -exec wandb sync {} +"
-SYNC_HINT = f"upload later from the repo root with `make sync` (or `{SYNC_COMMAND}`)"
+# any shell, oldest first within a run (a resumed run's attempts share its id and continue its
+# W&B run in order); `wandb sync` skips the runs it has uploaded (it marks them `.synced`)
+SYNC_COMMAND = "find logs -type d -name 'offline-run-*' -print0 | sort -z | xargs -0r wandb sync"
+SYNC_HINT = (
+    "upload later, once logged in (`wandb login`, or $WANDB_API_KEY set), from the repo root "
+    f"with `make sync` (or `{SYNC_COMMAND}`); W&B's own banner suggests `wandb online`, which "
+    "only makes later runs log online"
+)
 RUN_ID_FILE = Path("wandb", "run_id")  # in a run's directory: the id of its W&B run
 RUN_ID_ALPHABET = string.ascii_lowercase + string.digits
 
