@@ -368,6 +368,9 @@ def test_a_difference_of_means_has_welchs_interval_and_p_value_by_hand():
     assert str(result).startswith("+45.0 points [")
     with pytest.raises(ValueError, match="two seeds on each side"):
         welch_difference([0.5], [0.2, 0.3])
+    # issue 45: percents printed "-81.4 points [-412.5, +249.7]" without complaint
+    with pytest.raises(ValueError, match="fractions in \\[0, 1\\].*got 12.5: divide percents"):
+        welch_difference([12.5, 10.0], [0.2, 0.3])
 
 
 def test_every_metric_is_tabulated_side_by_side_and_alone_and_a_column_of_zeros_has_no_bold(

@@ -119,6 +119,12 @@ def welch_difference(a, b) -> Difference:
     a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     if len(a) < 2 or len(b) < 2:
         raise ValueError(f"a difference needs two seeds on each side, got {len(a)} and {len(b)}")
+    outside = [v for v in (*a, *b) if not 0.0 <= v <= 1.0]
+    if outside:  # it prints points, x100: percents would read as thousands
+        raise ValueError(
+            f"welch_difference takes scores as fractions in [0, 1], as records hold them; got "
+            f"{outside[0]:g}: divide percents by 100"
+        )
     diff = a.mean() - b.mean()
     if a.var() == 0 and b.var() == 0:
         return Difference(diff, diff, diff, float(diff == 0), len(a), len(b))
