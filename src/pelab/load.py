@@ -206,6 +206,11 @@ def load_run(
             f"load_run('{Path(run_dir) / members[0]}')"
         )
     if path.suffix != ".ckpt":
+        if len(path.parts) > 1:  # a path, but to no checkpoint file
+            raise ConfigError(
+                f"checkpoint={checkpoint!r} is neither best, last nor a .ckpt file (a run "
+                f"directory is the first argument: load_run('{checkpoint}'))"
+            )
         path = Path(run_dir) / "checkpoints" / f"{checkpoint}.ckpt"
     directory, record = training_record(path)
     config = OmegaConf.create(record["config"])

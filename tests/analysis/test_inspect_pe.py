@@ -105,6 +105,32 @@ def test_relative_curve_of_alibi_is_minus_slope_times_distance(causal):
     assert torch.equal(response, -pe.slopes[:, None] * distance.abs())
 
 
+def test_a_layer_schedule_is_drawn_at_its_first_layer_with_the_encoding_and_said(tmp_path):
+    """Issue 45: ``pe.layers`` was invisible: layer 0 was drawn whatever ran there (a NoPE layer
+    draws a flat line). The first layer running the encoding is drawn, and the title says the
+    schedule."""
+    from pelab.pe.base import ModelDims
+    from pelab.pe.bias import AlibiPE
+    from pelab.pe.layered import LayeredPE
+
+    dims = ModelDims(8, 2, 2, True, 16)
+    pe = LayeredPE(dims, AlibiPE, ["none", "alibi"])
+    assert inspect_pe.drawn_layer(pe) == 1
+    distance, response = inspect_pe.relative_curves(pe, "logit_bias", 5)
+    assert torch.equal(response, -pe.base.slopes[:, None] * distance.abs())  # not None, not flat
+    said = inspect_pe.schedule_note(pe)
+    assert said == "pe.layers=[none,alibi]: layer 1 drawn; layers 0 run no encoding"
+    notes = []
+    original = inspect_pe.HookFigure.plot
+    inspect_pe.HookFigure.plot = lambda self, path, note="": notes.append(note)
+    try:
+        inspect_pe.draw(pe, tmp_path, 5)
+    finally:
+        inspect_pe.HookFigure.plot = original
+    assert notes == [said]
+    assert inspect_pe.schedule_note(AlibiPE(dims)) == ""
+
+
 def test_relative_curve_of_stick_breaking_halves_with_each_step_back():
     from pelab.pe.base import ModelDims
     from pelab.pe.stick_breaking import StickBreakingPE
@@ -257,6 +283,13 @@ def test_a_trained_checkpoints_figures_go_to_its_own_run_directory(tmp_path):
         dirs.append(run_dir)
     assert dirs[0] != dirs[1]
     assert all((d / "inspect" / "attention_len32.png").exists() for d in dirs)
+    # issue 45: the run directory itself (its best checkpoint) was glued onto itself
+    # ("ckpt_path=<dir>.ckpt does not exist"); a path that does not exist says so plainly
+    cfg = inspect_config(tmp_path / "a", f"ckpt_path={dirs[0]}", "wandb=false")
+    assert Path(cfg.out_dir) == dirs[0] / "inspect" and inspect_pe.run(cfg)
+    missing = inspect_config(tmp_path / "a", f"ckpt_path={tmp_path / 'nothere'}", "wandb=false")
+    with pytest.raises(ConfigError, match=r"ckpt_path=.*nothere does not exist: give a run dir"):
+        inspect_pe.run(missing)
     untrained = inspect_config(tmp_path / "c", "pe=alibi")
     assert Path(untrained.out_dir) == Path(untrained.paths.log_dir) / "inspect" / "alibi"
 

@@ -10,11 +10,14 @@ from omegaconf import OmegaConf
 
 
 def inspect_dir(ckpt_path: str | None, default: str) -> str:
-    """``<run dir>/inspect`` for a checkpoint ``<run dir>/checkpoints/<name>.ckpt`` (a checkpoint
-    elsewhere: ``inspect/`` beside it), else ``default``: the figures of a trained model belong
-    to its run, so two checkpoints never overwrite each other's figures."""
+    """``<run dir>/inspect`` for a checkpoint ``<run dir>/checkpoints/<name>.ckpt`` or a run
+    directory (its best checkpoint; a checkpoint elsewhere: ``inspect/`` beside it), else
+    ``default``: the figures of a trained model belong to its run, so two checkpoints never
+    overwrite each other's figures."""
     if not ckpt_path:
         return default
+    if Path(ckpt_path).is_dir():
+        return str(Path(ckpt_path) / "inspect")
     folder = Path(ckpt_path).parent
     run_dir = folder.parent if folder.name == "checkpoints" else folder
     return str(run_dir / "inspect")

@@ -14,10 +14,11 @@ The encoding is built exactly as training builds it (``configs/inspect.yaml`` is
 - ``layer_input.png``: for encodings injected at every block (FLOATER), ``layer_input`` of a zero
   residual stream per block (positions x dims), and its change from position 0;
 - ``relative_<hook>.png``: what the attention hooks add as a function of the distance ``i - j``,
-  one curve per head: the content-free ``logit_bias`` (layer 0); for ``transform_qk`` (RoPE,
-  xPos) the score ``q . k / sqrt(d)`` of one fixed random pair placed at every offset; for
+  one curve per head, in the first layer that runs the encoding (0, or a ``pe.layers``
+  schedule's first: its title says so): the content-free ``logit_bias``; for ``transform_qk``
+  (RoPE, xPos) the score ``q . k / sqrt(d)`` of one fixed random pair placed at every offset; for
   ``modify_logits`` the change of the logits when every position carries the same random
-  ``q = k`` (layer 0); for ``modify_probs`` the factor by which uniform probabilities change;
+  ``q = k``; for ``modify_probs`` the factor by which uniform probabilities change;
 - ``linear_map.png`` (sinusoids): the least-squares fit ``PE(pos + k) ~ PE(pos) M_k`` over many
   positions, whose residual is ~0 because a shift is a rotation of each sin/cos pair (Vaswani
   et al. 2017, section 3.5), and ``M_k`` itself.
@@ -79,6 +80,7 @@ from pelab.load import Run, load_run
 from pelab.models.attention_maps import attention_maps
 from pelab.pe.absolute import AdditivePE, SinusoidalPE
 from pelab.pe.base import PositionalEncoding
+from pelab.pe.layered import LayeredPE
 from pelab.pe.scaled_sinusoidal import ScaledSinusoidalPE
 from pelab.positions import Positions
 from pelab.threads import check_threads, configure_threads
@@ -111,6 +113,25 @@ def layer_signals(pe: PositionalEncoding, n: int) -> Tensor:
     return torch.stack([pe.layer_input(x, pos, layer)[0] for layer in range(pe.dims.n_layers)])
 
 
+def drawn_layer(pe: PositionalEncoding) -> int:
+    """The layer the hook figures show: 0, or with a layer schedule (``pe.layers``) the first
+    layer that runs the encoding."""
+    return pe.active.index(True) if isinstance(pe, LayeredPE) and True in pe.active else 0
+
+
+def schedule_note(pe: PositionalEncoding) -> str:
+    """The hook figures' line on a layer schedule (empty without one): which layer is drawn,
+    and which layers add nothing."""
+    if not isinstance(pe, LayeredPE):
+        return ""
+    schedule = ",".join(pe.pe_name if on else "none" for on in pe.active)
+    without = [str(layer) for layer, on in enumerate(pe.active) if not on]
+    return (
+        f"pe.layers=[{schedule}]: layer {drawn_layer(pe)} drawn; layers "
+        f"{', '.join(without)} run no encoding"
+    )
+
+
 def relative_curves(
     pe: PositionalEncoding, hook: str, length: int
 ) -> tuple[Tensor, Tensor] | None:
@@ -120,7 +141,7 @@ def relative_curves(
     Positions ``0..n-1`` with ``c = length - 1``; an encoder also sees ``length - 1`` keys after
     the query (negative distances), a decoder only the past and present.
     """
-    dims = pe.dims
+    dims, layer = pe.dims, drawn_layer(pe)
     n = length if dims.causal else 2 * length - 1
     c = length - 1
     pos = Positions.contiguous(n)
@@ -130,7 +151,10 @@ def relative_curves(
     scale = dims.head_dim**-0.5
     if hook in ("logit_bias", "input_bias"):
         x = torch.randn(1, n, dims.d_model, generator=generator)
-        bias = pe.logit_bias(pos, 0) if hook == "logit_bias" else pe.input_bias(x, q, k, pos, 0)
+        if hook == "logit_bias":
+            bias = pe.logit_bias(pos, layer)
+        else:
+            bias = pe.input_bias(x, q, k, pos, layer)
         if bias is None:  # a hook these options leave unused (grape_a: one of its two)
             return None
         response = bias.expand(1, dims.n_heads, n, n)
@@ -138,16 +162,16 @@ def relative_curves(
         equal = torch.zeros(1, dims.n_heads, n, n)
         if dims.causal:
             equal = equal.masked_fill(~torch.ones(n, n, dtype=torch.bool).tril(), -torch.inf)
-        response = pe.normalize(equal, pos, 0)
+        response = pe.normalize(equal, pos, layer)
     elif hook == "transform_qk":
-        q, k = pe.transform_qk(q, k, pos, 0)
+        q, k = pe.transform_qk(q, k, pos, layer)
         response = q @ k.transpose(-1, -2) * scale
     elif hook == "modify_logits":
         logits = q @ q.transpose(-1, -2) * scale  # q = k: one random vector as query and key
-        response = pe.modify_logits(logits, q, q, pos, 0) - logits
+        response = pe.modify_logits(logits, q, q, pos, layer) - logits
     else:  # modify_probs
         uniform = torch.full((1, dims.n_heads, n, n), 1.0 / n)
-        response = pe.modify_probs(uniform, pos, 0) / uniform
+        response = pe.modify_probs(uniform, pos, layer) / uniform
     return c - torch.arange(n), response[0, :, c]
 
 
@@ -172,16 +196,16 @@ def grid_relative(pe: PositionalEncoding, hook: str, radius: int) -> Tensor:
     """``[h, 2R+1, 2R+1]``: the hook's response of a query at ``(R, R)`` to keys at every offset
     ``(Δrow, Δcol) = query - key`` in ``[-R, R]²`` (the same random q, k pair everywhere for
     ``transform_qk``)."""
-    dims = pe.dims
+    dims, layer = pe.dims, drawn_layer(pe)
     query = torch.tensor([[[radius, radius]]])  # [1, 1, 2]
     keys = query - grid_cells(radius)[None]  # [1, m, 2]
     pos, m = Positions(query, keys), keys.shape[1]
     if hook == "logit_bias":
-        response = pe.logit_bias(pos, 0).expand(1, dims.n_heads, 1, m)
+        response = pe.logit_bias(pos, layer).expand(1, dims.n_heads, 1, m)
     else:  # transform_qk
         generator = torch.Generator().manual_seed(0)
         q, k = torch.randn(2, 1, dims.n_heads, 1, dims.head_dim, generator=generator)
-        q, k = pe.transform_qk(q, k.expand(1, dims.n_heads, m, dims.head_dim), pos, 0)
+        q, k = pe.transform_qk(q, k.expand(1, dims.n_heads, m, dims.head_dim), pos, layer)
         response = q @ k.transpose(-1, -2) * dims.head_dim**-0.5
     return response[0, :, 0].unflatten(-1, (2 * radius + 1, 2 * radius + 1))
 
@@ -255,9 +279,11 @@ def draw(
             panels.append((signal - signal[0], f"block {layer}: minus its value at position 0"))
         plot_tables(panels, out_dir / "layer_input.png", columns=2)
         paths.append(out_dir / "layer_input.png")
+    schedule = schedule_note(pe)
     for figure in hook_figures(pe, length):
         path = out_dir / f"{figure.name}.png"
-        figure.plot(path, notes.get(figure.name, ""))
+        note = "; ".join(n for n in (notes.get(figure.name, ""), schedule) if n)
+        figure.plot(path, note)
         paths.append(path)
     if isinstance(pe, (SinusoidalPE, ScaledSinusoidalPE)):
         # many more positions than dims (4 d + 64), so that the fit is not underdetermined
@@ -392,7 +418,16 @@ def run(cfg: DictConfig) -> list[Path]:
     out_dir = Path(cfg.out_dir)
     threads = cfg.get("threads", "auto")
     if cfg.get("ckpt_path"):
-        trained = load_run(cfg.ckpt_path, cfg.ckpt_path, threads=threads)
+        given = Path(cfg.ckpt_path)  # a checkpoint, or a run directory (its best.ckpt)
+        if not given.exists():
+            raise ConfigError(
+                f"ckpt_path={given} does not exist: give a run directory or "
+                "<run dir>/checkpoints/best.ckpt"
+            )
+        if given.is_dir():
+            trained = load_run(given, threads=threads)
+        else:
+            trained = load_run(given.resolve().parent.parent, str(given), threads=threads)
         model = trained.model
     else:
         trained, model = None, build_model(cfg, build_task(cfg))

@@ -16,12 +16,15 @@ from torch import Tensor  # noqa: E402
 
 # per attention hook: the figure's title and the y axis of its curves
 HOOK_TITLES = {
-    "logit_bias": ("logit bias (layer 0)", "bias added to the logit"),
+    "logit_bias": ("logit bias (first layer)", "bias added to the logit"),
     "transform_qk": ("score of a fixed random q, k pair", "q . k / sqrt(d) after transform_qk"),
-    "modify_logits": ("change of the logits (q = k fixed, layer 0)", "modified - plain logit"),
-    "input_bias": ("bias from the layer input (seeded random input, q, k; layer 0)", "bias added"),
-    "normalize": ("weights of equal logits (layer 0)", "attention weight"),
-    "modify_probs": ("change of uniform probabilities (layer 0)", "modified / uniform"),
+    "modify_logits": ("change of the logits (q = k fixed, first layer)", "modified - plain logit"),
+    "input_bias": (
+        "bias from the layer input (seeded random input, q, k; first layer)",
+        "bias added",
+    ),
+    "normalize": ("weights of equal logits (first layer)", "attention weight"),
+    "modify_probs": ("change of uniform probabilities (first layer)", "modified / uniform"),
 }
 
 
