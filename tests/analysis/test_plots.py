@@ -2,6 +2,7 @@
 one legend entry per row, a baseline in grey, the heatmap's grey cells named as in the tables."""
 
 import numpy as np
+import pandas as pd
 import pytest
 from matplotlib.colors import same_color, to_rgba, to_rgba_array
 from matplotlib.patches import Rectangle
@@ -111,9 +112,10 @@ def test_a_row_keeps_its_colour_in_every_panel_and_the_legend_names_it():
     fig = length_curves(result.runs, result.lengths, result.rows, "exact_match")
     copy, reverse = fig.axes
     colour = {c.get_label(): c.lines[0].get_color() for c in copy.containers}
-    assert set(colour) == {"none · trainer.max_steps=200", "rope · trainer.max_steps=200"}
+    # the failed runs set no max_steps: the rows differ in it, named by its last part
+    assert set(colour) == {"none · max_steps=200", "rope · max_steps=200"}
     [(name, line)] = [(c.get_label(), c.lines[0]) for c in reverse.containers]
-    assert name == "rope · trainer.max_steps=200" and line.get_color() == colour[name]
+    assert name == "rope · max_steps=200" and line.get_color() == colour[name]
     [legend] = fig.legends
     for text, handle in zip(legend.get_texts(), legend.legend_handles, strict=True):
         if text.get_text() != "chance level":
@@ -195,7 +197,8 @@ def test_thirty_encodings_each_point_at_its_length_in_a_style_of_its_own():
 
 def test_a_baseline_is_grey_beneath_your_rows_in_colour_with_one_legend_entry():
     """Your mine and rope beside the baseline zoo's rope, alibi and none: yours in colour,
-    named once each with (yours); the baseline's three grey, drawn beneath, one legend entry."""
+    named once each with (yours); the baseline's rope, your rope's control, in its colour,
+    dashed, named with the baseline; the other two grey, drawn beneath, one legend entry."""
     zoo = BASELINES / "zoo"
     records = [
         record(pe, "copy", 0, {8: 1.0, 32: value}, train=(1, 8), chance=0.0)
@@ -213,8 +216,11 @@ def test_a_baseline_is_grey_beneath_your_rows_in_colour_with_one_legend_entry():
     ax = fig.axes[0]
     yours = {c.get_label(): c.lines[0] for c in ax.containers}
     assert list(yours) == ["mine (yours)", "rope (yours)"]
-    grey = [line for line in ax.get_lines() if line.get_label() == "zoo: 3 rows (grey)"]
-    assert len(grey) == 3
+    grey = [line for line in ax.get_lines() if line.get_label() == "zoo: 2 rows (grey)"]
+    assert len(grey) == 2
+    [control] = [line for line in ax.get_lines() if line.get_label() == "rope (zoo)"]
+    assert control.get_color() == yours["rope (yours)"].get_color()
+    assert control.get_linestyle() == "--" and list(control.get_xdata()) == [8, 32]
     for line in grey:
         assert same_color(line.get_color(), GREY) and list(line.get_xdata()) == [8, 32]
         r, g, b, _ = to_rgba(line.get_color())
@@ -224,8 +230,10 @@ def test_a_baseline_is_grey_beneath_your_rows_in_colour_with_one_legend_entry():
         assert not r == g == b
     [legend] = fig.legends
     names = [t.get_text() for t in legend.get_texts()]
-    assert names == ["mine (yours)", "rope (yours)", "zoo: 3 rows (grey)", "chance level"]
-    assert same_color(legend.legend_handles[2].get_color(), GREY)
+    assert names == [
+        "mine (yours)", "rope (yours)", "rope (zoo)", "zoo: 2 rows (grey)", "chance level",
+    ]  # fmt: skip
+    assert same_color(legend.legend_handles[3].get_color(), GREY)
     rows = heatmap(result.by_length, result.rows, "exact_match").axes[0].get_yticklabels()
     bold = {t.get_text(): t.get_fontweight() for t in rows}
     assert bold == {
@@ -235,3 +243,37 @@ def test_a_baseline_is_grey_beneath_your_rows_in_colour_with_one_legend_entry():
         "alibi": "normal",
         "none": "normal",
     }
+
+
+def test_labels_name_only_what_rows_differ_in_short_and_renamed():
+    """Issue 45: labels were config strings (``rope · model.net.attn_scale=ssmax ·
+    pe.layers=default``) with settings every row shares or leaves at default."""
+    from pelab.analysis.plots import row_labels
+
+    rows = ["pe", "model.net.attn_scale", "run_name", "pe.layers"]
+    keys = [
+        ("rope", "ssmax", "study", "-"),
+        ("rope", "-", "study", "-"),
+        ("none", "logn", "study", "[none,rope]"),
+    ]
+    assert list(row_labels(keys, rows).values()) == [
+        "rope · attn_scale=ssmax", "rope", "none · attn_scale=logn · layers=[none,rope]",
+    ]  # fmt: skip
+    hybrid = "none · attn_scale=logn · layers=[none,rope]"  # a whole label, or a part of one
+    renamed = row_labels(keys, rows, {"attn_scale=ssmax": "SSMax", "rope": "RoPE", hybrid: "h"})
+    assert list(renamed.values()) == ["RoPE · SSMax", "RoPE", "h"]
+
+
+def test_rows_on_one_point_show_as_concentric_markers_and_a_control_takes_its_rows_colour():
+    """Issue 45: five lines at 0 beyond the training lengths showed only the last colour; with
+    ``--baseline`` the control of your row was one of 25 grey lines."""
+    from pelab.analysis.baseline import ORIGIN
+    from pelab.analysis.plots import BASELINE_STYLE, row_styles
+
+    runs = pd.DataFrame({"pe": ["a", "b", "c", "b", "z"], ORIGIN: ["yours"] * 3 + ["zoo", "zoo"]})
+    styles = row_styles(runs, ["pe", ORIGIN])
+    sizes = [styles[(pe, "yours")].size for pe in "abc"]
+    assert sizes == [8.0, 5.5, 3.0]  # the first largest: the later ones ring inside it
+    control = styles[("b", "zoo")]
+    assert control.color == styles[("b", "yours")].color and control.linestyle == "--"
+    assert styles[("z", "zoo")] == BASELINE_STYLE

@@ -39,3 +39,12 @@ def test_no_wandb_still_runs_and_says_it_is_no_longer_needed(tmp_path, capsys):
     assert main([str(tmp_path), "--no-wandb"]) == 2  # no runs there, but the flag is accepted
     err = capsys.readouterr().err
     assert "--no-wandb is no longer needed" in err and "unrecognized" not in err
+
+
+def test_label_splits_at_the_last_equals_sign():
+    from pelab.analysis.report import parse
+
+    args = parse(["x", "--label", "rope · attn_scale=ssmax=RoPE + SSMax", "--label", "none=NoPE"])
+    assert dict(args.label) == {"rope · attn_scale=ssmax": "RoPE + SSMax", "none": "NoPE"}
+    with pytest.raises(SystemExit):
+        parse(["x", "--label", "no-equals-sign"])

@@ -2,9 +2,11 @@
 
 - ``length_curves``: the score against evaluation length, one panel per task, one line per row
   of the table, every point at its measured length (never moved sideways); each row its own
-  colour, marker and line style (``series_style``: distinct for up to 40 rows), one legend entry
-  each; under ``--baseline`` the baseline's rows thin and grey beneath the user's in colour, one
-  legend entry per baseline;
+  colour, marker and line style (``series_style``: distinct for up to 40 rows), markers
+  shrinking row by row (rows on one point: concentric), one legend entry each, labelled by
+  ``row_labels`` (``--label`` renames); under ``--baseline`` the baseline's rows thin and grey
+  beneath the user's in colour, one legend entry per baseline, but a row of the user's
+  encoding, the user's control, dashed in that row's colour;
 - ``heatmap``: rows x evaluation lengths, one panel per task, each cell coloured by where its
   score lies between 0, the chance level (white) and 100%, annotated; a cell without a score is
   grey and named as in the tables (``not learned``, ``not run``, ``failed``, ...), the legend
@@ -13,7 +15,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import product
 from pathlib import Path
 
@@ -42,14 +44,17 @@ NO_SCORE_GREY = "0.85"  # a heatmap cell without a score
 
 @dataclass(frozen=True)
 class Style:
-    """How one row of the table is drawn."""
+    """How one row of the table is drawn: markers shrink row by row (``row_styles``), so rows
+    on the same point (five encodings at 0 beyond the training lengths) show as concentric
+    rings, each colour visible, every point at its measured value."""
 
     color: str | tuple[float, ...]
     marker: str
     linestyle: str | tuple
+    size: float = 4.0
 
 
-BASELINE_STYLE = Style(GREY, ".", "-")
+BASELINE_STYLE = Style(GREY, ".", "-", size=3.0)
 
 
 def series_style(i: int) -> Style:
@@ -68,17 +73,37 @@ def _as_dict(key: object, rows: list[str]) -> dict[str, object]:
     return dict(zip(rows, key if isinstance(key, tuple) else (key,), strict=True))
 
 
-def label(key: object, rows: list[str]) -> str:
-    """A row of the table in words: the encoding, then each other setting by name
-    (``rope · model.optimizer.lr=0.001``; ``=default``: the run did not set it); beside a
-    baseline the user's rows end in ``(yours)`` and the baseline's name is left out."""
-    values = _as_dict(key, rows)
-    mine = values.pop(ORIGIN, None) == YOURS
-    words = [
-        str(value) if row == "pe" else f"{row}={'default' if value == NOT_SET else value}"
-        for row, value in values.items()
+def row_labels(
+    keys: list[object], rows: list[str], renames: dict[str, str] | None = None
+) -> dict[object, str]:
+    """Each row of the figure in words, short: the encoding, then only the settings the rows
+    differ in, by their last name (``rope · attn_scale=ssmax``; a row at a setting's default
+    shows nothing of it), renamed by ``renames`` (``--label``: a whole label or one of its
+    parts, ``attn_scale=ssmax`` -> ``SSMax``); beside a baseline the user's rows end in
+    ``(yours)``."""
+    renames = renames or {}
+    values = [_as_dict(key, rows) for key in keys]
+    varying = [
+        row
+        for row in rows
+        if row not in ("pe", ORIGIN) and len({str(v.get(row)) for v in values}) > 1
     ]
-    return " · ".join(words) + (" (yours)" if mine else "")
+    last = [row.rsplit(".", 1)[-1] for row in varying]
+    names = {
+        row: short if last.count(short) == 1 else row
+        for row, short in zip(varying, last, strict=True)
+    }
+    labels = {}
+    for key, value in zip(keys, values, strict=True):
+        words = [str(value["pe"])] if "pe" in value else []
+        words += [f"{names[r]}={value[r]}" for r in varying if value.get(r) != NOT_SET]
+        text = " · ".join(words) or "all runs"
+        if text in renames:
+            text = renames[text]
+        else:
+            text = " · ".join(renames.get(word, word) for word in text.split(" · "))
+        labels[key] = text + (" (yours)" if value.get(ORIGIN) == YOURS else "")
+    return labels
 
 
 def baseline_of(key: object, rows: list[str]) -> str | None:
@@ -94,7 +119,16 @@ def row_styles(runs: pd.DataFrame, rows: list[str]) -> dict[object, Style]:
     keys = runs[rows].drop_duplicates().itertuples(index=False, name=None)
     keys = [key if len(rows) > 1 else key[0] for key in keys]
     mine = [key for key in keys if baseline_of(key, rows) is None]
-    styles = {key: series_style(i) for i, key in enumerate(mine)}
+    last = max(len(mine) - 1, 1)
+    styles = {  # markers from 8 down to 3 points: concentric where rows meet
+        key: replace(series_style(i), size=8.0 - 5.0 * i / last) for i, key in enumerate(mine)
+    }
+    # a baseline's row of an encoding you ran is your row's control: its colour, dashed
+    colour = {_as_dict(key, rows).get("pe"): styles[key].color for key in reversed(mine)}
+    for key in keys:
+        pe = _as_dict(key, rows).get("pe")
+        if key not in styles and pe in colour:
+            styles[key] = Style(colour[pe], ".", "--", size=3.0)
     return {key: styles.get(key, BASELINE_STYLE) for key in keys}
 
 
@@ -123,22 +157,25 @@ def length_curves(
     rows: list[str],
     metric: str,
     published: pd.DataFrame | None = None,
+    renames: dict[str, str] | None = None,
 ) -> Figure:
     """One panel per task: the mean ``metric`` over completed seeds at each evaluation length it
     was measured at (error bars: standard deviation), one line per row of the table
     (``row_styles``; a baseline's rows thin and grey, without error bars, beneath), the chance
     level dotted; the lengths seen in training are shaded. The legend has one entry per row (one
     per baseline), drawn in any panel. ``published`` (``read_published``) numbers are drawn as
-    hollow squares in their encoding's colour, one legend entry per source."""
+    hollow squares in their encoding's colour, one legend entry per source. Labels:
+    ``row_labels`` (``renames``: ``--label``). Sized for a paper: 2.6 in per task."""
     data = lengths.drop(columns="task", errors="ignore").merge(
         runs[[*rows, "task", "status", "train_min", "train_max"]], left_on="run", right_index=True
     )
     data = data[data["status"] == "completed"]
     tasks = list(dict.fromkeys(data["task"]))
     fig, axes = plt.subplots(
-        1, max(len(tasks), 1), figsize=(4.2 * max(len(tasks), 1) + 2.5, 3.8), squeeze=False
+        1, max(len(tasks), 1), figsize=(2.6 * max(len(tasks), 1) + 0.6, 2.8), squeeze=False
     )
     styles = row_styles(runs, rows)
+    names = row_labels(list(styles), rows, renames)
     drawn: set[object] = set()  # the rows drawn in any panel
     others: dict[str, object] = {}  # legend entries of the published numbers and chance
     for ax, task in zip(axes[0], tasks, strict=False):
@@ -146,7 +183,7 @@ def length_curves(
         ax.axvspan(part["train_min"].min(), part["train_max"].max(), color="0.92", zorder=0)
         for key, group in part.groupby(rows if len(rows) > 1 else rows[0], sort=False):
             curve = group.groupby("length")[metric].agg(["mean", "std"])
-            _draw_row(ax, curve, styles[key], _legend_name(key, rows, styles))
+            _draw_row(ax, curve, styles[key], _legend_name(key, rows, styles, names))
             drawn.add(key)
         if published is not None:
             _overlay(ax, published[published["task"] == task], rows, styles)
@@ -162,53 +199,62 @@ def length_curves(
         ax.set_xlim(ticks[0] / 1.3, ticks[-1] * 1.3)
         ax.set_ylim(-3, 103)
         ax.set_title(task)
-        ax.set_xlabel("evaluation length (shaded: training lengths)")
+    fig.supxlabel("evaluation length (shaded: training lengths)", fontsize="medium")
     axes[0][0].set_ylabel(f"{metric_name(metric)} (%)")
-    _figure_legend(fig, _row_entries(drawn, rows, styles) | others)
+    _figure_legend(fig, _row_entries(drawn, rows, styles, names) | others)
     fig.tight_layout()
     return fig
 
 
-def _legend_name(key: object, rows: list[str], styles: dict[object, Style]) -> str:
-    """A row's legend entry; a baseline's rows share one: ``ablation_cpu: 25 rows (grey)``."""
+def _legend_name(
+    key: object, rows: list[str], styles: dict[object, Style], names: dict[object, str]
+) -> str:
+    """A row's legend entry: the baseline's control of one of yours, ``rope (ablation_cpu)``;
+    the baseline's other rows share one, ``ablation_cpu: 24 rows (grey)``."""
     name = baseline_of(key, rows)
     if name is None:
-        return label(key, rows)
-    count = sum(baseline_of(k, rows) == name for k in styles)
+        return names[key]
+    if styles[key] != BASELINE_STYLE:
+        return f"{names[key]} ({name})"
+    count = sum(baseline_of(k, rows) == name and v == BASELINE_STYLE for k, v in styles.items())
     return f"{name}: {count} rows (grey)"
 
 
 def _row_entries(
-    drawn: set[object], rows: list[str], styles: dict[object, Style]
+    drawn: set[object], rows: list[str], styles: dict[object, Style], names: dict[object, str]
 ) -> dict[str, Line2D]:
     """One legend entry per row drawn, in the rows' order, the user's rows first, then one per
     baseline: a line in the row's style."""
     keys = sorted(
         (k for k in styles if k in drawn), key=lambda k: baseline_of(k, rows) is not None
     )
-    return {_legend_name(k, rows, styles): Line2D([], [], **_kw(styles[k])) for k in keys}
+    return {_legend_name(k, rows, styles, names): Line2D([], [], **_kw(styles[k])) for k in keys}
 
 
 def _draw_row(ax, curve: pd.DataFrame, style: Style, name: str) -> None:
     """One row's line at its measured lengths: a baseline's thin and grey beneath, the user's
     in its style with error bars above."""
-    if style == BASELINE_STYLE:
-        ax.plot(curve.index, curve["mean"] * 100, lw=0.8, ms=3, zorder=1, label=name, **_kw(style))
+    if style == BASELINE_STYLE or style.linestyle == "--":  # the baseline's, a control too
+        ax.plot(curve.index, curve["mean"] * 100, lw=0.8, zorder=2, label=name, **_kw(style))
         return
     ax.errorbar(
         curve.index,
         curve["mean"] * 100,
         yerr=curve["std"].fillna(0) * 100,
-        markersize=4,
         capsize=2,
-        zorder=3,
+        zorder=3 + (8.0 - style.size) / 10,  # the smaller markers above the larger
         label=name,
         **_kw(style),
     )
 
 
 def _kw(style: Style) -> dict[str, object]:
-    return {"color": style.color, "marker": style.marker, "linestyle": style.linestyle}
+    return {
+        "color": style.color,
+        "marker": style.marker,
+        "linestyle": style.linestyle,
+        "markersize": style.size,
+    }
 
 
 def _figure_legend(fig: Figure, legend: dict[str, object]) -> None:
@@ -248,7 +294,9 @@ def _overlay(ax, points: pd.DataFrame, rows: list[str], styles: dict[object, Sty
         )
 
 
-def heatmap(stats: pd.DataFrame, rows: list[str], metric: str) -> Figure:
+def heatmap(
+    stats: pd.DataFrame, rows: list[str], metric: str, renames: dict[str, str] | None = None
+) -> Figure:
     """One panel per task of ``stats`` (``Ablation.by_length``), rows x evaluation lengths, for
     ``metric``: the mean over seeds in percent, coloured by ``above_chance`` (red below the
     column's chance level, white at it, blue above); a cell without a score (``cells.no_score``,
@@ -274,7 +322,8 @@ def heatmap(stats: pd.DataFrame, rows: list[str], metric: str) -> Figure:
         image, shown = _task_panel(ax, cells[cells["task"] == task], rows, keys)
         ax.set_title(task)
         words |= shown
-    axes[0][0].set_yticks(range(len(keys)), labels=[label(k, rows) for k in keys])
+    names = row_labels(keys, rows, renames)
+    axes[0][0].set_yticks(range(len(keys)), labels=[names[k] for k in keys])
     for tick, key in zip(axes[0][0].get_yticklabels(), keys, strict=True):
         if _as_dict(key, rows).get(ORIGIN) == YOURS:
             tick.set_fontweight("bold")

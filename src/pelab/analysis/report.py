@@ -57,6 +57,14 @@ def key_value(text: str) -> tuple[str, str]:
     return key, value
 
 
+def renaming(text: str) -> tuple[str, str]:
+    """``--label``'s ``OLD=NEW``, split at the last ``=`` (a label holds ``setting=value``)."""
+    old, sep, new = text.rpartition("=")
+    if not (old and sep and new):
+        raise argparse.ArgumentTypeError(f"expected OLD=NEW, got {text!r}")
+    return old, new
+
+
 def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="make_table.py", description=__doc__.split("\n\n")[0], parents=[baseline_options()]
@@ -80,6 +88,16 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "takes either): pe=rope, task=copy, seed=0, tag=cpu, group=<sweep>, date=2026-11-24, "
         "config.<key>=<value>; it narrows --baseline's runs too (W&B sources: W&B's own filter "
         "keys, one value each, e.g. sweep=<id>)",
+    )
+    parser.add_argument(
+        "--label",
+        action="append",
+        default=[],
+        type=renaming,
+        metavar="OLD=NEW",
+        help="rename a figure label or a part of one (split at the last '='): "
+        "'rope · attn_scale=ssmax=RoPE + SSMax', 'attn_scale=logn=log n'; the figures label a "
+        "row by its encoding and the settings the rows differ in",
     )
     parser.add_argument(
         "--published",
@@ -282,10 +300,12 @@ def tables_and_figures(records: list[dict], out: Path, args: argparse.Namespace)
     figures = []
     for metric in result.metrics:  # published numbers are of --metric, the first
         overlay = published if metric == result.metric else None
-        curves = length_curves(result.runs, result.lengths, result.rows, metric, overlay)
+        renames = dict(args.label)
+        curves = length_curves(result.runs, result.lengths, result.rows, metric, overlay, renames)
         figures += save(curves, out / f"length_curves.{metric}")
     for metric in result.metrics:
-        figures += save(heatmap(result.by_length, result.rows, metric), out / f"heatmap.{metric}")
+        drawn = heatmap(result.by_length, result.rows, metric, dict(args.label))
+        figures += save(drawn, out / f"heatmap.{metric}")
     page = write_html(result, records, figures, out)
     if args.wandb:
         log_summary(result, records, out, figures)
