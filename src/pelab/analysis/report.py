@@ -37,7 +37,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from pelab.analysis import add_seeds, baseline
+from pelab.analysis import add_seeds, baseline, reference
 from pelab.analysis.browse import run_list
 from pelab.analysis.collect import WANDB_PREFIX, load_records, matches, merged_filters
 from pelab.analysis.frames import lengths_frame, runs_frame
@@ -88,6 +88,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "takes either): pe=rope, task=copy, seed=0, tag=cpu, group=<sweep>, date=2026-11-24, "
         "config.<key>=<value>; it narrows --baseline's runs too (W&B sources: W&B's own filter "
         "keys, one value each, e.g. sweep=<id>)",
+    )
+    parser.add_argument(
+        "--reference",
+        metavar="SETTING=VALUE[,...]",
+        help="also compare every row with this one, per column (Welch, Holm): "
+        "table_vs_<value>.{md,csv}; e.g. pe=rope or pe=none (pelab.analysis.reference)",
     )
     parser.add_argument(
         "--label",
@@ -296,6 +302,16 @@ def tables_and_figures(records: list[dict], out: Path, args: argparse.Namespace)
     except ConfigError as error:
         raise SystemExit(f"error: {error}") from None
     written = write_tables(result, out)
+    if args.reference:
+        try:
+            wanted = reference.parse_reference(args.reference, result.rows, result.by_task)
+        except ConfigError as error:
+            raise SystemExit(f"error: {error}") from None
+        compared = reference.versus(result.by_task, result.rows, wanted)
+        written += reference.write(compared, result.rows, wanted, result.metric, out)
+        mine = compared[compared["metric"] == result.metric]
+        decided, tested = int(mine["decided"].sum()), int(mine["diff"].notna().sum())
+        print(f"against {args.reference}: {decided} of {tested} comparisons decided")
     published = read_published(args.published) if args.published else None
     figures = []
     for metric in result.metrics:  # published numbers are of --metric, the first
