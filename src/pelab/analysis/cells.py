@@ -41,14 +41,17 @@ def no_score(cell: pd.Series) -> str | None:
     return cell["not_completed"] or NOTHING_MEASURED
 
 
-def cell_text(cell: pd.Series) -> str:
+def cell_text(cell: pd.Series, compact: bool = False) -> str:
     """``97.1 [95.0, 99.2] (3/3)``: the mean and its 95% interval in percent (clipped to
     [0, 100]; ``[–]`` for one seed), with ``learned k/n`` when some seeds did not learn the task;
     ``not learned (ID 64.2, 0/3)`` for an out-of-distribution cell whose seeds all failed to
     learn it; without a result the statuses of the runs, e.g. ``failed (0/3)``, ``running
     (0/3)``, ``missing (0/3)``; ``n/a`` when the runs completed but had nothing to measure (e.g.
-    no out-of-distribution length)."""
+    no out-of-distribution length). ``compact`` (a paper's table): the mean and its interval,
+    or the word alone."""
     word = no_score(cell)
+    if compact and word:
+        return word
     if word == NOT_LEARNED:
         return f"{NOT_LEARNED} (ID {_percent(cell['id_mean'])}, 0/{cell['judged']})"
     if word == NOTHING_MEASURED:
@@ -58,6 +61,8 @@ def cell_text(cell: pd.Series) -> str:
     judged, learned = cell.get("judged", 0), cell.get("learned", 0)
     low, high = cell["ci95_low"], cell["ci95_high"]  # clipped to [0, 1] (``cell_stats``)
     interval = "[–]" if np.isnan(low) else f"[{low * 100:.1f}, {high * 100:.1f}]"
+    if compact:
+        return f"{cell['mean'] * 100:.1f} {interval}"
     partly = f", learned {learned}/{judged}" if learned < judged else ""
     text = f"{cell['mean'] * 100:.1f} {interval} ({cell['n']}/{cell['runs']}{partly})"
     return text + decide_text(cell.get("seeds_to_decide", np.nan))
@@ -73,12 +78,13 @@ def decide_text(seeds: float) -> str:
 
 
 def pivot(
-    stats: pd.DataFrame, rows: list[str], cols: list[str]
+    stats: pd.DataFrame, rows: list[str], cols: list[str], compact: bool = False
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The cell texts and the ``best`` flags, rows x columns; a row ``chance`` holds the chance
-    level of each column when the runs recorded one, and a row ``detectable`` the smallest
-    difference (points) each ranked column's seeds could detect (``statistics.detectable``)."""
-    texts = stats.assign(text=stats.apply(cell_text, axis=1))
+    """The cell texts (``cell_text``, ``compact`` or not) and the ``best`` flags, rows x
+    columns; a row ``chance`` holds the chance level of each column when the runs recorded one,
+    and a row ``detectable`` the smallest difference (points) each ranked column's seeds could
+    detect (``statistics.detectable``)."""
+    texts = stats.assign(text=stats.apply(cell_text, axis=1, compact=compact))
     table = texts.pivot(index=rows, columns=cols, values="text").fillna(NO_RUNS)
     best = texts.pivot(index=rows, columns=cols, values="best").fillna(False).astype(bool)
     for name, shown in (("chance", _percent), ("detectable", _points)):

@@ -31,13 +31,19 @@ def to_markdown(stats: pd.DataFrame, rows: list[str], cols: list[str]) -> str:
 
 
 LATEX_PACKAGES = "booktabs,graphicx"  # \toprule..., \resizebox
+# what a .tex table's compact cells hold, in its caption
+LATEX_CELLS = (
+    "Cells: mean over seeds with its 95% interval; bold: the best and every cell not "
+    "significantly below it (Welch, Holm). The seeds per cell and what would decide are in the "
+    "table's .md and .csv."
+)
 
 
 def to_latex(stats: pd.DataFrame, rows: list[str], cols: list[str], caption: str) -> str:
     r"""The table for pdflatex: every name escaped (``run_name``, ``model.net.attn_scale``), the
     row labels repeated rather than ``\multirow`` (no package beyond ``LATEX_PACKAGES``, named
     in its first line), scaled to ``\textwidth`` (a 25-row baseline is 921 pt wider)."""
-    table, best = pivot(stats, rows, cols)
+    table, best = pivot(stats, rows, cols, compact=True)
     table.columns = pd.MultiIndex.from_tuples([column_header(c, stats) for c in table.columns])
     table.index = table.index.set_names([latex_escape(str(n)) for n in table.index.names])
     styler = table.style.format(escape="latex")
@@ -45,7 +51,7 @@ def to_latex(stats: pd.DataFrame, rows: list[str], cols: list[str], caption: str
     styler = styler.apply(lambda _: np.where(best, "textbf:--rwrap;", ""), axis=None)
     latex = styler.to_latex(
         hrules=True,
-        caption=latex_escape(caption),
+        caption=latex_escape(f"{caption} {LATEX_CELLS}"),
         multicol_align="c",
         position_float="centering",
         sparse_index=False,
