@@ -68,3 +68,29 @@ class CudaFp32Policy(TorchFunctionMode):
                 args = _cast(args, widest)
                 kwargs = {k: _cast(v, widest) for k, v in kwargs.items()}
         return func(*args, **kwargs)
+
+
+MATMULS = {"linear", "matmul", "__matmul__", "mm", "bmm", "addmm", "baddbmm", "einsum"}
+
+
+def tf32(x: torch.Tensor) -> torch.Tensor:
+    """``x`` (float32) rounded to TF32's 10 mantissa bits, to nearest, as a GPU's tensor cores
+    read it."""
+    bits = x.contiguous().view(torch.int32)
+    return ((bits + 0x1000) & ~0x1FFF).view(torch.float32)
+
+
+class Tf32Matmuls(TorchFunctionMode):
+    """While active, float32 matrix products round their inputs to TF32 unless the matmul
+    precision is ``highest``: what CUDA does under ``train.py``'s precision ``high``."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if getattr(func, "__name__", "") in MATMULS and (
+            torch.get_float32_matmul_precision() != "highest"
+        ):
+            args = tuple(
+                tf32(a) if isinstance(a, torch.Tensor) and a.dtype == torch.float32 else a
+                for a in args
+            )
+        return func(*args, **kwargs)

@@ -102,6 +102,31 @@ def test_every_position_bias_reaches_attention_in_float32(name, monkeypatch):
     assert dtypes == [torch.float32]
 
 
+def test_fire_keeps_every_distance_apart_to_four_times_its_length_under_tf32_rounding():
+    """On a GPU ``train.py``'s precision ``high`` lets matmuls read float32 as TF32 (10 mantissa
+    bits): FIRE's MLP would merge the biases of neighbouring distances from about 544 tokens.
+    Its island runs at ``highest`` on CUDA (``ieee_matmuls``), emulated here
+    (``Tf32Matmuls``): distances stay apart to 4x a 256-token training length; without the
+    island they merge (the check can fail)."""
+    from tests.pe.cuda_autocast import Tf32Matmuls
+
+    torch.manual_seed(0)
+    dims = ModelDims(d_model=16, n_heads=2, n_layers=1, causal=True, max_len=256)
+    fire = instantiate(OmegaConf.load(Path(CONFIG_DIR) / "pe" / "fire.yaml"))(dims)
+    pos = Positions.contiguous(4 * dims.max_len)
+    before = torch.get_float32_matmul_precision()
+    try:
+        torch.set_float32_matmul_precision("high")
+        with Tf32Matmuls():
+            rounded = fire._bias(pos.q.float(), pos.k.float(), 0)[0, :, -1]  # [h, j]
+            with ieee_matmuls("cuda"):  # the island's setting on a GPU
+                kept = fire._bias(pos.q.float(), pos.k.float(), 0)[0, :, -1]
+    finally:
+        torch.set_float32_matmul_precision(before)
+    assert (kept[:, 1:] != kept[:, :-1]).all()
+    assert (rounded[:, 1:] == rounded[:, :-1]).any()  # TF32 merged neighbours
+
+
 def test_on_cuda_the_islands_run_full_float32_matmuls_whatever_the_matmul_precision():
     """``train.py`` lets CUDA matmuls use TF32 (precision ``high``: 10 mantissa bits, under which
     FIRE's distances merge from about 544 tokens); inside ``in_fp32`` they are full float32 on
