@@ -200,3 +200,18 @@ def test_a_training_command_of_the_readme_composes_and_passes_every_check(
     monkeypatch.chdir(tmp_path)
     assert run_script(command) == 0, command
     assert checked or launcher.batches, f"{command}: no job was checked"
+
+
+def test_the_components_table_lists_every_registered_encoding_and_task(repo_root):
+    """Issue 46: the list drifted (pope, grape_m, grape_a, indirect_indexing were missing);
+    the registries decide what it must hold, every task config file included."""
+    from pelab.pe import PE_REGISTRY
+    from pelab.tasks import TASK_REGISTRY
+
+    lines = (repo_root / "README.md").read_text().splitlines()
+    row = {group: next(line for line in lines if line.startswith(f"| `{group}=`"))
+           for group in ("pe", "task")}  # fmt: skip
+    files = {p.stem for p in (repo_root / "configs" / "task").glob("*.yaml")}
+    for group, names in (("pe", set(PE_REGISTRY)), ("task", set(TASK_REGISTRY) | files)):
+        missing = sorted(n for n in names if f"`{n}`" not in row[group])
+        assert not missing, f"README's {group}= row lacks {missing}"
