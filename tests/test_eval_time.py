@@ -50,3 +50,20 @@ def test_a_run_says_its_test_time_before_training_and_its_progress_during_it(tmp
     trained = next(i for i, m in enumerate(lines) if "stopped" in m or "step" in m.lower())
     assert told < trained
     assert any(m.startswith("testing length 8 (") and "left at this length" in m for m in lines)
+
+
+def test_many_lengths_are_timed_at_a_few_and_interpolated(tmp_path, monkeypatch):
+    """A preset with hundreds of evaluation lengths (chomsky: 460) times decoding at
+    ``TIMED_LENGTHS`` of them, the shortest and the longest among them, not at every one."""
+    cfg = compose_config([*TINY, "task.eval_lengths=[2,3,4,5,6,7,8,9,10,11,12,13,14,15,16]"],
+                         tmp_path)  # fmt: skip
+    model = build_model(cfg, task := build_task(cfg))
+    timed = []
+    original = eval_time._timed
+    monkeypatch.setattr(
+        eval_time, "_timed", lambda m, t, n, b, d: timed.append(n) or original(m, t, n, b, d)
+    )
+    found = eval_time.estimate(model, task, batch_size=8)
+    assert list(found.by_length) == list(range(2, 17))
+    lengths = sorted(set(timed))
+    assert len(lengths) == eval_time.TIMED_LENGTHS and lengths[0] == 2 and lengths[-1] == 16

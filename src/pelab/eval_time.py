@@ -1,7 +1,9 @@
 """How long the final test (or a re-evaluation) will take, said before it starts, and before
-training: greedy decoding of one and of two sequences is timed at every evaluation length on the
-run's device (the weights do not change its cost), and each length's batches follow from the
-two (``o + B c``: a call's overhead ``o``, each sequence's cost ``c``). A test estimated beyond
+training: greedy decoding of one and of two sequences is timed at up to ``TIMED_LENGTHS``
+evaluation lengths (all of them when there are few; else the shortest, the longest and evenly
+between, the others interpolated) on the run's device (the weights do not change its cost), and
+each length's batches follow from the two (``o + B c``: a call's overhead ``o``, each
+sequence's cost ``c``). A test estimated beyond
 ``LONG_TEST_S`` is warned about, naming the lengths that cost it and what to change; the test
 itself logs its progress (``pelab.utils.plain_progress.TestProgress``)."""
 
@@ -12,6 +14,7 @@ import math
 import time
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from pelab.utils.console import duration
@@ -19,6 +22,7 @@ from pelab.utils.console import duration
 log = logging.getLogger(__name__)
 
 LONG_TEST_S = 600.0  # a test estimated longer than this is warned about before training
+TIMED_LENGTHS = 6  # at most this many lengths are timed; the others are interpolated
 
 
 @dataclass(frozen=True)
@@ -60,22 +64,30 @@ def estimate(model, task, batch_size: int) -> TestTime:
     per member in batches of ``batch_size`` (members fold into the batch), on the device the
     model is on, from one- and two-sequence decodes timed at each length."""
     device = next(model.parameters()).device
+    lengths = sorted(set(task.eval_lengths))
+    timed = [lengths[round(i)] for i in np.linspace(0, len(lengths) - 1, TIMED_LENGTHS)]
+    timed = sorted(set(timed))  # all of them when there are few; the ends and between else
     training = model.training
     model.eval()  # as in the test: no dropout, so the run's RNG is not drawn from
     try:
         with torch.no_grad():
-            _timed(model, task, min(task.eval_lengths), 1, device)  # caches, first-call costs
-            by_length = {}
-            for length in task.eval_lengths:
+            _timed(model, task, lengths[0], 1, device)  # caches, first-call costs
+            each, overhead = [], []
+            for length in timed:
                 one, two = (_timed(model, task, length, b, device) for b in (1, 2))
-                each = max(two - one, 0.0)  # a sequence's share
-                overhead = max(one - each, 0.0)  # a call's
-                sequences = task.n_test * len(model.seeds)
-                batches = math.ceil(sequences / batch_size)
-                by_length[length] = batches * overhead + sequences * each
+                each.append(max(two - one, 0.0))  # a sequence's share
+                overhead.append(max(one - each[-1], 0.0))  # a call's
     finally:
         model.train(training)
-    return TestTime(by_length)
+    sequences = task.n_test * len(model.seeds)
+    batches = math.ceil(sequences / batch_size)
+    return TestTime(
+        {
+            n: batches * float(np.interp(n, timed, overhead))
+            + sequences * float(np.interp(n, timed, each))
+            for n in task.eval_lengths
+        }
+    )
 
 
 def check_test_time(model, task, batch_size: int, what: str = "the final test") -> TestTime:
