@@ -220,8 +220,8 @@ def interrupted_resume(job_type: str, job_dir: str | Path) -> str:
     if not HydraConfig.initialized():
         return resume_command(job_type, [], job_dir)
     hydra = HydraConfig.get()
-    multirun = Path(str(hydra.sweep.dir)) / "multirun.yaml"
-    if in_sweep() and multirun.exists():
+    multirun = Path(str(hydra.sweep.dir)) / "multirun.yaml" if in_sweep() else None
+    if multirun is not None and multirun.exists():
         script = f"scripts/{job_type}.py"
         sweep = sweep_overrides(OmegaConf.load(multirun))
         command = sweep_resume_command(script, *sweep, hydra.sweep.dir)
