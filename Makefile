@@ -52,7 +52,7 @@ test-slurm: install ## the real-SLURM campaign (root): starts a single-node clus
 benchmark: install ## pelab's training step vs a minimal PyTorch loop
 	$(PY) scripts/benchmark.py
 
-gpu-check: ## does pelab fill a GPU? one table, exit 1 on a miss (sized for 8 min on one GPU, not yet timed there; docs/performance.md "On a GPU"); no install: it runs where torch and Lightning are (.venv if made)
+gpu-check: ## does pelab fill a GPU? one table, exit 1 on a miss (meant to fit 9 min on one GPU, not yet timed there; docs/performance.md "On a GPU"); no install: it runs where torch and Lightning are (.venv if made)
 	$(if $(wildcard $(PY)),$(PY),$(PYTHON)) scripts/gpu_check.py
 
 sync: install ## upload every offline W&B run under logs/ not uploaded yet (W&B marks uploaded ones)

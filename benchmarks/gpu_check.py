@@ -1,7 +1,7 @@
 """Does pelab fill a GPU? One command, one table: ``python scripts/gpu_check.py`` (or
-``make gpu-check``), sized for 8 minutes on one GPU (not yet timed on one); ``--device cpu
---quick`` runs each kind of row at toy size on a CPU in seconds (``tests/test_gpu_check.py``, in
-``make test``, so it cannot rot).
+``make gpu-check``), meant to fit 9 minutes on one GPU (not yet timed on one; the 25 rate rows
+are about 25 short runs more); ``--device cpu --quick`` runs each kind of row at toy size on a
+CPU in seconds (``tests/test_gpu_check.py``, in ``make test``, so it cannot rot).
 
 Every row is a real pelab run (``pelab.train.run``; the ``jobs`` rows through the parallel
 launcher, as ``scripts/train.py -m`` runs them):

@@ -43,8 +43,8 @@ def test_each_row_is_compared_with_the_reference_by_welch_and_holm():
         assert ood.loc[pe, "diff"] == pytest.approx(np.mean(OOD[pe]) - np.mean(OOD["rope"]))
     assert ood.loc["a", "decided"] and not ood.loc["b", "decided"]
     assert np.isnan(ood.loc["a", "seeds_to_decide"]) and ood.loc["b", "seeds_to_decide"] >= 2
-    assert reference.cell_text(ood.loc["a"]).endswith("✓")
-    assert "seeds" in reference.cell_text(ood.loc["b"])
+    assert reference.comparison_text(ood.loc["a"]).endswith("✓")
+    assert "seeds" in reference.comparison_text(ood.loc["b"])
 
 
 def test_the_table_is_written_with_its_count_of_decided_comparisons(tmp_path):

@@ -76,7 +76,7 @@ def versus(stats: pd.DataFrame, rows: list[str], reference: dict[str, str]) -> p
     return out
 
 
-def cell_text(cell: pd.Series) -> str:
+def comparison_text(cell: pd.Series) -> str:
     """``+36.7 [+32.1, +41.2] p=0.0003 ✓``; ``-2.1 [-8.0, +3.9] p=1 · 40 seeds decide``."""
     if cell["reference"]:
         return "reference"
@@ -92,7 +92,7 @@ def cell_text(cell: pd.Series) -> str:
 def markdown(compared: pd.DataFrame, rows: list[str], reference: dict[str, str]) -> str:
     """The comparisons of one metric as a markdown table, rows x columns (``task split``), with
     its caption and how many comparisons decided."""
-    shown = compared.assign(text=compared.apply(cell_text, axis=1))
+    shown = compared.assign(text=compared.apply(comparison_text, axis=1))
     shown["column"] = shown[["task", "split"]].astype(str).agg(" ".join, axis=1)
     table = shown.pivot_table(
         index=rows, columns="column", values="text", aggfunc="first", sort=False
