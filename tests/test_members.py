@@ -156,10 +156,11 @@ def test_a_member_starts_as_its_single_run(tmp_path):
             torch.testing.assert_close(grads[name][k], q.grad[0], rtol=1e-4, atol=1e-6, msg=name)
 
 
-def test_members_of_other_shapes_step_in_a_call_each(tmp_path):
+@pytest.mark.parametrize("pe", ["rope", "t5_bias"])  # t5_bias: a selection runs at once (vmap)
+def test_members_of_other_shapes_step_in_a_call_each(tmp_path, pe):
     """Batches whose shapes differ (an answer length that depends on the samples, say) are
     grouped by shape, each group in one call, each member with its single run's loss."""
-    cfg = stack_config(tmp_path, "seeds=[0,3,5]")
+    cfg = stack_config(tmp_path, "seeds=[0,3,5]", f"pe={pe}")
     stack = stack_of(cfg)
     stack.eval()
     task = stack.task
@@ -209,10 +210,19 @@ def check_stacked_losses(tmp_path, pe, model):
         for c in configs
     ]
     losses = stack.member_losses(batch, 1)
+    torch.stack(list(losses.values())).sum().backward()
     for k, c in enumerate(configs):
         alone = single(c, c.seed).eval()
         expected = alone.member_losses([batch[k]], 1)[0]
         torch.testing.assert_close(losses[k], expected, rtol=1e-5, atol=1e-6)
+        # each member's encoding gets its single run's gradient (run at once, through vmap)
+        expected.backward()
+        for name, module in stack.net.named_modules():
+            if isinstance(module, MemberEncodings):
+                ours = dict(module.encodings[k].named_parameters())
+                for key, p in alone.net.get_submodule(name).named_parameters():
+                    assert ours[key].grad is not None, f"{pe}: {name}.{key} has no gradient"
+                    torch.testing.assert_close(ours[key].grad, p.grad, rtol=1e-4, atol=1e-6)
 
 
 @pytest.mark.integration

@@ -98,7 +98,8 @@ def test_parameters_stay_in_range_after_a_large_step_and_can_come_back(kernel, r
     assert (pe.r1 < 0).all()  # the optimizer itself knows no constraint
     stepped_r2 = pe.r2.detach().clone()
 
-    bias = pe.logit_bias(Positions.contiguous(5), 0)  # the next use projects
+    pe.constrain()  # what a network does before each forward (run_blocks)
+    bias = pe.logit_bias(Positions.contiguous(5), 0)
     assert torch.equal(pe.r1, torch.full((2,), KerplePE.eps))
     assert pe.r2[0] == KerplePE.eps
     assert pe.r2[1] == min(stepped_r2[1].item(), r2_max)
@@ -110,6 +111,24 @@ def test_parameters_stay_in_range_after_a_large_step_and_can_come_back(kernel, r
     assert (pe.r1.grad < 0).all()
     opt.step()
     assert (pe.r1 > KerplePE.eps).all()
+
+
+@pytest.mark.parametrize("members", [1, 2])
+def test_a_networks_forward_constrains_every_members_parameters_first(members):
+    """The network constrains before any hook reads the parameters, a stack's every member."""
+    from pelab.models.stacked import stack_members
+
+    net = stack_members([make_net("power", causal=True) for _ in range(members)])
+    kerples = [m for m in net.modules() if isinstance(m, KerplePE)]
+    assert len(kerples) == members
+    with torch.no_grad():
+        for pe in kerples:
+            pe.r1.fill_(-5.0)
+            pe.r2.fill_(9.0)
+    net(torch.randint(0, 12, (2 * members, 5)))
+    for pe in kerples:
+        assert torch.equal(pe.r1, torch.full((2,), KerplePE.eps))
+        assert torch.equal(pe.r2, torch.full((2,), 2.0))  # the power kernel's r2_max
 
 
 def test_power_kernel_gradients_are_finite_at_zero_distance():

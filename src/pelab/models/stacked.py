@@ -15,9 +15,14 @@ bit, what a network of ``torch.nn`` layers computes.
 
 Positional encodings act through their hooks (``pelab.pe.base``). An encoding without parameters
 (and with the same buffers in every member) runs once on the folded batch. One with parameters
-is held once per member (``MemberEncodings``): each hook hands member ``k`` its own slice of the
-folded batch and joins what the members return. This is general: no encoding is named here, and
-an encoding that wants to act on all members at once can later do so behind the same hooks.
+is held once per member (``MemberEncodings``; each member's checkpoint keys and gradient its
+own), and each hook runs once for all members: ``torch.func.vmap`` over their parameters, stacked
+``[K, ...]`` once per forward, and their slices ``[K, b, ...]`` of the folded batch, so a stack
+launches about what one member launches (a GPU runs small models launch-bound). Where the
+members' positions differ (``positions=randomized``) or an encoding declares
+``members_at_once = False`` (it draws random numbers, or its solver works in place), each hook
+hands member ``k`` its own slice in turn and joins what the members return. No encoding is named
+here.
 
 ``select(net, members)`` runs a subset of the members (those still training, or those whose
 batches share a shape); ``member_state``/``load_member`` move one member's weights in the format
@@ -143,10 +148,11 @@ class Embedding(Stacked):
 
 
 class MemberEncodings(PositionalEncoding):
-    """One encoding per member (an encoding with parameters): each hook gives member ``k`` its
-    slice ``[b, ...]`` of the folded batch ``[K b, ...]`` and its own ``Positions`` (so what an
-    encoding memoises per forward stays its own), and joins the members' answers, a broadcast
-    ``[1, ...]`` expanded to the member's ``b``."""
+    """One encoding per member (an encoding with parameters). Each hook runs once for all
+    members (``_at_once``), or, where it cannot, gives member ``k`` its slice ``[b, ...]`` of the
+    folded batch ``[K b, ...]`` and its own ``Positions`` (so what an encoding memoises per
+    forward stays its own) and joins the members' answers, a broadcast ``[1, ...]`` expanded to
+    the member's ``b``."""
 
     shift = "absolute"  # never registered; the members' own classes declare theirs
 
@@ -202,17 +208,80 @@ class MemberEncodings(PositionalEncoding):
     def _each(
         self, hook: str, pos: Positions, tensors: tuple[Tensor, ...], layer: int | None
     ) -> Any:
-        """``hook(*tensors, pos[, layer])`` of each selected member on its slice."""
-        index = range(len(self.encodings)) if self.members is None else self.members
+        """``hook(*tensors, pos[, layer])`` of each selected member on its slice: all at once
+        where the encoding allows it and the positions are shared, else one after another."""
+        index = list(range(len(self.encodings))) if self.members is None else self.members
         n = len(index)
         b = self.batch // n
+        extra = () if layer is None else (layer,)
+        if self.encodings[0].members_at_once and pos.q.shape[0] != self.batch:
+            return self._at_once(hook, pos, tensors, extra, index)
         answers = []
         for i, k in enumerate(index):
             own = [_slice(t, i, b, self.batch) for t in tensors]
             member_pos = pos.memo(("member", i, n), lambda i=i: _member_positions(pos, i, b, n))
-            extra = () if layer is None else (layer,)
             answers.append(getattr(self.encodings[k], hook)(*own, member_pos, *extra))
         return _join(answers, b)
+
+    def _at_once(
+        self,
+        hook: str,
+        pos: Positions,
+        tensors: tuple[Tensor, ...],
+        extra: tuple[int, ...],
+        index: list[int],
+    ) -> Any:
+        """The hook of member ``index[0]``'s module run once for all selected members:
+        ``torch.func.vmap`` over their parameters and buffers stacked ``[K', ...]`` (stacked
+        once per forward) and their slices ``[K', b, ...]`` of the folded tensors; the shared
+        positions and broadcast ``[1, ...]`` tensors as they are. Each member's parameters keep
+        their own gradient, through the stack."""
+        n = len(index)
+        state = pos.memo(("member state", id(self), *index), lambda: self._stacked(index))
+        shared = Positions(pos.q, pos.k)  # what the hook memoises stays inside the vmap
+        args = [t.unflatten(0, (n, -1)) if t.shape[0] == self.batch else t for t in tensors]
+        dims = [0 if t.shape[0] == self.batch else None for t in tensors]
+        call = _Hook(self.encodings[index[0]], hook)
+        returned_none = False
+
+        def member(state: dict[str, Tensor], *own: Tensor) -> Any:
+            nonlocal returned_none
+            answer = torch.func.functional_call(call, state, (*own, shared, *extra))
+            returned_none = answer is None
+            return torch.zeros(()) if answer is None else answer
+
+        answers = torch.func.vmap(member, in_dims=(0, *dims), randomness="error")(state, *args)
+        if returned_none:
+            return None
+        b = self.batch // n
+        return _unfold(answers, b)
+
+    def _stacked(self, index: list[int]) -> dict[str, Tensor]:
+        """The selected members' parameters and buffers, each stacked ``[K', ...]``, by their
+        name in ``_Hook``."""
+        own = [
+            {**dict(e.named_parameters()), **dict(e.named_buffers())}
+            for e in (self.encodings[k] for k in index)
+        ]
+        return {f"encoding.{name}": torch.stack([o[name] for o in own]) for name in own[0]}
+
+
+class _Hook(nn.Module):
+    """One hook of an encoding as a module's forward (what ``functional_call`` runs)."""
+
+    def __init__(self, encoding: PositionalEncoding, hook: str) -> None:
+        super().__init__()
+        self.encoding, self.hook = encoding, hook
+
+    def forward(self, *args: Any) -> Any:
+        return getattr(self.encoding, self.hook)(*args)
+
+
+def _unfold(answers: Any, b: int) -> Any:
+    """Answers ``[K', b|1, ...]`` (tuples elementwise) as one folded answer ``[K' b, ...]``."""
+    if isinstance(answers, tuple):
+        return tuple(_unfold(a, b) for a in answers)
+    return answers.expand(answers.shape[0], b, *answers.shape[2:]).flatten(0, 1)
 
 
 def _slice(t: Tensor, i: int, b: int, batch: int) -> Tensor:

@@ -112,7 +112,9 @@ def run_blocks(
 ) -> Tensor:
     """The body of a ``Transformer`` and of an encoder-decoder's encoder and decoder:
     ``pe.embed`` once, then each block after ``pe.layer_input``. ``x: [b, n, d_model]`` token
-    embeddings -> ``[b, n, d_model]`` (before the final norm)."""
+    embeddings -> ``[b, n, d_model]`` (before the final norm). The encoding's parameters are
+    constrained first (``PositionalEncoding.constrain``)."""
+    pe.constrain()
     x = pe.embed(x, tokens, pos)
     for layer, block in enumerate(blocks):
         x = block(pe.layer_input(x, pos, layer), pos, cache, memory)

@@ -58,6 +58,7 @@ class AbacusPE(PositionalEncoding):
     """
 
     position_dims = None  # reads no positions: its indices come from the tokens
+    members_at_once = False  # each member draws its own offset from the RNG, as its single run
     shift = "relative"  # nothing to shift
     needs_digit_tokens = True
     supports_kv_cache = False

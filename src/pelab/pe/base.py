@@ -100,6 +100,10 @@ class PositionalEncoding(nn.Module):
     # (model.net.attn_scale) scales it with the logits. False: an additive bias that keeps its
     # size, computed from q as it leaves ``transform_qk``, before the length scale (GRAPE-A)
     scores_content = False
+    # True: the members of a stack run its hooks at once (``torch.func.vmap`` over their stacked
+    # parameters, ``pelab.models.stacked.MemberEncodings``). False: one member after another, for
+    # an encoding whose hooks read a value of its parameters on the host or draw random numbers
+    members_at_once = True
     shift: ClassVar[str]  # one of SHIFT_CLASSES, declared by every registered encoding
 
     def __init__(self, dims: ModelDims) -> None:
@@ -125,6 +129,19 @@ class PositionalEncoding(nn.Module):
                 f"{dims.position_dims}-D positions; encodings that fit: {', '.join(fitting)}"
             )
         self.dims = dims
+
+    @torch.no_grad()
+    def constrain(self) -> None:
+        """Put the parameters into their valid range, in place, before a forward reads them
+        (Kerple's clamp: projected gradient descent). The network calls it once per forward,
+        before any hook (``pelab.models.transformer.run_blocks``), so the hooks stay pure
+        functions of the parameters (``pelab.models.stacked`` runs them under ``vmap``). Here:
+        the encodings inside this one (a composition's parts, DAPE's base) constrain theirs."""
+        for module in self.modules():
+            if module is self or not isinstance(module, PositionalEncoding):
+                continue
+            if type(module).constrain is not PositionalEncoding.constrain:
+                module.constrain()
 
     def embed(self, x: Tensor, tokens: Tensor, pos: Positions) -> Tensor:
         """Token embeddings ``x: [b, n, d_model]`` -> same shape."""

@@ -66,6 +66,7 @@ class FloaterPE(PositionalEncoding):
     """
 
     shift = "absolute"
+    members_at_once = False  # torchdiffeq's solver writes its state in place, which vmap refuses
 
     def __init__(
         self,

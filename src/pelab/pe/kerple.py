@@ -76,14 +76,14 @@ class KerplePE(PositionalEncoding):
     def logit_bias(self, pos: Positions, layer: int) -> Tensor:
         return pos.memo(id(self), lambda: self._bias(pos))
 
-    def project(self) -> None:
-        """Clamp ``r1, r2`` into their valid ranges, in place. Through ``.data``, so autograd
-        does not see the change and a graph built earlier in the same step stays valid."""
-        self.r1.data.clamp_(min=self.eps)
-        self.r2.data.clamp_(min=self.eps, max=self.kernel.r2_max)
+    @torch.no_grad()
+    def constrain(self) -> None:
+        """Clamp ``r1, r2`` into their valid ranges, in place, before each forward (outside
+        autograd, so a graph built earlier in the same step stays valid)."""
+        self.r1.clamp_(min=self.eps)
+        self.r2.clamp_(min=self.eps, max=self.kernel.r2_max)
 
     def _bias(self, pos: Positions) -> Tensor:
-        self.project()
         distance = pos.delta().abs().float()[:, None]  # [b|1, 1, i, j]
         r1, r2 = self.r1[:, None, None], self.r2[:, None, None]  # [h, 1, 1]
         return self.kernel.bias(distance, r1, r2)  # [b|1, h, i, j]
