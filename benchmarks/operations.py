@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import ClassVar
 
 import lightning as L
-from lightning.pytorch.callbacks import Callback
 import torch
+from lightning.pytorch.callbacks import Callback
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from benchmarks.gpu_check import compose_run, grid_encodings
@@ -83,7 +83,9 @@ class CountOperations(Callback):
         CountOperations.last = self
 
 
-def count_operations(pe: str, members: int, root: Path, steps: int = STEPS, *extra: str) -> Counter:
+def count_operations(
+    pe: str, members: int, root: Path, steps: int = STEPS, *extra: str
+) -> Counter:
     """The aten operations, by name, of ``pe``'s training run of ``members`` seeds (the
     ``ablation_cpu`` model on copy, ``steps`` steps, one validation at the last, no stop)."""
     seeds = ",".join(map(str, range(members)))
@@ -100,7 +102,7 @@ def count_operations(pe: str, members: int, root: Path, steps: int = STEPS, *ext
         "task.n_test=8",
         "logger=none",
         "trainer.enable_progress_bar=false",
-        "+model.optimizer.foreach=true",  # AdamW's default on a GPU (on a CPU: one loop per tensor)
+        "+model.optimizer.foreach=true",  # AdamW's default on a GPU (a CPU loops over tensors)
         COUNTER,
         *extra,
     ]

@@ -156,10 +156,11 @@ class SequenceModel(L.LightningModule):
         for members in self.shape_groups(batch):
             prompt = fold([batch[k][0] for k in members])
             answer = fold([batch[k][1] for k in members])
+            drawn = members[:1] if self.positions.shared else members  # shared: member 0's
             positions = fold_positions(
                 [
                     self.training_positions(batch[k][0], answer.shape[1], step, self.seeds[k])
-                    for k in members
+                    for k in drawn
                 ],
                 self.positions.shared,
             )

@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from pelab.errors import ConfigError
+from pelab.models.stacked import stack_members
 from pelab.models.transformer import Transformer
 from pelab.pe.base import ModelDims
 from pelab.pe.kerple import KerplePE
@@ -115,20 +116,16 @@ def test_parameters_stay_in_range_after_a_large_step_and_can_come_back(kernel, r
 
 @pytest.mark.parametrize("members", [1, 2])
 def test_a_networks_forward_constrains_every_members_parameters_first(members):
-    """The network constrains before any hook reads the parameters, a stack's every member."""
-    from pelab.models.stacked import stack_members
-
+    """The network constrains before any hook reads the parameters, a stack's every member
+    (their ``r1, r2`` stacked ``[K, h]``)."""
     net = stack_members([make_net("power", causal=True) for _ in range(members)])
-    kerples = [m for m in net.modules() if isinstance(m, KerplePE)]
-    assert len(kerples) == members
+    held = net.pe.state(selected=False) if members > 1 else dict(net.pe.named_parameters())
     with torch.no_grad():
-        for pe in kerples:
-            pe.r1.fill_(-5.0)
-            pe.r2.fill_(9.0)
+        held["r1"].fill_(-5.0)
+        held["r2"].fill_(9.0)
     net(torch.randint(0, 12, (2 * members, 5)))
-    for pe in kerples:
-        assert torch.equal(pe.r1, torch.full((2,), KerplePE.eps))
-        assert torch.equal(pe.r2, torch.full((2,), 2.0))  # the power kernel's r2_max
+    assert torch.equal(held["r1"], torch.full_like(held["r1"], KerplePE.eps))
+    assert torch.equal(held["r2"], torch.full_like(held["r2"], 2.0))  # the power kernel's r2_max
 
 
 def test_power_kernel_gradients_are_finite_at_zero_distance():

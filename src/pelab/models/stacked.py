@@ -33,13 +33,14 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch._C._functorch import is_batchedtensor
 
 from pelab.devices import to_device
 from pelab.pe.base import PositionalEncoding
@@ -102,9 +103,31 @@ class Linear(Stacked):
         k = w.shape[0]
         if k == 1:
             return F.linear(x, w.squeeze(0), None if b is None else b.squeeze(0))
-        xs = folded(x, k)  # [k, rows, d_in]
-        out = xs @ w.transpose(1, 2) if b is None else torch.baddbmm(b[:, None], xs, w.mT)
+        out = _MemberLinear.apply(folded(x, k), w, b)  # [k, rows, d_out]
         return out.reshape(*x.shape[:-1], w.shape[1])
+
+
+class _MemberLinear(torch.autograd.Function):
+    """``xs W_k^T + b_k`` for ``xs: [K, rows, d_in]``, ``W: [K, d_out, d_in]``, ``b: [K, d_out]``
+    (or None), with a backward that gives ``dW = g^T xs`` in ``W``'s own layout: autograd's,
+    through ``W.mT``, is transposed, and accumulating it into the weight copies it once per
+    layer and step. Under autocast the forward's operation is cast as autocast casts it, and the
+    backward computes in the gradient's dtype, each gradient returned in its input's."""
+
+    @staticmethod
+    def forward(ctx: Any, xs: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
+        ctx.save_for_backward(xs, w)
+        ctx.bias = b is not None
+        return torch.bmm(xs, w.mT) if b is None else torch.baddbmm(b[:, None], xs, w.mT)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
+        xs, w = ctx.saved_tensors
+        need_x, need_w, need_b = ctx.needs_input_grad
+        dx = torch.bmm(grad, w.to(grad.dtype)).to(xs.dtype) if need_x else None
+        dw = torch.bmm(grad.mT, xs.to(grad.dtype)).to(w.dtype) if need_w else None  # [K, o, i]
+        db = grad.sum(1).to(w.dtype) if ctx.bias and need_b else None
+        return dx, dw, db
 
 
 class LayerNorm(Stacked):
@@ -148,28 +171,82 @@ class Embedding(Stacked):
 
 
 class MemberEncodings(PositionalEncoding):
-    """One encoding per member (an encoding with parameters). Each hook runs once for all
-    members (``_at_once``), or, where it cannot, gives member ``k`` its slice ``[b, ...]`` of the
-    folded batch ``[K b, ...]`` and its own ``Positions`` (so what an encoding memoises per
-    forward stays its own) and joins the members' answers, a broadcast ``[1, ...]`` expanded to
-    the member's ``b``."""
+    """One encoding per member (an encoding with parameters), its parameters and buffers
+    stacked ``[K, ...]`` like a ``Stacked`` layer's (``names``: each one's name in the
+    encoding) and its code in ``encoding``, member 0's module, which holds no state of its
+    own here (not registered: each hook runs it on the members' tensors, ``functional_call``).
+
+    Each hook runs once for all members (``torch.func.vmap`` over the stacked state and the
+    members' slices ``[K, b, ...]`` of the folded tensors ``[K b, ...]``; shared positions and
+    broadcast ``[1, ...]`` tensors as they are). Where it cannot (``members_at_once`` False, or
+    the members' positions differ), member ``k`` gets its row of the state, its slice ``[b, ...]``
+    and its own ``Positions`` (so what the encoding memoises per forward stays its own), and the
+    members' answers are joined, a broadcast ``[1, ...]`` expanded to the member's ``b``."""
 
     shift = "absolute"  # never registered; the members' own classes declare theirs
 
     def __init__(self, encodings: Sequence[PositionalEncoding]) -> None:
         nn.Module.__init__(self)
-        self.encodings = nn.ModuleList(encodings)
         first = encodings[0]
+        object.__setattr__(self, "encoding", first)  # the code, not the state: not registered
         self.dims, self.pe_name = first.dims, getattr(first, "pe_name", type(first).__name__)
         self.supports_kv_cache = first.supports_kv_cache
-        self.members: list[int] | None = None
+        self.members_at_once = first.members_at_once
+        self.count = len(encodings)
+        own = [dict(e.named_parameters()) for e in encodings]
+        self.names = list(own[0])  # the parameters' names in the encoding, then the buffers'
+        for name in self.names:
+            rows = torch.stack([o[name].detach() for o in own])
+            self.register_parameter(_key(name), nn.Parameter(rows))
+        self.saved = set(self.names)  # what a single run's state_dict holds: + persistent buffers
+        for module_name, module in first.named_modules():
+            prefix = f"{module_name}." if module_name else ""
+            for name in module._buffers:
+                if name not in module._non_persistent_buffers_set:
+                    self.saved.add(prefix + name)
+        for name, _ in first.named_buffers():
+            rows = [e.get_buffer(name) for e in encodings]
+            self.register_buffer(_key(name), torch.stack(rows), persistent=False)
+            self.names.append(name)
+        self.constrains = any(
+            type(m).constrain is not PositionalEncoding.constrain
+            for m in first.modules()
+            if isinstance(m, PositionalEncoding)
+        )
+        self.members: Tensor | None = None  # indices of the selected members, None: all
         self.batch = 0  # the folded batch of the current forward (``embed`` comes first)
 
+    def train(self, mode: bool = True) -> MemberEncodings:
+        super().train(mode)
+        self.encoding.train(mode)  # not registered, so not reached otherwise
+        return self
+
     def overrides(self, hook: str) -> bool:  # type: ignore[override]
-        return self.encodings[0].overrides(hook)
+        return self.encoding.overrides(hook)
 
     def needs_eager_attention(self) -> bool:  # type: ignore[override]
-        return self.encodings[0].needs_eager_attention()
+        return self.encoding.needs_eager_attention()
+
+    def state(self, selected: bool = True) -> dict[str, Tensor]:
+        """The stacked parameters and buffers ``[K', ...]`` (of the selected members), by their
+        name in the encoding."""
+        tensors = {**self._parameters, **self._buffers}
+        state = {name: tensors[_key(name)] for name in self.names}
+        if selected and self.members is not None:
+            return {name: t.index_select(0, self.members) for name, t in state.items()}
+        return state
+
+    def member(self, k: int) -> dict[str, Tensor]:
+        """Member ``k``'s parameters and persistent buffers, by their name in its single run's
+        encoding (views of the stacked rows)."""
+        return {n: t[k] for n, t in self.state(selected=False).items() if n in self.saved}
+
+    @torch.no_grad()
+    def constrain(self) -> None:
+        """The encoding's constraint (``PositionalEncoding.constrain``), in place on the stacked
+        parameters of every member."""
+        if self.constrains:
+            _call(self.encoding, "constrain", self.state(selected=False), ())
 
     def embed(self, x: Tensor, tokens: Tensor, pos: Positions) -> Tensor:
         self.batch = x.shape[0]
@@ -210,17 +287,18 @@ class MemberEncodings(PositionalEncoding):
     ) -> Any:
         """``hook(*tensors, pos[, layer])`` of each selected member on its slice: all at once
         where the encoding allows it and the positions are shared, else one after another."""
-        index = list(range(len(self.encodings))) if self.members is None else self.members
-        n = len(index)
+        state = pos.memo(("member state", id(self)), self.state)  # [K', ...] each
+        n = self.count if self.members is None else len(self.members)
         b = self.batch // n
         extra = () if layer is None else (layer,)
-        if self.encodings[0].members_at_once and pos.q.shape[0] != self.batch:
-            return self._at_once(hook, pos, tensors, extra, index)
+        if self.members_at_once and pos.q.shape[0] != self.batch:
+            return self._at_once(hook, pos, tensors, extra, state, n)
         answers = []
-        for i, k in enumerate(index):
+        for i in range(n):
             own = [_slice(t, i, b, self.batch) for t in tensors]
             member_pos = pos.memo(("member", i, n), lambda i=i: _member_positions(pos, i, b, n))
-            answers.append(getattr(self.encodings[k], hook)(*own, member_pos, *extra))
+            row = {name: t[i] for name, t in state.items()}
+            answers.append(_call(self.encoding, hook, row, (*own, member_pos, *extra)))
         return _join(answers, b)
 
     def _at_once(
@@ -229,45 +307,54 @@ class MemberEncodings(PositionalEncoding):
         pos: Positions,
         tensors: tuple[Tensor, ...],
         extra: tuple[int, ...],
-        index: list[int],
+        state: dict[str, Tensor],
+        n: int,
     ) -> Any:
-        """The hook of member ``index[0]``'s module run once for all selected members:
-        ``torch.func.vmap`` over their parameters and buffers stacked ``[K', ...]`` (stacked
-        once per forward) and their slices ``[K', b, ...]`` of the folded tensors; the shared
-        positions and broadcast ``[1, ...]`` tensors as they are. Each member's parameters keep
-        their own gradient, through the stack."""
-        n = len(index)
-        state = pos.memo(("member state", id(self), *index), lambda: self._stacked(index))
-        shared = Positions(pos.q, pos.k)  # what the hook memoises stays inside the vmap
+        """The hook run once under ``torch.func.vmap`` over the members: the state and the
+        folded tensors split ``[K', b, ...]``; the shared positions and broadcast tensors as
+        they are."""
+        shared = _SharedMemo(pos.q, pos.k, pos)
         args = [t.unflatten(0, (n, -1)) if t.shape[0] == self.batch else t for t in tensors]
         dims = [0 if t.shape[0] == self.batch else None for t in tensors]
-        call = _Hook(self.encodings[index[0]], hook)
         returned_none = False
 
-        def member(state: dict[str, Tensor], *own: Tensor) -> Any:
+        def member(row: dict[str, Tensor], *own: Tensor) -> Any:
             nonlocal returned_none
-            answer = torch.func.functional_call(call, state, (*own, shared, *extra))
+            answer = _call(self.encoding, hook, row, (*own, shared, *extra))
             returned_none = answer is None
             return torch.zeros(()) if answer is None else answer
 
         answers = torch.func.vmap(member, in_dims=(0, *dims), randomness="error")(state, *args)
-        if returned_none:
-            return None
-        b = self.batch // n
-        return _unfold(answers, b)
+        return None if returned_none else _unfold(answers, self.batch // n)
 
-    def _stacked(self, index: list[int]) -> dict[str, Tensor]:
-        """The selected members' parameters and buffers, each stacked ``[K', ...]``, by their
-        name in ``_Hook``."""
-        own = [
-            {**dict(e.named_parameters()), **dict(e.named_buffers())}
-            for e in (self.encodings[k] for k in index)
-        ]
-        return {f"encoding.{name}": torch.stack([o[name] for o in own]) for name in own[0]}
+
+class _SharedMemo(Positions):
+    """The shared positions inside ``vmap``: what the hook memoises and does not depend on a
+    member (a T5 bucket index, a distance matrix: no batched tensor in it) goes to the
+    forward's ``Positions``, so later layers and hooks reuse it, as in a single run; what does
+    (batched) stays inside this call."""
+
+    def __init__(self, q: Tensor, k: Tensor, outer: Positions) -> None:
+        super().__init__(q, k)
+        self.outer = outer
+
+    def memo(self, key: Any, compute: Callable[[], Any]) -> Any:
+        if key in self.outer._memo:
+            return self.outer._memo[key]
+        value = super().memo(key, compute)
+        leaves = torch.utils._pytree.tree_leaves(value)
+        if not any(isinstance(t, Tensor) and is_batchedtensor(t) for t in leaves):
+            self.outer._memo[key] = value
+        return value
+
+
+def _key(name: str) -> str:
+    """A parameter's or buffer's name in the encoding as an attribute name (no dots)."""
+    return "member_" + name.replace(".", "__")
 
 
 class _Hook(nn.Module):
-    """One hook of an encoding as a module's forward (what ``functional_call`` runs)."""
+    """One method of an encoding as a module's forward (what ``functional_call`` runs)."""
 
     def __init__(self, encoding: PositionalEncoding, hook: str) -> None:
         super().__init__()
@@ -275,6 +362,12 @@ class _Hook(nn.Module):
 
     def forward(self, *args: Any) -> Any:
         return getattr(self.encoding, self.hook)(*args)
+
+
+def _call(encoding: PositionalEncoding, hook: str, state: dict[str, Tensor], args: tuple) -> Any:
+    """``encoding.hook(*args)`` with its parameters and buffers ``state`` (by name)."""
+    named = {f"encoding.{name}": t for name, t in state.items()}
+    return torch.func.functional_call(_Hook(encoding, hook), named, args)
 
 
 def _unfold(answers: Any, b: int) -> Any:
@@ -313,7 +406,7 @@ def members_of(net: nn.Module) -> int:
         if isinstance(module, Stacked) and weight is not None:  # (a fixed scale holds none)
             return weight.shape[0]
         if isinstance(module, MemberEncodings):
-            return len(module.encodings)
+            return module.count
     return 1
 
 
@@ -325,7 +418,7 @@ def select(net: nn.Module, members: Sequence[int]) -> Iterator[None]:
     index = to_device(torch.tensor(list(members), dtype=torch.long, device="cpu"), device)
     changed = [m for m in net.modules() if isinstance(m, Stacked | MemberEncodings)]
     for module in changed:
-        module.members = index if isinstance(module, Stacked) else list(members)
+        module.members = index
     try:
         yield
     finally:
@@ -353,7 +446,7 @@ def _same_buffers(encodings: Sequence[nn.Module]) -> bool:
 def stack_members(nets: Sequence[nn.Module]) -> nn.Module:
     """One network holding every member of ``nets`` (same architecture, each initialised as its
     own single run): stacked layers get the members' weights in order; an encoding with
-    parameters (or buffers that differ) is held once per member (``MemberEncodings``). Attention
+    parameters (or buffers that differ) gets them stacked too (``MemberEncodings``). Attention
     modules point at the encoding their network uses."""
     if len(nets) == 1:
         return nets[0]
@@ -387,7 +480,7 @@ def member_state(net: nn.Module, k: int) -> dict[str, Tensor]:
 
     def visit(module: nn.Module, prefix: str) -> None:
         if isinstance(module, MemberEncodings):
-            state.update(module.encodings[k].state_dict(prefix=prefix))
+            state.update({prefix + n: t.detach() for n, t in module.member(k).items()})
             return
         for name, p in module._parameters.items():
             if p is not None:
@@ -432,15 +525,15 @@ def fold_positions(positions: Sequence[Tensor], shared: bool = False) -> Tensor:
 
 def member_parameters(net: nn.Module) -> list[tuple[Tensor, int | None]]:
     """Every parameter of ``net`` with its member: None for a stacked one (``[K, ...]``, every
-    member), ``k`` for one of member ``k`` alone (its own encoding; with one member, an
-    encoding's parameters are member 0's)."""
-    stacked = {id(p) for m in net.modules() if isinstance(m, Stacked) for p in m.parameters()}
-    owned = {}
-    for module in net.modules():
-        if isinstance(module, MemberEncodings):
-            for k, encoding in enumerate(module.encodings):
-                owned |= {id(p): k for p in encoding.parameters()}
-    return [(p, None if id(p) in stacked else owned.get(id(p), 0)) for p in net.parameters()]
+    member: a layer's or an encoding's), 0 for one of a network of one member alone (its
+    encoding's, unstacked)."""
+    stacked = {
+        id(p)
+        for m in net.modules()
+        if isinstance(m, Stacked | MemberEncodings)
+        for p in m.parameters(recurse=False)
+    }
+    return [(p, None if id(p) in stacked else 0) for p in net.parameters()]
 
 
 @torch.no_grad()
@@ -457,7 +550,7 @@ def clip_member_norms(net: nn.Module, max_norm: float) -> None:
     own = [(p.grad, k) for p, k in owners if k is not None]  # one member's encoding
     squares = torch.zeros(members_of(net), device=owners[0][0].device)  # [K]
     if stacked:  # [K, sum of the parameters' sizes]: each member's squared norm
-        squares += torch.cat([g.flatten(1) for g in stacked], dim=1).square().sum(dim=1)
+        squares += torch.cat([g.reshape(len(g), -1) for g in stacked], dim=1).square().sum(dim=1)
     for grad, k in own:
         squares[k] += grad.square().sum()
     coef = (max_norm / (squares.sqrt() + 1e-6)).clamp(max=1.0)

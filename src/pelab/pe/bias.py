@@ -106,5 +106,14 @@ class T5BiasPE(PositionalEncoding):
         return pos.memo(id(self), lambda: self._bias(pos))
 
     def _bias(self, pos: Positions) -> Tensor:
-        buckets = t5_bucket(-pos.delta(), self.bidirectional, self.num_buckets, self.max_distance)
+        # the buckets do not read the weights: a stack's members share them (memoised apart)
+        buckets = pos.memo(
+            (id(self), "buckets"),
+            lambda: t5_bucket(
+                -pos.delta(), self.bidirectional, self.num_buckets, self.max_distance
+            ),
+        )
         return rearrange(self.bias(buckets), "b i j h -> b h i j")
+
+    def _buckets(self, pos: Positions) -> Tensor:
+        return t5_bucket(-pos.delta(), self.bidirectional, self.num_buckets, self.max_distance)
