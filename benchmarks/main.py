@@ -29,7 +29,9 @@
    ``pelab.threads`` chooses by (docs/performance.md, "Threads").
 7. Start-up (``--only startup``): seconds to answer for ``--help``, ``--cfg job``, a misspelt
    choice and a bad value, beside a one-step run (``benchmarks.startup``).
-8. With ``--ablation``: the wall time of ``experiment=ablation_cpu`` (every job, on this
+8. Operations (``--only operations``): aten operations and kernel launches of a 40-step run at
+   K = 8 members over K = 1, for every encoding of the GPU grid (``benchmarks.operations``).
+9. With ``--ablation``: the wall time of ``experiment=ablation_cpu`` (every job, on this
    machine) and the share of its (encoding, task) cells learned in distribution.
 
     python scripts/benchmark.py            # full: 4 layers, d_model 128, 64 tokens, batch 64
@@ -38,7 +40,7 @@
     python scripts/benchmark.py --only threads   # one section
 
 One file per section in this folder (``throughput``, ``encodings``, ``data``, ``greedy``,
-``members``, ``threads``, ``startup``, ``ablation``), each with ``section(args, setup) -> dict``:
+``members``, ``threads``, ``startup``, ``operations``, ``ablation``), each with ``section(args, setup) -> dict``:
 its part of the JSON report, printed as a table; ``common`` holds the shared setup and pelab's
 training step. This module
 parses the command line and runs the sections in order.
@@ -52,7 +54,17 @@ from pathlib import Path
 
 import torch
 
-from benchmarks import ablation, data, encodings, greedy, members, startup, threads, throughput
+from benchmarks import (
+    ablation,
+    data,
+    encodings,
+    greedy,
+    members,
+    operations,
+    startup,
+    threads,
+    throughput,
+)
 from benchmarks.common import make_setup
 from pelab.pe import PE_REGISTRY
 
@@ -65,6 +77,7 @@ SECTIONS = {
     "members": members,
     "threads": threads,
     "startup": startup,
+    "operations": operations,
 }
 
 

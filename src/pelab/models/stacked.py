@@ -145,8 +145,28 @@ class LayerNorm(Stacked):
         k = w.shape[0]
         if k == 1:
             return F.layer_norm(x, (self.d,), w.squeeze(0), b.squeeze(0), self.eps)
-        normed = folded(F.layer_norm(x, (self.d,), None, None, self.eps), k)
-        return torch.addcmul(b[:, None], normed, w[:, None]).reshape(x.shape)
+        normed = folded(F.layer_norm(x, (self.d,), None, None, self.eps), k)  # [k, rows, d]
+        return _MemberAffine.apply(normed, w, b).reshape(x.shape)
+
+
+class _MemberAffine(torch.autograd.Function):
+    """``n w_k + b_k`` for ``n: [K, rows, d]``, ``w, b: [K, d]``, with a backward of 4
+    operations (autograd's through ``addcmul`` takes 6: it multiplies by its scalar factor
+    too)."""
+
+    @staticmethod
+    def forward(ctx: Any, normed: Tensor, w: Tensor, b: Tensor) -> Tensor:
+        ctx.save_for_backward(normed, w)
+        return torch.addcmul(b[:, None], normed, w[:, None])
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
+        normed, w = ctx.saved_tensors
+        need_normed, need_w, need_b = ctx.needs_input_grad
+        dn = (grad * w[:, None]).to(normed.dtype) if need_normed else None
+        dw = (grad * normed).sum(1).to(w.dtype) if need_w else None
+        db = grad.sum(1).to(w.dtype) if need_b else None
+        return dn, dw, db
 
 
 class Embedding(Stacked):

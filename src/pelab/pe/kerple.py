@@ -84,6 +84,7 @@ class KerplePE(PositionalEncoding):
         self.r2.clamp_(min=self.eps, max=self.kernel.r2_max)
 
     def _bias(self, pos: Positions) -> Tensor:
-        distance = pos.delta().abs().float()[:, None]  # [b|1, 1, i, j]
+        # the distances do not read the weights: a stack's members share them (memoised apart)
+        distance = pos.memo((id(self), "distance"), lambda: pos.delta().abs().float()[:, None])
         r1, r2 = self.r1[:, None, None], self.r2[:, None, None]  # [h, 1, 1]
         return self.kernel.bias(distance, r1, r2)  # [b|1, h, i, j]

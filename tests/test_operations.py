@@ -1,0 +1,28 @@
+"""A stack launches about what one member launches (issue 43): the kernel launches (aten
+operations but views) of a few training steps and a validation at K = 8 members over K = 1,
+counted by ``benchmarks.operations`` on the CPU. ``scripts/benchmark.py --only operations``
+reports every encoding of the grid over 40 steps; this pins the three the issue names: RoPE (no
+parameters: the stacked layers alone), T5 (parameters, memoised buckets) and PaTH (parameters
+and a loop over positions, once for all members)."""
+
+import pytest
+
+from benchmarks.operations import launches, operation_ratios
+
+# measured at 4 steps (2026-11-28): rope 1.3x, t5_bias 1.3x, path 1.1x; before the encodings
+# ran at once for all members: 1.4x, 1.8x, 6.5x (40 steps)
+PINNED = {"rope": 1.35, "t5_bias": 1.35, "path": 1.15}
+
+
+@pytest.mark.integration
+def test_a_stack_of_8_launches_little_more_than_one_member():
+    ratios = operation_ratios(list(PINNED), members=8, steps=4)
+    for pe, bound in PINNED.items():
+        assert ratios[pe]["launches_ratio"] <= bound, (pe, ratios[pe])
+
+
+def test_views_are_not_launches():
+    from collections import Counter
+
+    ops = Counter({"aten.view.default": 5, "aten.mm.default": 2, "aten._unsafe_view.default": 1})
+    assert launches(ops) == 2
