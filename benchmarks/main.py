@@ -40,10 +40,10 @@
     python scripts/benchmark.py --only threads   # one section
 
 One file per section in this folder (``throughput``, ``encodings``, ``data``, ``greedy``,
-``members``, ``threads``, ``startup``, ``operations``, ``ablation``), each with ``section(args, setup) -> dict``:
-its part of the JSON report, printed as a table; ``common`` holds the shared setup and pelab's
-training step. This module
-parses the command line and runs the sections in order.
+``members``, ``threads``, ``startup``, ``operations``, ``ablation``), each with
+``section(args, setup) -> dict``: its part of the JSON report, printed as a table; ``common``
+holds the shared setup and pelab's training step. This module parses the command line and runs
+the sections in order.
 """
 
 from __future__ import annotations

@@ -9,9 +9,10 @@ import pytest
 
 from benchmarks.operations import launches, operation_ratios
 
-# measured at 4 steps (2026-11-28): rope 1.3x, t5_bias 1.3x, path 1.1x; before the encodings
-# ran at once for all members: 1.4x, 1.8x, 6.5x (40 steps)
-PINNED = {"rope": 1.35, "t5_bias": 1.35, "path": 1.15}
+# launches at K = 8 over K = 1 over 4 steps (2026-11-28): rope 1.26, t5_bias 1.34, path 1.06;
+# before the stacked encodings and layers' operations (40 steps): 1.38, 2.62, 7.35. Operation
+# counts do not depend on the machine, so the bounds can sit close.
+PINNED = {"rope": 1.30, "t5_bias": 1.45, "path": 1.15}
 
 
 @pytest.mark.integration

@@ -77,3 +77,49 @@ def test_a_linear_layers_rows_are_its_namesakes_rows():
     rows = slice(6, 12)
     expected = nn.functional.linear(x, reference.weight[rows], reference.bias[rows])
     assert torch.equal(layer(x, rows), expected)
+
+
+@pytest.mark.parametrize(
+    ("name", "rows"),
+    [(name, None) for name in LAYERS]
+    + [(name, slice(4, 10)) for name in ("Linear", "Linear without bias")],
+)
+def test_a_stack_of_k_gives_each_member_its_namesakes_forward_and_gradients(name, rows):
+    """K = 3 members, each with its own weights, on its own rows of the folded batch: each
+    member's output and the gradients of its input and weights are its namesake's (the stacked
+    operations' own backward included: ``_MemberLinear``, ``_MemberAffine``). ``rows``: a
+    Linear's output features of a fused projection."""
+    make, make_reference, shape = LAYERS[name]
+    torch.manual_seed(3)
+    references = [make_reference() for _ in range(3)]
+    for reference in references:
+        for p in reference.parameters():
+            nn.init.normal_(p)
+    layers = []
+    for reference in references:
+        layer = make()
+        layer.load_state_dict(reference.state_dict())
+        layers.append(layer)
+    stack = stacked.stack_members(layers)
+    if isinstance(references[0], nn.Embedding):
+        inputs = [torch.randint(0, 17, shape) for _ in references]
+        folded = torch.cat(inputs)
+    else:
+        inputs = [torch.randn(shape, requires_grad=True) for _ in references]
+        folded = torch.cat([x.detach() for x in inputs]).requires_grad_()
+    out = stack(folded) if rows is None else stack(folded, rows)
+    upstream = torch.randn(out.shape)
+    out.backward(upstream)
+    for k, (reference, x) in enumerate(zip(references, inputs, strict=True)):
+        mine = slice(k * shape[0], (k + 1) * shape[0])
+        if rows is None:
+            expected = reference(x)
+        else:
+            bias = None if reference.bias is None else reference.bias[rows]
+            expected = nn.functional.linear(x, reference.weight[rows], bias)
+        torch.testing.assert_close(out[mine], expected)
+        expected.backward(upstream[mine])
+        if x.is_floating_point():
+            torch.testing.assert_close(folded.grad[mine], x.grad)
+        for key, p in reference.named_parameters():
+            torch.testing.assert_close(getattr(stack, key).grad[k], p.grad, msg=key)
