@@ -332,40 +332,61 @@ class MemberEncodings(PositionalEncoding):
     ) -> Any:
         """The hook run once under ``torch.func.vmap`` over the members: the state and the
         folded tensors split ``[K', b, ...]``; the shared positions and broadcast tensors as
-        they are."""
-        shared = _SharedMemo(pos.q, pos.k, pos)
+        they are. What the hook memoises per member (a bias from its weights) leaves the call
+        stacked ``[K', ...]`` and enters the forward's later calls again, so an encoding
+        computes it once per forward, as a single run does."""
+        carried = pos.memo(("member memo", id(self)), dict)  # key -> its value [K', ...]
         args = [t.unflatten(0, (n, -1)) if t.shape[0] == self.batch else t for t in tensors]
         dims = [0 if t.shape[0] == self.batch else None for t in tensors]
         returned_none = False
 
-        def member(row: dict[str, Tensor], *own: Tensor) -> Any:
+        def member(row: dict[str, Tensor], memo: dict, *own: Tensor) -> Any:
             nonlocal returned_none
+            shared = _SharedMemo(pos.q, pos.k, pos, memo)
             answer = _call(self.encoding, hook, row, (*own, shared, *extra))
             returned_none = answer is None
-            return torch.zeros(()) if answer is None else answer
+            return (torch.zeros(()) if answer is None else answer), shared.new()
 
-        answers = torch.func.vmap(member, in_dims=(0, *dims), randomness="error")(state, *args)
+        vmapped = torch.func.vmap(member, in_dims=(0, 0, *dims), randomness="error")
+        answers, new = vmapped(state, carried, *args)
+        carried.update(new)
         return None if returned_none else _unfold(answers, self.batch // n)
 
 
 class _SharedMemo(Positions):
-    """The shared positions inside ``vmap``: what the hook memoises and does not depend on a
+    """The shared positions inside ``vmap``. What the hook memoises and does not depend on a
     member (a T5 bucket index, a distance matrix: no batched tensor in it) goes to the
-    forward's ``Positions``, so later layers and hooks reuse it, as in a single run; what does
-    (batched) stays inside this call."""
+    forward's ``Positions``, so later layers and hooks reuse it, as in a single run. What does
+    starts from ``carried`` (earlier calls' values, batched again) and what this call adds is
+    ``new``, for the caller to carry on."""
 
-    def __init__(self, q: Tensor, k: Tensor, outer: Positions) -> None:
+    def __init__(self, q: Tensor, k: Tensor, outer: Positions, carried: dict) -> None:
         super().__init__(q, k)
         self.outer = outer
+        self._memo.update(carried)
+        self.carried = set(carried)
 
     def memo(self, key: Any, compute: Callable[[], Any]) -> Any:
         if key in self.outer._memo:
             return self.outer._memo[key]
-        value = super().memo(key, compute)
+        if key in self._memo:
+            return self._memo[key]
+        value = compute()
         leaves = torch.utils._pytree.tree_leaves(value)
         if not any(isinstance(t, Tensor) and is_batchedtensor(t) for t in leaves):
             self.outer._memo[key] = value
+        else:
+            self._memo[key] = value
         return value
+
+    def new(self) -> dict:
+        """The batched values this call memoised (those made of tensors alone)."""
+        return {
+            key: value
+            for key, value in self._memo.items()
+            if key not in self.carried
+            and all(isinstance(t, Tensor) for t in torch.utils._pytree.tree_leaves(value))
+        }
 
 
 def _key(name: str) -> str:
