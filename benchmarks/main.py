@@ -18,8 +18,8 @@
 5. Members (``seeds=[...]``): the aggregate training throughput of K = 1, 2, 4, 8 members in
    one stacked network (``pelab.models.stacked``) against K single-member models stepped one
    after another (same models, same batches; one torch thread, as one job per core runs), for
-   ``none``, ``rope``, ``alibi``, ``t5_bias`` (parameters held per member) and ``shaw`` (eager
-   attention), at the CPU presets' shape (d_model 64, 2 layers, batch 32, copy at lengths 1-8),
+   ``none``, ``rope``, ``alibi``, ``t5_bias`` (parameters stacked over the members) and ``shaw``
+   (eager attention), at the CPU presets' shape (d_model 64, 2 layers, batch 32, copy at lengths 1-8),
    beside the bound: one model with K times the batch.
 6. Threads (``--only threads``): median ms per training step (forward, backward, AdamW) of the
    decoder Transformer (RoPE, copy at length 16) at d_model/layers/batch 64/2/32 (the CPU

@@ -1,8 +1,8 @@
 """Section 5 (``--only members``): Members (``seeds=[...]``): the aggregate training throughput of
 K = 1, 2, 4, 8 members in one stacked network (``pelab.models.stacked``) against K single-member
 models stepped one after another (same models, same batches; one torch thread, as one job per
-core runs), for ``none``, ``rope``, ``alibi``, ``t5_bias`` (parameters held per member) and
-``shaw`` (eager attention), at the CPU presets' shape (d_model 64, 2 layers, batch 32, copy at
+core runs), for ``none``, ``rope``, ``alibi``, ``t5_bias`` (parameters stacked over the
+members) and ``shaw`` (eager attention), at the CPU presets' shape (d_model 64, 2 layers, batch 32, copy at
 lengths 1-8), beside the bound: one model with K times the batch. Every side takes pelab's own
 training step (``benchmarks.common.PelabStep``)."""
 
@@ -21,7 +21,7 @@ from benchmarks.common import PelabStep, Setup, pelab_config, shape_overrides
 from pelab.models.stacked import MemberEncodings
 from pelab.threads import set_threads
 
-MEMBER_ENCODINGS = ("none", "rope", "alibi", "t5_bias", "shaw")  # t5_bias: parameters per member
+MEMBER_ENCODINGS = ("none", "rope", "alibi", "t5_bias", "shaw")  # t5_bias, shaw: parameters
 MEMBER_COUNTS = (1, 2, 4, 8)
 DEFAULT_RUN = "rope, batch 64, 1-16"  # the default run's shape, as seeds=[0,1,2] trains it
 

@@ -15,14 +15,14 @@ bit, what a network of ``torch.nn`` layers computes.
 
 Positional encodings act through their hooks (``pelab.pe.base``). An encoding without parameters
 (and with the same buffers in every member) runs once on the folded batch. One with parameters
-is held once per member (``MemberEncodings``; each member's checkpoint keys and gradient its
-own), and each hook runs once for all members: ``torch.func.vmap`` over their parameters, stacked
-``[K, ...]`` once per forward, and their slices ``[K, b, ...]`` of the folded batch, so a stack
-launches about what one member launches (a GPU runs small models launch-bound). Where the
-members' positions differ (``positions=randomized``) or an encoding declares
-``members_at_once = False`` (it draws random numbers, or its solver works in place), each hook
-hands member ``k`` its own slice in turn and joins what the members return. No encoding is named
-here.
+gets them stacked ``[K, ...]`` like the layers' (``MemberEncodings``), and each hook runs once
+for all members: ``torch.func.vmap`` over the stacked parameters and the members' slices
+``[K, b, ...]`` of the folded batch, so a stack launches about what one member launches (a GPU
+runs small models launch-bound; ``benchmarks/operations.py`` counts it). Where the members'
+positions differ (``positions=randomized``) or an encoding declares ``members_at_once = False``
+(it draws random numbers, or its solver writes in place), each hook runs member ``k`` on its
+row of the parameters and its own slice in turn and joins what the members return. No encoding
+is named here.
 
 ``select(net, members)`` runs a subset of the members (those still training, or those whose
 batches share a shape); ``member_state``/``load_member`` move one member's weights in the format
