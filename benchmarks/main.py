@@ -19,8 +19,8 @@
    one stacked network (``pelab.models.stacked``) against K single-member models stepped one
    after another (same models, same batches; one torch thread, as one job per core runs), for
    ``none``, ``rope``, ``alibi``, ``t5_bias`` (parameters stacked over the members) and ``shaw``
-   (eager attention), at the CPU presets' shape (d_model 64, 2 layers, batch 32, copy at lengths 1-8),
-   beside the bound: one model with K times the batch.
+   (eager attention), at the CPU presets' shape (d_model 64, 2 layers, batch 32, copy at
+   lengths 1-8), beside the bound: one model with K times the batch.
 6. Threads (``--only threads``): median ms per training step (forward, backward, AdamW) of the
    decoder Transformer (RoPE, copy at length 16) at d_model/layers/batch 64/2/32 (the CPU
    presets), 64/2/64 (the default run), 128/4/64, 256/4/64 and 512/6/64, with 1, 2, 4, ...

@@ -2,9 +2,9 @@
 K = 1, 2, 4, 8 members in one stacked network (``pelab.models.stacked``) against K single-member
 models stepped one after another (same models, same batches; one torch thread, as one job per
 core runs), for ``none``, ``rope``, ``alibi``, ``t5_bias`` (parameters stacked over the
-members) and ``shaw`` (eager attention), at the CPU presets' shape (d_model 64, 2 layers, batch 32, copy at
-lengths 1-8), beside the bound: one model with K times the batch. Every side takes pelab's own
-training step (``benchmarks.common.PelabStep``)."""
+members) and ``shaw`` (eager attention), at the CPU presets' shape (d_model 64, 2 layers, batch
+32, copy at lengths 1-8), beside the bound: one model with K times the batch. Every side takes
+pelab's own training step (``benchmarks.common.PelabStep``)."""
 
 from __future__ import annotations
 
