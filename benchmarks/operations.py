@@ -4,7 +4,7 @@ whatever its size), so a stack of K members costs about what it launches. Counte
 with a dispatch mode (``CountOperations``): the aten operations of the training steps and the
 validation of ``experiment=ablation_cpu`` on copy (``STEPS`` steps, one validation; AdamW with
 ``foreach``, its GPU default), at K = 8 members over K = 1, for every encoding of the grid
-(``--quick``: rope and t5_bias, 4 steps); ``launches`` leaves out the views. Goal (issue 43):
+(``--quick``: ``QUICK``, 4 steps); ``launches`` leaves out the views. Goal (issue 43):
 at most ``GOAL`` (1.25x) launches for each."""
 
 from __future__ import annotations
@@ -26,6 +26,9 @@ from pelab.train import run
 
 STEPS = 40
 GOAL = 1.25
+# --quick: RoPE (no parameters: the stacked layers alone), T5 (parameters, a memoised bias) and
+# PaTH (parameters and a loop over positions), over 4 steps (``tests/test_operations.py``)
+QUICK = ("rope", "t5_bias", "path")
 COUNTER = "+callbacks.operations._target_=benchmarks.operations.CountOperations"
 
 
@@ -135,7 +138,7 @@ def operation_ratios(
 
 
 def section(args, setup) -> dict:
-    encodings = ["rope", "t5_bias"] if setup.quick else grid_encodings()
+    encodings = list(QUICK) if setup.quick else grid_encodings()
     steps = 4 if setup.quick else STEPS
     print(f"\n{'operations':<20}{'ops ratio':>10}{'K = 1':>9}{'K = 8':>9}{'launches':>10}")
     results = operation_ratios(encodings, steps=steps)
