@@ -99,12 +99,46 @@ def test_results_analysis_knows_no_model():
             assert not wrong, f"{name} imports {wrong}"
 
 
+def reach(name: str) -> set[str]:
+    """Every module of the package and its plugins that importing ``name`` imports, at any
+    depth (its own imports, theirs, ...; not the ``pelab`` package itself)."""
+    seen: set[str] = set()
+    todo = [name]
+    while todo:
+        for i in MODULES[todo.pop()]:
+            if i in MODULES and i != "pelab" and i not in seen:
+                seen.add(i)
+                todo.append(i)
+    return seen
+
+
 @pytest.mark.parametrize("name", sorted(n for n in MODULES if within(n, "pelab.reliability")))
-def test_reliability_never_imports_the_lightning_module(name):
-    """Checkpoints, callbacks and memory checks serve the LightningModule: the names both use
-    (the checkpoint format's keys) live in ``pelab.reliability`` (callbacks once imported
-    ``SCORES_KEY`` from ``pelab.lit_module``)."""
-    assert not any(within(i, "pelab.lit_module") for i in MODULES[name])
+def test_reliability_never_reaches_the_lightning_module_or_the_model_it_serves(name):
+    """Checkpoints, callbacks and memory checks serve the LightningModule, at any depth: the
+    names both use (the checkpoint format's keys) live in ``pelab.reliability`` (callbacks once
+    imported ``SCORES_KEY`` from ``pelab.lit_module``; ``memory`` once built the job's model
+    through ``pelab.assembly``, now ``pelab.sizing`` above both)."""
+    wrong = sorted(i for i in reach(name) if within(i, ("pelab.lit_module", "pelab.assembly")))
+    assert not wrong, f"{name} reaches {wrong}"
+
+
+FOLDERS = sorted({n.rsplit(".", 1)[0] for n in MODULES if n.count(".") >= 2})
+
+
+@pytest.mark.parametrize("folder", FOLDERS)
+def test_no_import_runs_back_up_into_a_folder(folder):
+    """A folder stands above all it imports, at any depth: nothing it reaches outside itself
+    reaches back in (a circle between folders, which a check of modules misses: ``reliability``
+    once imported ``assembly``, which imports ``reliability``)."""
+    inside = {n for n in MODULES if within(n, folder)}
+    outside = set().union(*(reach(n) for n in inside)) - inside
+    back = sorted(f"{o} -> {i}" for o in outside for i in reach(o) & inside)
+    assert not back, f"{folder} is reached back from: {back[:5]}"
+
+
+def test_the_reach_sees_depth(monkeypatch):
+    monkeypatch.setitem(MODULES, "pelab.errors", {"pelab.tokens"})
+    assert "pelab.tokens" in reach("pelab.reliability.lock")  # lock -> errors -> tokens
 
 
 def test_pelab_never_imports_its_hydra_plugins():

@@ -20,8 +20,6 @@ import torch
 from omegaconf import DictConfig
 
 from pelab.assembly import (
-    build_members,
-    build_task,
     check_gpu_present,
     check_training,
     data_module,
@@ -60,6 +58,7 @@ from pelab.runner import (
     sweep_task,
     working_loggers,
 )
+from pelab.sizing import built, trained_parameters
 from pelab.threads import configure_threads
 from pelab.utils.wandb_mode import forget_run_id
 
@@ -98,9 +97,8 @@ def prepare(job: Job) -> Prepared:
     check_gpu_present(cfg.trainer)
     L.seed_everything(cfg.seed, workers=True)
     torch.set_float32_matmul_precision("high")
-    task = build_task(cfg)
-    model = build_members([m.config for m in job.members], task, live=job.live)
-    configure_threads(cfg, model.net.num_params()["total"] * len(job.members))
+    task, model = built(job)
+    configure_threads(cfg, trained_parameters(job, model))
     check_eval_memory(cfg, task, model)
     if cfg.test:  # said before the hours of training
         check_test_time(model, task, cfg.data.eval_batch_size)

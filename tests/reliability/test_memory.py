@@ -23,6 +23,7 @@ from pelab.errors import ConfigError
 from pelab.evaluate import evaluate
 from pelab.record import write_json_atomic
 from pelab.reliability import memory
+from pelab.sizing import job_need
 from tests.conftest import CONFIG_DIR, TINY, compose_config
 from tests.test_configs import options
 
@@ -181,7 +182,7 @@ def test_a_jobs_need_grows_with_its_training_batch_and_its_evaluation_batch():
 
     def need(batch: int, eval_batch: int) -> int:
         cfg.data.batch_size, cfg.data.eval_batch_size = batch, eval_batch
-        return memory.job_need(cfg, "cpu")
+        return job_need(cfg, "cpu")
 
     base = need(16, 1)
     assert need(32, 1) > 1.5 * base

@@ -114,9 +114,9 @@ def check_training_job(cfg: DictConfig) -> None:
     """A ``ConfigError`` for what ``pelab.train.train`` would refuse before its first step, from
     the settings alone: every setting (``check_training``), the members, the task, and the
     shapes of one member's model (built on the CPU: a few milliseconds at the presets' sizes)."""
-    from pelab.assembly import build_members, build_task, check_training
-    from pelab.members import member_configs
+    from pelab.assembly import check_training
+    from pelab.members import Job
+    from pelab.sizing import built
 
     check_training(cfg)
-    members = member_configs(cfg)
-    build_members(members[:1], build_task(cfg))
+    built(Job.of(cfg), members=1)

@@ -3,7 +3,7 @@
 threads: a job's ``threads=auto`` chooses within that share, ``pelab.threads``). Jobs that
 train on a GPU fill every GPU of the node: ``n_jobs=-1`` runs on each device as many at once as
 fit its free memory (``place_jobs``, from each job's need measured on a GPU,
-``pelab.reliability.memory.job_need``); each job sees only its device (its own
+``pelab.sizing.job_need``); each job sees only its device (its own
 ``CUDA_VISIBLE_DEVICES``, given to the device with the most room) and its allocator is held to
 its share of that device (``torch.cuda.set_per_process_memory_fraction``), which its own memory
 check reads. A
@@ -425,14 +425,14 @@ def _probe_gpu(jobs: list[tuple[DictConfig, Path]]):
 
 
 def measure(config: DictConfig, output_dir: Path, device: str) -> int | None:
-    """The bytes a training job of the composed config ``config`` (``job_config``; its directory
-    ``output_dir``) needs on ``device`` (``memory.job_need``); None when its config is refused
-    (the job then says why) or it does not train (an evaluation job's own memory check measures
-    it). Any other error propagates, for the probe to name."""
+    """The bytes a training job of the composed config ``config`` (``job_config``; its
+    directory ``output_dir``) needs on ``device`` (``pelab.sizing.job_need``); None when its
+    config is refused (the job then says why) or it does not train (an evaluation job's own
+    memory check measures it). Any other error propagates, for the probe to name."""
 
     import torch
 
-    from pelab.reliability.memory import job_need
+    from pelab.sizing import job_need
 
     if "model" not in config:  # scripts/eval.py's: the model is the checkpoint's
         return None

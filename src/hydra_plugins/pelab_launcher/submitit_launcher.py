@@ -365,12 +365,11 @@ def n_params(cfg: Any) -> int | None:
     """The parameters a job trains (its members' stacked network), as ``pelab.train`` counts
     them for its threads; None when the model cannot be built here."""
     try:
-        from pelab.assembly import build_members, build_task
-        from pelab.members import member_configs
+        from pelab.members import Job
+        from pelab.sizing import built, trained_parameters
 
-        configs = member_configs(cfg)
-        model = build_members(configs, build_task(cfg))
-        return model.net.num_params()["total"] * len(configs)
+        job = Job.of(cfg)
+        return trained_parameters(job, built(job)[1])
     except Exception as error:  # the job reports its own configuration errors
         log.warning("could not build the model to size the job (%r): threads=auto assumed", error)
         return None

@@ -19,8 +19,9 @@ from run to run (6-130 MiB counted), passes of larger tensors up to 1.03-1.10x (
 which ``MARGIN`` covers (RoPE and Shaw encoders, 2-core Intel Xeon, glibc 2.36, 2026-11-27). A
 CPU need of gigabytes held in tensors under 32 MiB each would be underestimated up to about 2x.
 
-``job_need`` measures what one job of a parallel sweep holds at its peak, training included,
-which ``hydra/launcher=parallel`` divides a GPU's free memory by.
+``train_step_peak`` and ``measured_need`` measure what one job of a parallel sweep holds at its
+peak, training included (``pelab.sizing.job_need``, which builds the job's model), which
+``hydra/launcher=parallel`` divides a GPU's free memory by.
 """
 
 from __future__ import annotations
@@ -37,9 +38,7 @@ from omegaconf import DictConfig
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from pelab.assembly import build_members, build_task
 from pelab.errors import ConfigError
-from pelab.members import member_configs
 from pelab.reliability.slurm import GPU_ACCELERATORS
 
 log = logging.getLogger(__name__)
@@ -196,19 +195,6 @@ def train_step_peak(cfg: DictConfig, task, model, device: str) -> tuple[int, int
     )
     factor = 2 if precision in DOUBLE else 1
     return counter.peak * factor, state * factor
-
-
-def job_need(cfg: DictConfig, device: str) -> int:
-    """The bytes a run of ``cfg`` holds at its peak on ``device``, measured with a model built
-    for it: its weights twice (with their gradients, or the copy a stack's members' own rates
-    step from), and the larger of a training step (``train_step_peak``, times ``MARGIN``) and
-    evaluation at the longest length (``measured_need``) beside the optimizer's state."""
-    task = build_task(cfg)
-    model = build_members(member_configs(cfg), task).to(device)
-    weights = sum(p.numel() * p.element_size() for p in model.parameters())
-    train, state = train_step_peak(cfg, task, model, device)
-    evaluate = measured_need(cfg, task, model, device, available_bytes(device))[0]
-    return 2 * weights + max(int(MARGIN * train), state + evaluate)
 
 
 def bound_bytes(cfg: DictConfig, n: int, batch: int) -> int:
