@@ -215,3 +215,16 @@ def test_the_components_table_lists_every_registered_encoding_and_task(repo_root
     for group, names in (("pe", set(PE_REGISTRY)), ("task", set(TASK_REGISTRY) | files)):
         missing = sorted(n for n in names if f"`{n}`" not in row[group])
         assert not missing, f"README's {group}= row lacks {missing}"
+
+
+def test_the_readme_fits_a_first_read_and_leaves_timings_to_the_performance_page():
+    """At most 250 lines; no time or test count in its prose (they go stale with every
+    session: docs/performance.md holds them, each with its command, machine and date). Code
+    blocks and inline code (what a command prints, a budget it takes) are not prose."""
+    text = README.read_text()
+    assert len(text.splitlines()) <= 250
+    prose = re.sub(r"```.*?```", "", text, flags=re.S)
+    prose = re.sub(r"`[^`]*`", "", prose)
+    unit = r"(?:s|ms|min|minutes?|seconds?|h|hours?)"
+    found = re.findall(rf"\b\d+(?:\.\d+)?\s?{unit}\b|\b\d+ tests\b", prose)
+    assert not found, f"timings or test counts in the README: {found}"
