@@ -11,7 +11,7 @@ from pelab.models.cache import KVCache, LayerCache
 from pelab.models.encoder_decoder import EncoderDecoder
 from pelab.models.transformer import Transformer
 from pelab.pe import PE_REGISTRY
-from pelab.pe.rotary import SCALINGS
+from pelab.pe.rotary_scaling import SCALINGS
 from pelab.positions import contiguous
 
 ALL = sorted(PE_REGISTRY)

@@ -7,7 +7,8 @@ import torch
 
 from pelab.errors import ConfigError
 from pelab.pe.base import ModelDims
-from pelab.pe.rotary import SCALINGS, RotaryPE, RotaryScaling, ScalingInput
+from pelab.pe.rotary import RotaryPE
+from pelab.pe.rotary_scaling import SCALINGS, RotaryScaling, ScalingInput
 from pelab.positions import Positions
 
 
