@@ -33,12 +33,7 @@ from pelab.members import Job, Member
 from pelab.record import MEMBER_KEYS
 from pelab.recorder import Recorder
 from pelab.reliability import requeue
-from pelab.reliability.callbacks import (
-    BestCheckpoints,
-    ResumeState,
-    Tested,
-    exit_status_on_sigterm,
-)
+from pelab.reliability.callbacks import BestCheckpoints, ResumeState, Tested
 from pelab.reliability.checkpoints import (
     adopt_requeue_checkpoints,
     check_compatible,
@@ -50,6 +45,7 @@ from pelab.reliability.checkpoints import (
 from pelab.reliability.completed import completed_record
 from pelab.reliability.lock import run_lock
 from pelab.reliability.memory import check_eval_memory
+from pelab.reliability.signals import exit_status_on_sigterm
 from pelab.runner import (
     Outcome,
     instantiate_all,

@@ -7,7 +7,8 @@ import pandas as pd
 import pytest
 import torch
 
-from pelab.reliability.callbacks import InjectFault, ResumeState
+from pelab.reliability.callbacks import ResumeState
+from pelab.reliability.faults import InjectFault
 from pelab.train import run
 from tests.reliability.runs import checkpoint
 

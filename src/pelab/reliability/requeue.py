@@ -10,7 +10,7 @@ for a run started from Python), makes the signal:
 - before the run's records are final: requeue the job (``scontrol requeue <job id>``) and end
   the process at once (``stop_for_requeue``); the requeued job resumes from the run's
   ``checkpoints/last.ckpt`` (saved at every validation). During training
-  ``callbacks.RequeueAtStepEnd`` defers the signal to the end of a step and saves ``last.ckpt``
+  ``signals.RequeueAtStepEnd`` defers the signal to the end of a step and saves ``last.ckpt``
   there first, so the requeued job resumes from that step. No ``hpc_ckpt_N.ckpt`` is written:
   Lightning restores one it finds in the run directory before every later ``fit``/``test``
   (issue 42; ``checkpoints.adopt_requeue_checkpoints``).
