@@ -19,13 +19,13 @@ from pelab.analysis.table import ablation
 from pelab.assembly import build_members, build_model, build_task, data_module
 from pelab.data.datamodule import TrainBatches
 from pelab.errors import ConfigError
-from pelab.evaluate import load_weights
 from pelab.member_log import MemberLog
 from pelab.members import Job, check_learning_rates, check_seeds, member_configs
 from pelab.models.stacked import MemberEncodings, member_state
 from pelab.pe.base import PE_REGISTRY
 from pelab.reliability.callbacks import BestCheckpoints
 from pelab.train import run
+from pelab.trained import load_weights
 from tests.conftest import TINY, compose_config
 from tests.reliability.runs import checkpoint, fault
 

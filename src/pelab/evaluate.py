@@ -21,14 +21,12 @@ from __future__ import annotations
 
 import inspect
 import logging
-import pickle
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import lightning as L
-import torch
-from hydra.utils import get_class, instantiate
+from hydra.utils import get_class
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
 from pelab.assembly import build_model, build_task, data_module
@@ -36,41 +34,19 @@ from pelab.config_files import schedule_options  # also stores eval.yaml's eval_
 from pelab.errors import ConfigError
 from pelab.eval_time import check_test_time
 from pelab.lit_module import SequenceModel
-from pelab.record import RESULTS, read_record
-from pelab.reliability.checkpoints import check_integrity, check_nothing_restored
+from pelab.record import RESULTS
+from pelab.reliability.checkpoints import check_nothing_restored
 from pelab.reliability.memory import check_eval_memory
 from pelab.reliability.validate import check_types
 from pelab.runner import checked, execute, make_trainer, scored_outcome, sweep_job_dir, sweep_task
 from pelab.threads import check_threads, configure_threads
+from pelab.trained import load_weights, trained_sizes, training_record
 
 log = logging.getLogger(__name__)
 
 OTHER_OVERRIDABLE = ("task.eval_lengths", "seed")  # beside every option of the encoding
 # how an evaluation runs, not what it evaluates: its record keeps them apart (``evaluation``)
 EVALUATION_KEYS = ("trainer", "logger", "callbacks", "paths", "threads", "ckpt_path", "test")
-
-
-def training_record(ckpt_path: str | Path | None) -> tuple[Path, dict[str, Any]]:
-    """``<run dir>/checkpoints/<name>.ckpt`` -> the run dir and its ``results.json``."""
-    if not ckpt_path:
-        raise ConfigError("set ckpt_path=<run dir>/checkpoints/best.ckpt (the checkpoint to test)")
-    ckpt = Path(ckpt_path)
-    if not ckpt.is_file():
-        raise ConfigError(f"ckpt_path={ckpt} does not exist or is not a file")
-    run_dir = ckpt.resolve().parent.parent
-    results = run_dir / RESULTS
-    try:
-        record = read_record(results)
-    except (OSError, ValueError) as error:
-        record, problem = {}, f"{type(error).__name__}: {error}"
-    else:
-        problem = "" if "config" in record else "it has no 'config' key"
-    if problem:
-        raise ConfigError(
-            f"cannot read the training run's config from {results} (the checkpoint must lie in "
-            f"<run dir>/checkpoints/ of a pelab run): {problem}"
-        )
-    return run_dir, record
 
 
 def pe_overrides(cfg: DictConfig) -> dict[str, Any]:
@@ -130,37 +106,6 @@ def eval_config(cfg: DictConfig, train_cfg: DictConfig, output_dir: Path) -> Dic
     except ConfigError as error:
         raise ConfigError(f"re-evaluating {train_cfg.pe._target_}: {error}") from None
     return merged
-
-
-def trained_sizes(record: dict[str, Any], train_cfg: DictConfig) -> dict[str, int]:
-    """The ``max_len`` and ``train_max_len`` the checkpoint's model was built with: its
-    ``model_dims``, or, for records written before they were kept, what training computed."""
-    if dims := record.get("model_dims"):
-        return {"max_len": dims["max_len"], "train_max_len": dims["train_max_len"]}
-    trained = build_task(train_cfg)
-    positions = instantiate(train_cfg.positions)
-    return {
-        "max_len": max(trained.max_sequence_length(), positions.max_position),
-        "train_max_len": trained.max_train_sequence_length(),
-    }
-
-
-def load_weights(model: torch.nn.Module, ckpt: Path) -> None:
-    check_integrity(Path(ckpt))
-    try:
-        state = torch.load(ckpt, map_location="cpu", weights_only=True)["state_dict"]
-    except (OSError, RuntimeError, EOFError, KeyError, TypeError, pickle.UnpicklingError) as e:
-        raise ConfigError(
-            f"ckpt_path={ckpt} is not a readable Lightning checkpoint: {type(e).__name__}: {e}"
-        ) from None
-    try:
-        model.load_state_dict(state)
-    except RuntimeError as error:
-        raise ConfigError(
-            f"the weights in {ckpt} do not fit the model built from its run's config and your "
-            f"overrides (an encoding whose parameters depend on the sequence length cannot be "
-            f"evaluated at other lengths): {error}"
-        ) from None
 
 
 def check_evaluation(cfg: DictConfig) -> None:

@@ -41,13 +41,13 @@ from torch.utils.data import DataLoader
 from pelab.assembly import build_model, build_task
 from pelab.data.eval_sets import load_eval_set
 from pelab.errors import ConfigError
-from pelab.evaluate import load_weights, trained_sizes, training_record
 from pelab.lit_module import SequenceModel
 from pelab.metrics import Scores
 from pelab.record import RESULTS
 from pelab.tasks.base import Task
 from pelab.threads import set_threads
 from pelab.tokens import BLANK, BOS, N_SPECIAL, SEP
+from pelab.trained import load_weights, trained_sizes, training_record
 
 SPECIAL_NAMES = {BOS: "BOS", SEP: "SEP", BLANK: "BLANK"}
 

@@ -10,10 +10,10 @@ import torch
 
 from pelab.assembly import build_model, build_task
 from pelab.errors import ConfigError
-from pelab.evaluate import load_weights
 from pelab.reliability.callbacks import BestCheckpoints
 from pelab.reliability.checkpoints import AtomicCheckpointIO, differences, read_checkpoint
 from pelab.train import run
+from pelab.trained import load_weights
 from tests.reliability.runs import checkpoint, config, fault, killed_in_the_test, results
 
 pytestmark = pytest.mark.faults  # the fault campaign: make test-faults
