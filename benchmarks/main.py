@@ -2,7 +2,7 @@
 
 1. pelab against a minimal hand-written PyTorch loop and (RoPE; ``pip install -e .[bench]``)
    against x-transformers: all train the same decoder shape on the same copy batches, pelab
-   through its LightningModule and Trainer (``pelab.runner.make_trainer``), the others in a
+   through its LightningModule and Trainer (``pelab.trainer.make_trainer``), the others in a
    plain loop (fused attention, AdamW, clipping, LR schedule): the yardsticks. The sides run in
    alternating rounds; we report the median tokens/s over timing windows after warm-up. The
    full mode adds pelab's RoPE run with ``trainer.precision=bf16-mixed`` and with

@@ -1,7 +1,7 @@
 """Section 1 (``--only throughput``): pelab against a minimal hand-written PyTorch loop and (RoPE;
 ``pip install -e .[bench]``) against x-transformers: all train the same decoder shape on the
 same copy batches, pelab as ``scripts/train.py`` trains it (its model, data and Trainer from
-``pelab.assembly`` and ``pelab.runner.make_trainer``), the others in a plain loop (fused
+``pelab.assembly`` and ``pelab.trainer.make_trainer``), the others in a plain loop (fused
 attention, AdamW, clipping, LR schedule): the yardsticks. The sides run in alternating rounds;
 we report the median tokens/s over timing windows after warm-up. The full mode adds pelab's
 RoPE run with ``trainer.precision=bf16-mixed`` and with ``model.compile=true``."""
@@ -20,7 +20,7 @@ from benchmarks.common import Setup, pelab_config
 from pelab.assembly import build_model, data_module
 from pelab.lit_module import warmup_cosine
 from pelab.model_kinds import DecoderKind
-from pelab.runner import make_trainer
+from pelab.trainer import make_trainer
 
 
 class MinimalBlock(nn.Module):
@@ -130,7 +130,7 @@ def pelab_loop(
     setup: Setup, pe: str, precision: str = "32-true", compile: bool = False
 ) -> list[float]:
     """pelab's run of ``pe`` at the setup's shape, as ``scripts/train.py`` trains it: its model
-    (``pelab.assembly``), data and Trainer (``pelab.runner.make_trainer``, with its configured
+    (``pelab.assembly``), data and Trainer (``pelab.trainer.make_trainer``, with its configured
     callbacks), for ``setup.steps`` steps with no validation; timestamps every window."""
     cfg = pelab_config(
         *setup.overrides,

@@ -1,7 +1,7 @@
 """Train one model: ``python scripts/train.py pe=rope task=copy``; sweep with ``-m``.
 
 A single run that fails exits with status 1 and its error. In a sweep (``-m``) a failing job is
-recorded and the sweep goes on (``pelab.runner.sweep_task``); at the end
+recorded and the sweep goes on (``pelab.hydra_job.sweep_task``); at the end
 ``pelab.analysis.sweep.SweepSummary`` lists every job that did not complete and the sweep exits
 with status 1.
 """

@@ -15,9 +15,9 @@ from pelab.errors import ConfigError
 from pelab.model_kinds import MODEL_KINDS
 from pelab.pe import PE_REGISTRY
 from pelab.record import job_key
-from pelab.runner import instantiate_all
 from pelab.tasks import TASK_REGISTRY
 from pelab.tasks.from_dataset import write_example
+from pelab.trainer import instantiate_all
 from tests.conftest import CONFIG_DIR, compose_config
 
 

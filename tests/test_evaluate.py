@@ -253,7 +253,7 @@ def test_an_evaluation_sweep_is_summarised_and_tabulated_by_its_settings(
     )
     sweep.mkdir()
     OmegaConf.save(hydra, sweep / "multirun.yaml")
-    monkeypatch.setattr("pelab.runner.in_sweep", lambda: True)
+    monkeypatch.setattr("pelab.hydra_job.in_sweep", lambda: True)
     for num, scaling in enumerate(["linear", "ntk", "none", "early failure"]):
         job_dir = sweep / str(num)
         (job_dir / ".hydra").mkdir(parents=True)

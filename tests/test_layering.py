@@ -28,7 +28,7 @@ ENCODING_USERS = {
 LEAVES = ("pelab.errors", "pelab.tokens", "pelab.devices")
 MODEL_SIDE = ("pelab.pe", "pelab.models", "pelab.model_kinds", "pelab.lit_module", "pelab.train")
 MODEL_SIDE += ("pelab.assembly",)
-MODEL_SIDE += ("pelab.runner", "pelab.evaluate")
+MODEL_SIDE += ("pelab.runner", "pelab.trainer", "pelab.evaluate", "pelab.sizing", "pelab.trained")
 
 
 def module_name(path: Path) -> str:

@@ -5,10 +5,10 @@ from pathlib import Path
 import pytest
 from lightning.pytorch.callbacks import ProgressBar
 
-from pelab import runner
+from pelab import hydra_job, trainer
 from pelab.errors import ConfigError
-from pelab.runner import configured_callbacks
 from pelab.train import run
+from pelab.trainer import configured_callbacks
 from tests.conftest import TINY, compose_config
 
 
@@ -28,9 +28,9 @@ def test_no_logger_and_no_progress_bar_train_a_complete_run(tmp_path):
 
 def test_the_progress_bar_is_configured_by_default_on_a_terminal(tmp_path, monkeypatch):
     cfg = compose_config(TINY, tmp_path)
-    monkeypatch.setattr(runner, "interactive", lambda: True)
+    monkeypatch.setattr(trainer, "interactive", lambda: True)
     assert any(isinstance(c, ProgressBar) for c in configured_callbacks(cfg))
-    monkeypatch.setattr(runner, "interactive", lambda: False)  # a pipe: no \r lines
+    monkeypatch.setattr(trainer, "interactive", lambda: False)  # a pipe: no \r lines
     assert not any(isinstance(c, ProgressBar) for c in configured_callbacks(cfg))
 
 
@@ -52,16 +52,16 @@ def fail_with(error: Exception):
 
 def test_a_single_run_refused_for_its_config_leaves_no_directory(tmp_path, monkeypatch):
     fresh, resumed, broken = (tmp_path / name for name in ("fresh", "resumed", "broken"))
-    monkeypatch.setattr(runner, "in_sweep", lambda: False)
+    monkeypatch.setattr(hydra_job, "in_sweep", lambda: False)
     for directory, error, files in [
         (fresh, ConfigError("bad value"), ()),  # refused: nothing ran
         (resumed, ConfigError("bad value"), ("results.json",)),  # an earlier attempt's record
         (broken, RuntimeError("a bug"), ()),  # not a refusal: its log has the traceback
     ]:
         hydra_dir(directory, *files)
-        monkeypatch.setattr(runner, "hydra_output_dir", lambda d=directory: d)
+        monkeypatch.setattr(hydra_job, "hydra_output_dir", lambda d=directory: d)
         with pytest.raises(type(error)):
-            runner.sweep_task(fail_with(error))(None)
+            hydra_job.sweep_task(fail_with(error))(None)
     assert not fresh.exists()
     assert (resumed / "results.json").exists() and (broken / "eval.log").exists()
 
@@ -71,15 +71,15 @@ def test_a_refused_run_removes_the_empty_directories_made_for_it_up_to_the_worki
 ):
     """``logs/eval/runs/<time>`` refused on a fresh clone: ``logs`` goes too; a directory that
     holds anything else (``logs/train``) stays, and so does the working directory."""
-    monkeypatch.setattr(runner, "in_sweep", lambda: False)
+    monkeypatch.setattr(hydra_job, "in_sweep", lambda: False)
     monkeypatch.chdir(tmp_path)
     for kept in ((), ("logs/train",)):
         for name in kept:
             (tmp_path / name).mkdir(parents=True)
         directory = hydra_dir(tmp_path / "logs/eval/runs/2026-11-27_19-00-00")
-        monkeypatch.setattr(runner, "hydra_output_dir", lambda d=directory: d)
+        monkeypatch.setattr(hydra_job, "hydra_output_dir", lambda d=directory: d)
         with pytest.raises(ConfigError):
-            runner.sweep_task(fail_with(ConfigError("bad value")))(None)
+            hydra_job.sweep_task(fail_with(ConfigError("bad value")))(None)
         assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == sorted(
             {"logs", *kept} if kept else set()
         )
@@ -89,10 +89,10 @@ def test_a_refused_run_removes_the_empty_directories_made_for_it_up_to_the_worki
 def test_a_refusal_propagates_from_the_checks_and_any_other_error_is_kept_for_the_record(
     monkeypatch,
 ):
-    monkeypatch.setattr(runner, "in_sweep", lambda: False)
+    monkeypatch.setattr(hydra_job, "in_sweep", lambda: False)
     with pytest.raises(ConfigError):
-        runner.checked(fail_with(ConfigError("bad value")))
+        hydra_job.checked(fail_with(ConfigError("bad value")))
     bug = RuntimeError("a bug")
-    assert runner.checked(fail_with(bug)) is bug and runner.checked(lambda: 3) == 3
-    monkeypatch.setattr(runner, "in_sweep", lambda: True)  # a sweep's job records its refusal
-    assert isinstance(runner.checked(fail_with(ConfigError("bad value"))), ConfigError)
+    assert hydra_job.checked(fail_with(bug)) is bug and hydra_job.checked(lambda: 3) == 3
+    monkeypatch.setattr(hydra_job, "in_sweep", lambda: True)  # a sweep's job records its refusal
+    assert isinstance(hydra_job.checked(fail_with(ConfigError("bad value"))), ConfigError)

@@ -33,14 +33,16 @@ from pelab.assembly import build_model, build_task, data_module
 from pelab.config_files import schedule_options  # also stores eval.yaml's eval_pe_options
 from pelab.errors import ConfigError
 from pelab.eval_time import check_test_time
+from pelab.hydra_job import checked, sweep_job_dir, sweep_task
 from pelab.lit_module import SequenceModel
 from pelab.record import RESULTS
 from pelab.reliability.checkpoints import check_nothing_restored
 from pelab.reliability.memory import check_eval_memory
 from pelab.reliability.validate import check_types
-from pelab.runner import checked, execute, make_trainer, scored_outcome, sweep_job_dir, sweep_task
+from pelab.runner import execute, scored_outcome
 from pelab.threads import check_threads, configure_threads
 from pelab.trained import load_weights, trained_sizes, training_record
+from pelab.trainer import make_trainer
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ reads versions 1 and 2, which called ``job_type`` ``kind``, with ``job_type``; v
 - ``status`` (``STATUSES``): ``running`` (written on entry: a job killed outright keeps it),
   ``completed``, ``failed`` or ``interrupted`` (SIGTERM, Ctrl-C: it resumes), with ``error``
   (one line) when not completed; ``started``: when (ISO 8601, local time). A run refused for
-  its config before any work leaves no record (``pelab.runner.refused``);
+  its config before any work leaves no record (``pelab.hydra_job.refused``);
 - ``choices``: the config-group choices (model, pe, task, ...) and the seed; ``config``: the
   resolved config (a re-evaluation's: the training run's, with what the evaluation changed);
   ``eval`` only: ``eval_overrides``, what it changed

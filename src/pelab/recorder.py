@@ -9,10 +9,11 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from pelab.hydra_job import choices, refused
 from pelab.members import Job, Member
 from pelab.record import RESULTS, earlier_wall_times, new_record, write_json_atomic
 from pelab.reliability.slurm import peak_rss_mb
-from pelab.runner import Outcome, choices, execute, refused
+from pelab.runner import Outcome, execute
 
 
 class Recorder:
@@ -20,7 +21,7 @@ class Recorder:
     start (its wall time counts from entry):
 
         with Recorder(job) as recorder:
-            prepared = prepare(job)  # a refusal (``runner.refused``) leaves no record
+            prepared = prepare(job)  # a refusal (``hydra_job.refused``) leaves no record
             recorder.started()  # each member's record says ``running``
             fitted = train(job, prepared)
             recorder.completed(outcome)  # each member's ``completed`` record, outcome(member)

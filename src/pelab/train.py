@@ -3,7 +3,7 @@
 each member's run leaving its own ``results.json``.
 
 ``scripts/train.py`` -> ``main(cfg)`` -> ``run(job)`` -> ``train(job)`` -> ``trainer.fit``:
-``main`` is a job of the script (``runner.sweep_task``: in a sweep a failure is recorded and the
+``main`` is a job of the script (``hydra_job.sweep_task``: in a sweep a failure is recorded and the
 sweep goes on); ``run`` holds the job's directory and writes its records around ``train``
 (``pelab.recorder``); ``train`` builds everything from the config (``pelab.assembly``), fits the
 members and tests each on its best checkpoint, named in its record (``checkpoint``)."""
@@ -26,6 +26,7 @@ from pelab.assembly import (
 )
 from pelab.competence import LearnedStop, competence_fields
 from pelab.eval_time import check_test_time
+from pelab.hydra_job import sweep_task
 from pelab.kernels import AttentionKernels
 from pelab.lengths import no_extrapolation_note
 from pelab.lit_module import SequenceModel
@@ -46,16 +47,10 @@ from pelab.reliability.completed import completed_record
 from pelab.reliability.lock import run_lock
 from pelab.reliability.memory import check_eval_memory
 from pelab.reliability.signals import exit_status_on_sigterm
-from pelab.runner import (
-    Outcome,
-    instantiate_all,
-    make_trainer,
-    scored_outcome,
-    sweep_task,
-    working_loggers,
-)
+from pelab.runner import Outcome, scored_outcome
 from pelab.sizing import built, trained_parameters
 from pelab.threads import configure_threads
+from pelab.trainer import instantiate_all, make_trainer, working_loggers
 from pelab.utils.wandb_mode import forget_run_id
 
 log = logging.getLogger(__name__)

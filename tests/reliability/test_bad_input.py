@@ -36,7 +36,7 @@ def test_a_refused_run_never_says_results_were_written(tiny_cfg, caplog):
 
 
 def test_a_sweeps_job_records_its_refusal(tiny_cfg, monkeypatch):
-    monkeypatch.setattr("pelab.runner.in_sweep", lambda: True)
+    monkeypatch.setattr("pelab.hydra_job.in_sweep", lambda: True)
     cfg = tiny_cfg("task.eval_lengths=[16,32]")
     with pytest.raises(ConfigError, match="has no in-distribution length"):
         run(cfg)

@@ -12,8 +12,8 @@ from lightning.pytorch.loggers import WandbLogger
 from omegaconf import OmegaConf
 from wandb.cli import cli as wandb_cli
 
-from pelab.runner import working_loggers
 from pelab.train import run
+from pelab.trainer import working_loggers
 from pelab.utils import wandb_mode as wandb_mode_module
 from pelab.utils.wandb_mode import (
     SYNC_COMMAND,
@@ -188,7 +188,7 @@ def test_every_source_w_and_b_reads_credentials_from_counts_and_is_named(
 
 @pytest.mark.integration
 def test_the_run_says_which_mode_it_chose_and_why(tiny_cfg, caplog):
-    with caplog.at_level("INFO", logger="pelab.runner"):
+    with caplog.at_level("INFO", logger="pelab.trainer"):
         run(tiny_cfg("logger=wandb"))
     assert "W&B: offline mode (set by $WANDB_MODE)" in caplog.text
 

@@ -1,0 +1,98 @@
+"""A run's Lightning ``Trainer``, built the same way for training and re-evaluation
+(``make_trainer``): ``cfg.trainer`` with the configured callbacks, the loggers that could start,
+and atomic checkpoint writes."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import lightning as L
+from hydra.utils import instantiate
+from lightning.pytorch.callbacks import LearningRateMonitor, ProgressBar
+from lightning.pytorch.loggers import WandbLogger
+from omegaconf import DictConfig, OmegaConf
+
+from pelab.hydra_job import choices
+from pelab.reliability.checkpoints import AtomicCheckpointIO
+from pelab.utils.console import interactive
+from pelab.utils.wandb_mode import run_id, wandb_choice
+
+log = logging.getLogger(__name__)
+
+
+def make_trainer(
+    cfg: DictConfig,
+    params: dict[str, int],
+    notes: list[str],
+    callbacks: Sequence[L.Callback] = (),
+    loggers: bool = True,
+) -> L.Trainer:
+    """``cfg.trainer`` with the configured callbacks (plus ``callbacks``), the loggers that could
+    start (none with ``loggers=False``: a stack's members log to their own afterwards), and
+    atomic checkpoint writes."""
+    configured = instantiate_all(cfg.get("logger")) if loggers else []
+    loggers = working_loggers(configured, cfg, params, notes)
+    bar = {} if interactive() else {"enable_progress_bar": False}  # a pipe: no \r lines
+    return instantiate(
+        cfg.trainer,
+        callbacks=[*configured_callbacks(cfg, logged=bool(loggers)), *callbacks],
+        logger=loggers or False,
+        plugins=[AtomicCheckpointIO()],
+        **bar,
+    )
+
+
+def instantiate_all(section: DictConfig | None) -> list[Any]:
+    """Instantiate each entry with a ``_target_`` (callbacks, loggers); skip null entries."""
+    if not section:
+        return []
+    return [instantiate(c) for c in section.values() if c is not None and "_target_" in c]
+
+
+def configured_callbacks(cfg: DictConfig, logged: bool = True) -> list[L.Callback]:
+    """``cfg.callbacks``, instantiated; without the progress bar when
+    ``trainer.enable_progress_bar=false`` or the output is no terminal, and without the
+    learning-rate monitor when nothing is ``logged`` (Lightning refuses either callback then)."""
+    callbacks = instantiate_all(cfg.get("callbacks"))
+    if not cfg.trainer.get("enable_progress_bar", True) or not interactive():
+        callbacks = [c for c in callbacks if not isinstance(c, ProgressBar)]
+    if not logged:
+        callbacks = [c for c in callbacks if not isinstance(c, LearningRateMonitor)]
+    return callbacks
+
+
+def working_loggers(
+    loggers: list[Any], cfg: DictConfig, params: dict[str, int], notes: list[str]
+) -> list[Any]:
+    """The loggers that could start (a W&B run starts here, at its first call): one that fails,
+    e.g. W&B without a network in online mode, is dropped with a note, and the run goes on with
+    its local ``results.json`` and checkpoints. A W&B run takes the id its run directory keeps
+    (``pelab.utils.wandb_mode.run_id``): a resumed run continues its W&B run."""
+    hparams = {
+        **OmegaConf.to_container(cfg, resolve=True),
+        "params": params,
+        "choices": choices(cfg),
+    }
+    working = []
+    if any(isinstance(logger, WandbLogger) for logger in loggers):  # say which mode, and why
+        mode, why = wandb_choice()
+        configured = OmegaConf.select(cfg, "logger.wandb.mode", default=mode)
+        log.info(
+            "W&B: %s mode (%s)", configured, why if configured == mode else "logger.wandb.mode"
+        )
+    for logger in loggers:
+        if isinstance(logger, WandbLogger):  # Lightning passes anonymous=None: W&B warns
+            logger._wandb_init.pop("anonymous", None)
+            if not logger._wandb_init.get("id"):  # unless logger.wandb.id is set
+                logger._wandb_init.update(id=run_id(logger.save_dir), resume="allow")
+        try:
+            logger.log_hyperparams(hparams)
+        except Exception as error:  # a logger's failure must not cost the run
+            note = f"{type(logger).__name__} failed to start and was dropped: {error!r}"
+            log.warning(note)
+            notes.append(note)
+        else:
+            working.append(logger)
+    return working
