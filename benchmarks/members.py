@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from benchmarks.common import PelabStep, Setup, pelab_config, shape_overrides
-from pelab.models.stacked import MemberEncodings
+from pelab.models.member_encodings import MemberEncodings
 from pelab.threads import set_threads
 
 MEMBER_ENCODINGS = ("none", "rope", "alibi", "t5_bias", "shaw")  # t5_bias, shaw: parameters

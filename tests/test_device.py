@@ -15,7 +15,8 @@ from pelab.assembly import build_members, build_task
 from pelab.data.datamodule import TrainBatches
 from pelab.errors import ConfigError
 from pelab.members import member_configs
-from pelab.models.stacked import clip_member_norms, member_state
+from pelab.models.member_steps import clip_member_norms
+from pelab.models.stacked import member_state
 from pelab.pe.base import PE_REGISTRY
 from pelab.reliability.syncs import CountHostSyncs, HostSyncs
 from pelab.train import run

@@ -18,7 +18,8 @@ ENCODING_USERS = {
     "pelab.models.attention": "calls the hooks of the encoding interface",
     "pelab.models.transformer": "builds the encoding from the model's dimensions",
     "pelab.models.encoder_decoder": "builds one encoding for the encoder, one for the decoder",
-    "pelab.models.stacked": "stacks an encoding's parameters over the members",
+    "pelab.models.stacked": "finds the encodings of a network to stack them",
+    "pelab.models.member_encodings": "stacks an encoding's parameters and runs its hooks",
     "pelab.assembly": "registers the encodings and builds the run's model",
     "pelab.inspect.inspect_pe": "builds encodings to draw what they compute",
     "pelab.inspect.untrained": (

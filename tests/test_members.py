@@ -21,7 +21,8 @@ from pelab.data.datamodule import TrainBatches
 from pelab.errors import ConfigError
 from pelab.member_log import MemberLog
 from pelab.members import Job, check_learning_rates, check_seeds, member_configs
-from pelab.models.stacked import MemberEncodings, member_state
+from pelab.models.member_encodings import MemberEncodings
+from pelab.models.stacked import member_state
 from pelab.pe.base import PE_REGISTRY
 from pelab.reliability.callbacks import BestCheckpoints
 from pelab.train import run
@@ -249,7 +250,7 @@ def test_a_stopped_member_no_longer_changes(tmp_path):
 def test_each_member_clips_its_own_gradient_norm(tmp_path):
     """``trainer.gradient_clip_val``: member ``k``'s gradient is scaled by its own norm, as
     ``torch.nn.utils.clip_grad_norm_`` scales its single run's."""
-    from pelab.models.stacked import clip_member_norms
+    from pelab.models.member_steps import clip_member_norms
 
     cfg = stack_config(tmp_path)
     stack = stack_of(cfg)

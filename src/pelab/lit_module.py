@@ -18,14 +18,8 @@ from pelab.compiled import CompiledOrEager
 from pelab.member_log import MemberLog
 from pelab.metrics import METRICS, SELECTION_KEY, Scores, logged_values, selection_score
 from pelab.model_kinds import ModelKind
-from pelab.models.stacked import (
-    clip_member_norms,
-    fold,
-    fold_positions,
-    members_of,
-    scale_member_steps,
-    select,
-)
+from pelab.models.member_steps import clip_member_norms, scale_member_steps
+from pelab.models.stacked import fold, fold_positions, members_of, select
 from pelab.positions import ContiguousPositions, PositionSampler
 from pelab.reliability.checkpoints import ENGINE, ENGINE_KEY, MEMBERS_KEY, SCORES_KEY
 from pelab.schedule import cosine, scheduled, warmup_cosine

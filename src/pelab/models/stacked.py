@@ -5,46 +5,32 @@ run is a job of K = 1). The layers that hold weights store them stacked, ``[K, .
 once for every member: ``Linear`` with one ``bmm`` over K, ``LayerNorm`` and ``Embedding`` with a
 member's own row of their tables. Everything else (attention, the positional encodings, the
 loss) sees the members folded into the batch, member-major: ``[K b, ...]`` holds member 0's ``b``
-sequences, then member 1's, and so on. Attention never mixes sequences, so it needs no member
-dimension.
+sequences, then member 1's, ... (attention never mixes sequences: it needs no member dimension).
 
-With K = 1 each layer calls the kernel of its ``torch.nn`` namesake on the one member's weights
-(a view: its backward copies nothing),
-and initialises them with the same random draws in the same order: a plain run computes, bit for
-bit, what a network of ``torch.nn`` layers computes.
-
-Positional encodings act through their hooks (``pelab.pe.base``). An encoding without parameters
-(and with the same buffers in every member) runs once on the folded batch. One with parameters
-gets them stacked ``[K, ...]`` like the layers' (``MemberEncodings``), and each hook runs once
-for all members: ``torch.func.vmap`` over the stacked parameters and the members' slices
-``[K, b, ...]`` of the folded batch, so a stack launches about what one member launches (a GPU
-runs small models launch-bound; ``benchmarks/operations.py`` counts it). Where the members'
-positions differ (``positions=randomized``) or an encoding declares ``members_at_once = False``
-(it draws random numbers, or its solver writes in place), each hook runs member ``k`` on its
-row of the parameters and its own slice in turn and joins what the members return. No encoding
-is named here.
-
-``select(net, members)`` runs a subset of the members (those still training, or those whose
-batches share a shape); ``member_state``/``load_member`` move one member's weights in the format
-of a single run's checkpoint (unstacked shapes), which a K = 1 network also loads.
+With K = 1 each layer calls its ``torch.nn`` namesake's kernel on the one member's weights (a
+view: its backward copies nothing), drawn as the namesake draws them: a plain run computes, bit
+for bit, what a network of ``torch.nn`` layers computes. An encoding with parameters gets them
+stacked too (``pelab.models.member_encodings``); each member's clipping and learning-rate step:
+``pelab.models.member_steps``. ``select(net, members)`` runs a subset of the members (those
+still training, or those whose batches share a shape); ``member_state``/``load_member`` move one
+member's weights in a single run's checkpoint format, which a K = 1 network also loads.
 """
 
 from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch._C._functorch import is_batchedtensor
 
 from pelab.devices import to_device
+from pelab.models.member_encodings import MemberEncodings
 from pelab.pe.base import PositionalEncoding
-from pelab.positions import Positions
 
 
 class Stacked(nn.Module):
@@ -190,256 +176,6 @@ class Embedding(Stacked):
         return F.embedding(tokens + offsets, w.reshape(k * v, d))
 
 
-class MemberEncodings(PositionalEncoding):
-    """One encoding per member (an encoding with parameters), its parameters and buffers
-    stacked ``[K, ...]`` like a ``Stacked`` layer's (``names``: each one's name in the
-    encoding) and its code in ``encoding``, member 0's module, which holds no state of its
-    own here (not registered: each hook runs it on the members' tensors, ``functional_call``).
-
-    Each hook runs once for all members (``torch.func.vmap`` over the stacked state and the
-    members' slices ``[K, b, ...]`` of the folded tensors ``[K b, ...]``; shared positions and
-    broadcast ``[1, ...]`` tensors as they are). Where it cannot (``members_at_once`` False, or
-    the members' positions differ), member ``k`` gets its row of the state, its slice ``[b, ...]``
-    and its own ``Positions`` (so what the encoding memoises per forward stays its own), and the
-    members' answers are joined, a broadcast ``[1, ...]`` expanded to the member's ``b``."""
-
-    shift = "absolute"  # never registered; the members' own classes declare theirs
-
-    def __init__(self, encodings: Sequence[PositionalEncoding]) -> None:
-        nn.Module.__init__(self)
-        first = encodings[0]
-        object.__setattr__(self, "encoding", first)  # the code, not the state: not registered
-        self.dims, self.pe_name = first.dims, getattr(first, "pe_name", type(first).__name__)
-        self.supports_kv_cache = first.supports_kv_cache
-        self.members_at_once = first.members_at_once
-        self.count = len(encodings)
-        own = [dict(e.named_parameters()) for e in encodings]
-        self.names = list(own[0])  # the parameters' names in the encoding, then the buffers'
-        for name in self.names:
-            rows = torch.stack([o[name].detach() for o in own])
-            self.register_parameter(_key(name), nn.Parameter(rows))
-        self.saved = set(self.names)  # what a single run's state_dict holds: + persistent buffers
-        for module_name, module in first.named_modules():
-            prefix = f"{module_name}." if module_name else ""
-            for name in module._buffers:
-                if name not in module._non_persistent_buffers_set:
-                    self.saved.add(prefix + name)
-        for name, _ in first.named_buffers():
-            rows = [e.get_buffer(name) for e in encodings]
-            self.register_buffer(_key(name), torch.stack(rows), persistent=False)
-            self.names.append(name)
-        self.constrains = any(
-            type(m).constrain is not PositionalEncoding.constrain
-            for m in first.modules()
-            if isinstance(m, PositionalEncoding)
-        )
-        self.members: Tensor | None = None  # indices of the selected members, None: all
-        self.batch = 0  # the folded batch of the current forward (``embed`` comes first)
-
-    def train(self, mode: bool = True) -> MemberEncodings:
-        super().train(mode)
-        self.encoding.train(mode)  # not registered, so not reached otherwise
-        return self
-
-    def overrides(self, hook: str) -> bool:  # type: ignore[override]
-        return self.encoding.overrides(hook)
-
-    def needs_eager_attention(self) -> bool:  # type: ignore[override]
-        return self.encoding.needs_eager_attention()
-
-    def state(self, selected: bool = True) -> dict[str, Tensor]:
-        """The stacked parameters and buffers ``[K', ...]`` (of the selected members), by their
-        name in the encoding."""
-        tensors = {**self._parameters, **self._buffers}
-        state = {name: tensors[_key(name)] for name in self.names}
-        if selected and self.members is not None:
-            return {name: t.index_select(0, self.members) for name, t in state.items()}
-        return state
-
-    def member(self, k: int) -> dict[str, Tensor]:
-        """Member ``k``'s parameters and persistent buffers, by their name in its single run's
-        encoding (views of the stacked rows)."""
-        return {n: t[k] for n, t in self.state(selected=False).items() if n in self.saved}
-
-    @torch.no_grad()
-    def constrain(self) -> None:
-        """The encoding's constraint (``PositionalEncoding.constrain``), in place on the stacked
-        parameters of every member."""
-        if self.constrains:
-            _call(self.encoding, "constrain", self.state(selected=False), ())
-
-    def embed(self, x: Tensor, tokens: Tensor, pos: Positions) -> Tensor:
-        self.batch = x.shape[0]
-        return self._each("embed", pos, (x, tokens), None)
-
-    def layer_input(self, x: Tensor, pos: Positions, layer: int) -> Tensor:
-        return self._each("layer_input", pos, (x,), layer)
-
-    def transform_qk(
-        self, q: Tensor, k: Tensor, pos: Positions, layer: int
-    ) -> tuple[Tensor, Tensor]:
-        return self._each("transform_qk", pos, (q, k), layer)
-
-    def logit_bias(self, pos: Positions, layer: int) -> Tensor | None:
-        return self._each("logit_bias", pos, (), layer)
-
-    def input_bias(
-        self, x: Tensor, q: Tensor, k: Tensor, pos: Positions, layer: int
-    ) -> Tensor | None:
-        return self._each("input_bias", pos, (x, q, k), layer)
-
-    def modify_logits(
-        self, logits: Tensor, q: Tensor, k: Tensor, pos: Positions, layer: int
-    ) -> Tensor:
-        return self._each("modify_logits", pos, (logits, q, k), layer)
-
-    def normalize(self, logits: Tensor, pos: Positions, layer: int) -> Tensor:
-        return self._each("normalize", pos, (logits,), layer)
-
-    def modify_probs(self, probs: Tensor, pos: Positions, layer: int) -> Tensor:
-        return self._each("modify_probs", pos, (probs,), layer)
-
-    def modify_output(self, out: Tensor, probs: Tensor, pos: Positions, layer: int) -> Tensor:
-        return self._each("modify_output", pos, (out, probs), layer)
-
-    def _each(
-        self, hook: str, pos: Positions, tensors: tuple[Tensor, ...], layer: int | None
-    ) -> Any:
-        """``hook(*tensors, pos[, layer])`` of each selected member on its slice: all at once
-        where the encoding allows it and the positions are shared, else one after another."""
-        state = pos.memo(("member state", id(self)), self.state)  # [K', ...] each
-        n = self.count if self.members is None else len(self.members)
-        b = self.batch // n
-        extra = () if layer is None else (layer,)
-        if self.members_at_once and pos.q.shape[0] != self.batch:
-            return self._at_once(hook, pos, tensors, extra, state, n)
-        answers = []
-        for i in range(n):
-            own = [_slice(t, i, b, self.batch) for t in tensors]
-            member_pos = pos.memo(("member", i, n), lambda i=i: _member_positions(pos, i, b, n))
-            row = {name: t[i] for name, t in state.items()}
-            answers.append(_call(self.encoding, hook, row, (*own, member_pos, *extra)))
-        return _join(answers, b)
-
-    def _at_once(
-        self,
-        hook: str,
-        pos: Positions,
-        tensors: tuple[Tensor, ...],
-        extra: tuple[int, ...],
-        state: dict[str, Tensor],
-        n: int,
-    ) -> Any:
-        """The hook run once under ``torch.func.vmap`` over the members: the state and the
-        folded tensors split ``[K', b, ...]``; the shared positions and broadcast tensors as
-        they are. What the hook memoises per member (a bias from its weights) leaves the call
-        stacked ``[K', ...]`` and enters the forward's later calls again, so an encoding
-        computes it once per forward, as a single run does."""
-        carried = pos.memo(("member memo", id(self)), dict)  # key -> its value [K', ...]
-        args = [t.unflatten(0, (n, -1)) if t.shape[0] == self.batch else t for t in tensors]
-        dims = [0 if t.shape[0] == self.batch else None for t in tensors]
-        returned_none = False
-
-        def member(row: dict[str, Tensor], memo: dict, *own: Tensor) -> Any:
-            nonlocal returned_none
-            shared = _SharedMemo(pos.q, pos.k, pos, memo)
-            answer = _call(self.encoding, hook, row, (*own, shared, *extra))
-            returned_none = answer is None
-            return (torch.zeros(()) if answer is None else answer), shared.new()
-
-        vmapped = torch.func.vmap(member, in_dims=(0, 0, *dims), randomness="error")
-        answers, new = vmapped(state, carried, *args)
-        carried.update(new)
-        return None if returned_none else _unfold(answers, self.batch // n)
-
-
-class _SharedMemo(Positions):
-    """The shared positions inside ``vmap``. What the hook memoises and does not depend on a
-    member (a T5 bucket index, a distance matrix: no batched tensor in it) goes to the
-    forward's ``Positions``, so later layers and hooks reuse it, as in a single run. What does
-    starts from ``carried`` (earlier calls' values, batched again) and what this call adds is
-    ``new``, for the caller to carry on."""
-
-    def __init__(self, q: Tensor, k: Tensor, outer: Positions, carried: dict) -> None:
-        super().__init__(q, k)
-        self.outer = outer
-        self._memo.update(carried)
-        self.carried = set(carried)
-
-    def memo(self, key: Any, compute: Callable[[], Any]) -> Any:
-        if key in self.outer._memo:
-            return self.outer._memo[key]
-        if key in self._memo:
-            return self._memo[key]
-        value = compute()
-        leaves = torch.utils._pytree.tree_leaves(value)
-        if not any(isinstance(t, Tensor) and is_batchedtensor(t) for t in leaves):
-            self.outer._memo[key] = value
-        else:
-            self._memo[key] = value
-        return value
-
-    def new(self) -> dict:
-        """The batched values this call memoised (those made of tensors alone)."""
-        return {
-            key: value
-            for key, value in self._memo.items()
-            if key not in self.carried
-            and all(isinstance(t, Tensor) for t in torch.utils._pytree.tree_leaves(value))
-        }
-
-
-def _key(name: str) -> str:
-    """A parameter's or buffer's name in the encoding as an attribute name (no dots)."""
-    return "member_" + name.replace(".", "__")
-
-
-class _Hook(nn.Module):
-    """One method of an encoding as a module's forward (what ``functional_call`` runs)."""
-
-    def __init__(self, encoding: PositionalEncoding, hook: str) -> None:
-        super().__init__()
-        self.encoding, self.hook = encoding, hook
-
-    def forward(self, *args: Any) -> Any:
-        return getattr(self.encoding, self.hook)(*args)
-
-
-def _call(encoding: PositionalEncoding, hook: str, state: dict[str, Tensor], args: tuple) -> Any:
-    """``encoding.hook(*args)`` with its parameters and buffers ``state`` (by name)."""
-    named = {f"encoding.{name}": t for name, t in state.items()}
-    return torch.func.functional_call(_Hook(encoding, hook), named, args)
-
-
-def _unfold(answers: Any, b: int) -> Any:
-    """Answers ``[K', b|1, ...]`` (tuples elementwise) as one folded answer ``[K' b, ...]``."""
-    if isinstance(answers, tuple):
-        return tuple(_unfold(a, b) for a in answers)
-    return answers.expand(answers.shape[0], b, *answers.shape[2:]).flatten(0, 1)
-
-
-def _slice(t: Tensor, i: int, b: int, batch: int) -> Tensor:
-    """Member ``i``'s rows of a folded ``[batch, ...]`` tensor (a broadcast ``[1, ...]`` as it
-    is)."""
-    return t[i * b : (i + 1) * b] if t.shape[0] == batch else t
-
-
-def _member_positions(pos: Positions, i: int, b: int, n: int) -> Positions:
-    """Member ``i``'s own ``Positions`` (its rows where the positions are per sequence)."""
-    batch = b * n
-    return Positions(_slice(pos.q, i, b, batch), _slice(pos.k, i, b, batch))
-
-
-def _join(answers: list[Any], b: int) -> Any:
-    """The members' answers as one folded answer (None stays None; tuples elementwise)."""
-    first = answers[0]
-    if first is None:
-        return None
-    if isinstance(first, tuple):
-        return tuple(_join(list(parts), b) for parts in zip(*answers, strict=True))
-    return torch.cat([a.expand(b, *a.shape[1:]) if a.shape[0] != b else a for a in answers])
-
-
 def members_of(net: nn.Module) -> int:
     """K, the number of members ``net`` holds."""
     for module in net.modules():
@@ -562,61 +298,3 @@ def fold_positions(positions: Sequence[Tensor], shared: bool = False) -> Tensor:
         return first
     rows = max(p.shape[0] for p in positions)
     return torch.cat([p.expand(rows, *p.shape[1:]) for p in positions])
-
-
-def member_parameters(net: nn.Module) -> list[tuple[Tensor, int | None]]:
-    """Every parameter of ``net`` with its member: None for a stacked one (``[K, ...]``, every
-    member: a layer's or an encoding's), 0 for one of a network of one member alone (its
-    encoding's, unstacked)."""
-    stacked = {
-        id(p)
-        for m in net.modules()
-        if isinstance(m, Stacked | MemberEncodings)
-        for p in m.parameters(recurse=False)
-    }
-    return [(p, None if id(p) in stacked else 0) for p in net.parameters()]
-
-
-@torch.no_grad()
-def clip_member_norms(net: nn.Module, max_norm: float) -> None:
-    """``torch.nn.utils.clip_grad_norm_`` for each member on its own gradient: member ``k``'s
-    gradient times ``min(1, max_norm / (||g_k|| + 1e-6))``. The stacked gradients ``[K, ...]``
-    are reduced in one operation over their concatenated rows (a temporary copy of them) and
-    scaled by one ``foreach`` operation, not a few per parameter (fewer launches: aten
-    operations of a 40-step run at K = 8 over K = 1, rope 1.47x -> 1.36x)."""
-    owners = [(p, k) for p, k in member_parameters(net) if p.grad is not None]
-    if not owners:
-        return
-    stacked = [p.grad for p, k in owners if k is None]  # [K, ...] each
-    own = [(p.grad, k) for p, k in owners if k is not None]  # one member's encoding
-    squares = torch.zeros(members_of(net), device=owners[0][0].device)  # [K]
-    if stacked:  # [K, sum of the parameters' sizes]: each member's squared norm
-        squares += torch.cat([g.reshape(len(g), -1) for g in stacked], dim=1).square().sum(dim=1)
-    for grad, k in own:
-        squares[k] += grad.square().sum()
-    coef = (max_norm / (squares.sqrt() + 1e-6)).clamp(max=1.0)
-    if stacked:
-        torch._foreach_mul_(stacked, [coef.view(-1, *[1] * (g.dim() - 1)) for g in stacked])
-    for grad, k in own:
-        grad.mul_(coef[k])
-
-
-@torch.no_grad()
-def scale_member_steps(net: nn.Module, before: Sequence[Tensor], rates: Sequence[float]) -> None:
-    """Scale each member's part of the optimizer step just taken by ``rates[k]``: every
-    parameter of ``net`` moves from its value ``before`` the step by that fraction of it (0
-    keeps a member's weights; the rates are host numbers, copied once per device and dtype),
-    in two ``foreach`` operations over all parameters."""
-    weights = {}  # the rates on each parameter's device, in its dtype: [K]
-    params, olds, each = [], list(before), []
-    for p, owner in member_parameters(net):
-        key = (p.device, p.dtype)
-        if key not in weights:
-            weights[key] = to_device(torch.tensor(rates, dtype=p.dtype, device="cpu"), p.device)
-        rate = weights[key]
-        params.append(p)
-        each.append(rate.view(-1, *[1] * (p.dim() - 1)) if owner is None else rate[owner])
-    if len(olds) != len(params):
-        raise ValueError(f"{len(olds)} values from before the step for {len(params)} parameters")
-    torch._foreach_lerp_(olds, params, each)  # old + rate (new - old), in place of old
-    torch._foreach_copy_(params, olds)

@@ -101,7 +101,7 @@ class PositionalEncoding(nn.Module):
     # size, computed from q as it leaves ``transform_qk``, before the length scale (GRAPE-A)
     scores_content = False
     # True: the members of a stack run its hooks at once (``torch.func.vmap`` over their stacked
-    # parameters, ``pelab.models.stacked.MemberEncodings``). False: one member after another, for
+    # parameters, ``pelab.models.member_encodings``). False: one member after another, for
     # an encoding whose hooks read a value of its parameters on the host or draw random numbers
     members_at_once = True
     shift: ClassVar[str]  # one of SHIFT_CLASSES, declared by every registered encoding
