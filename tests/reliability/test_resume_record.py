@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from lightning.pytorch.callbacks import Callback
 
-from pelab import runner
+from pelab import trainer
 from pelab.train import run
 from tests.reliability.runs import config, fault, results
 
@@ -40,7 +40,7 @@ class BarSpy(Callback):
 def test_a_resumed_runs_progress_bar_has_its_total_and_starts_where_it_resumed(
     tmp_path, monkeypatch
 ):
-    monkeypatch.setattr(runner, "interactive", lambda: True)  # a terminal: bars are on
+    monkeypatch.setattr(trainer, "interactive", lambda: True)  # a terminal: bars are on
     bar = ["trainer.enable_progress_bar=true", "callbacks.progress_bar=null"]
     bar += ["+callbacks.bar._target_=pelab.utils.progress.StepProgressBar"]
     bar += [f"+callbacks.spy._target_={__name__}.BarSpy"]
