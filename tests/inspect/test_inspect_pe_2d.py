@@ -8,7 +8,7 @@ from pelab.pe.base import ModelDims
 from pelab.pe.rope_2d import AxialRotaryPE
 from pelab.pe.sinusoidal_2d import Sinusoidal2dPE
 from pelab.pe.t5_bias_2d import T5Bias2dPE
-from tests.analysis.test_inspect_pe import PNG_MAGIC, draw
+from tests.inspect.test_inspect_pe import PNG_MAGIC, draw
 from tests.pe.test_bias import reference_bucket
 
 

@@ -11,7 +11,7 @@ from pelab.inspect import pe_figures
 from pelab.inspect.inspect_pe import flat_at_start, hook_figures
 from pelab.inspect.untrained import bucket_distances, illustrated, is_flat
 from pelab.pe.base import PE_REGISTRY, ModelDims
-from tests.analysis.test_inspect_pe import draw
+from tests.inspect.test_inspect_pe import draw
 
 # every registered encoding that draws a flat figure untrained, and those figures
 FLAT_AT_START = {
