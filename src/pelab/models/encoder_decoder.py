@@ -27,6 +27,7 @@ section 3.4, shares it); the output projection is separate, as in ``Transformer`
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 
 from torch import Tensor, nn
@@ -34,7 +35,7 @@ from torch import Tensor, nn
 from pelab.errors import ConfigError
 from pelab.models import stacked
 from pelab.models.cache import KVCache
-from pelab.models.transformer import Block, Memory, check_sizes, init_weights, run_blocks
+from pelab.models.transformer import Block, Memory, init_weights, model_dims, run_blocks
 from pelab.pe.base import ModelDims, PositionalEncoding
 from pelab.positions import Positions
 
@@ -94,29 +95,25 @@ class EncoderDecoder(nn.Module):
         attn_scale: str = "none",
     ) -> None:
         super().__init__()
-        check_sizes(d_model, n_heads, n_layers)
         d_ff = d_ff or 4 * d_model
-
-        def dims(causal: bool) -> ModelDims:
-            return ModelDims(
-                d_model,
-                n_heads,
-                n_layers,
-                causal,
-                max_len,
-                vocab_size,
-                position_dims,
-                train_max_len,
-                tuple(digit_tokens),
-            )
-
-        self.dims = dims(True)  # the decoder's; the encoder's differ only in ``causal``
+        self.dims = model_dims(  # the decoder's; the encoder's differ only in ``causal``
+            vocab_size,
+            max_len,
+            True,
+            d_model,
+            n_heads,
+            n_layers,
+            position_dims,
+            train_max_len,
+            digit_tokens,
+        )
+        encoder_dims = dataclasses.replace(self.dims, causal=False)
         self.tok_emb = stacked.Embedding(vocab_size, d_model)
         try:
-            self.encoder = Layers(dims(False), pe, d_ff, dropout, attn_impl, False, attn_scale)
+            self.encoder = Layers(encoder_dims, pe, d_ff, dropout, attn_impl, False, attn_scale)
         except ConfigError as error:
             raise ConfigError(f"the encoder of model=encoder_decoder: {error}") from None
-        self.decoder = Layers(dims(True), pe, d_ff, dropout, attn_impl, True, attn_scale)
+        self.decoder = Layers(self.dims, pe, d_ff, dropout, attn_impl, True, attn_scale)
         self.head = stacked.Linear(d_model, vocab_size, bias=False)
         init_weights(self, n_layers)
 

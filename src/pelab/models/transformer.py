@@ -121,6 +121,33 @@ def run_blocks(
     return x
 
 
+def model_dims(
+    vocab_size: int,
+    max_len: int,
+    causal: bool,
+    d_model: int,
+    n_heads: int,
+    n_layers: int,
+    position_dims: int = 1,
+    train_max_len: int = 0,
+    digit_tokens: Sequence[int] = (),
+) -> ModelDims:
+    """The dimensions a network builds its encoding with, once its sizes are checked
+    (``check_sizes``): the decoder's, the encoder's and an encoder-decoder's alike."""
+    check_sizes(d_model, n_heads, n_layers)
+    return ModelDims(
+        d_model,
+        n_heads,
+        n_layers,
+        causal,
+        max_len,
+        vocab_size,
+        position_dims,
+        train_max_len,
+        tuple(digit_tokens),
+    )
+
+
 def check_sizes(d_model: int, n_heads: int, n_layers: int) -> None:
     """A ``ConfigError`` for sizes no Transformer can have."""
     for name, value in (("d_model", d_model), ("n_heads", n_heads), ("n_layers", n_layers)):
@@ -176,17 +203,16 @@ class Transformer(nn.Module):
         attn_scale: str = "none",
     ) -> None:
         super().__init__()
-        check_sizes(d_model, n_heads, n_layers)
-        self.dims = ModelDims(
+        self.dims = model_dims(
+            vocab_size,
+            max_len,
+            causal,
             d_model,
             n_heads,
             n_layers,
-            causal,
-            max_len,
-            vocab_size,
             position_dims,
             train_max_len,
-            tuple(digit_tokens),
+            digit_tokens,
         )
         self.pe = pe(self.dims)
         self.tok_emb = stacked.Embedding(vocab_size, d_model)
