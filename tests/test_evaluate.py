@@ -258,7 +258,7 @@ def test_an_evaluation_sweep_is_summarised_and_tabulated_by_its_settings(
         job_dir = sweep / str(num)
         (job_dir / ".hydra").mkdir(parents=True)
         OmegaConf.save(hydra, job_dir / ".hydra" / "hydra.yaml")
-        monkeypatch.setattr("pelab.evaluate.sweep_job_dir", lambda d=job_dir: d)
+        monkeypatch.setattr("pelab.evaluate.sweep_hydra_dir", lambda d=job_dir: d)
         ckpt = rope_ckpt if scaling != "early failure" else tmp_path / "absent.ckpt"
         overrides = [f"ckpt_path='{ckpt}'", "pe.scaling_factor=2", "task.eval_lengths=[8,16]"]
         cfg = compose_eval([*overrides, f"pe.scaling={scaling.split()[0]}"], tmp_path)

@@ -33,7 +33,7 @@ from pelab.assembly import build_model, build_task, data_module
 from pelab.config_files import schedule_options  # also stores eval.yaml's eval_pe_options
 from pelab.errors import ConfigError
 from pelab.eval_time import check_test_time
-from pelab.hydra_job import checked, sweep_job_dir, sweep_task
+from pelab.hydra_job import checked, sweep_hydra_dir, sweep_task
 from pelab.lit_module import SequenceModel
 from pelab.record import RESULTS
 from pelab.reliability.checkpoints import check_nothing_restored
@@ -157,8 +157,8 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     merged = eval_config(cfg, train_cfg, output_dir)
     ckpt = Path(cfg.ckpt_path)
     model = checked(lambda: evaluated_model(merged, trained_sizes(train_record, train_cfg), ckpt))
-    if (job_dir := sweep_job_dir()) is not None:  # it links to the record (written on entry)
-        link = job_dir / RESULTS
+    if (hydra_dir := sweep_hydra_dir()) is not None:  # it links to the record (written on entry)
+        link = hydra_dir / RESULTS
         link.unlink(missing_ok=True)
         link.symlink_to(output_dir / RESULTS)
 

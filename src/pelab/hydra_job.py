@@ -35,7 +35,7 @@ def in_sweep() -> bool:
     return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
 
 
-def sweep_job_dir() -> Path | None:
+def sweep_hydra_dir() -> Path | None:
     """The Hydra directory of this job of a sweep; None outside a sweep."""
     return Path(HydraConfig.get().runtime.output_dir) if in_sweep() else None
 
