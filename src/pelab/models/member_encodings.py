@@ -178,7 +178,9 @@ class MemberEncodings(PositionalEncoding):
             shared = _SharedMemo(pos.q, pos.k, pos, memo)
             answer = _call(self.encoding, hook, row, (*own, shared, *extra))
             returned_none = answer is None
-            return (torch.zeros(()) if answer is None else answer), shared.new()
+            if returned_none:  # vmap returns tensors only
+                return torch.zeros((), device=pos.q.device), shared.new()
+            return answer, shared.new()
 
         vmapped = torch.func.vmap(member, in_dims=(0, 0, *dims), randomness="error")
         answers, new = vmapped(state, carried, *args)
