@@ -59,7 +59,8 @@ class MemberEncodings(PositionalEncoding):
                     self.saved.add(prefix + name)
         for name, _ in first.named_buffers():
             rows = [e.get_buffer(name) for e in encodings]
-            self.register_buffer(_key(name), torch.stack(rows), persistent=False)
+            # a buffer a single run's checkpoint keeps, a stack's keeps too (stacked)
+            self.register_buffer(_key(name), torch.stack(rows), persistent=name in self.saved)
             self.names.append(name)
         self.constrains = any(
             type(m).constrain is not PositionalEncoding.constrain
