@@ -59,7 +59,9 @@ def ntk_frequencies(rot_dim: int, base: float, factor: float) -> Tensor:
     base, ``base' = base * s^(r / (r - 2))``: the highest frequency is unchanged and the lowest is
     divided by exactly ``s``. Needs ``r >= 4``."""
     new_base = base * factor ** (rot_dim / (rot_dim - 2))
-    return new_base ** (-torch.arange(0, rot_dim, 2, dtype=torch.float32) / rot_dim)
+    # on the host, as the unscaled frequencies are made; the callers move them to the device
+    pairs = torch.arange(0, rot_dim, 2, dtype=torch.float32, device="cpu")
+    return new_base ** (-pairs / rot_dim)
 
 
 def ntk_scaling(x: ScalingInput) -> Tensor:
