@@ -172,7 +172,7 @@ def measured_run(name: str, overrides: list[str], root: Path, members: int = 1) 
         records = run(cfg)
     wall = time.perf_counter() - start
     probe = Probe.last
-    first = records[0] if isinstance(records, list) else records
+    first = records[0]
     rate = None if probe is None else probe.steps_per_s
     kernel = first.get("attention")  # what the run's attention dispatched (pelab.kernels)
     return Row(

@@ -33,7 +33,7 @@ def trained_steps(cfg) -> int:
 @pytest.mark.integration
 def test_a_run_stops_once_learned_and_records_when(tiny_cfg):
     cfg = tiny_cfg(*EASY, "learned_at=0.9")
-    record = run(cfg)
+    [record] = run(cfg)
     assert record["status"] == "completed" and record["stop_reason"] == "learned"
     assert record["attention"] == {"kernel": "flash (cpu)", "dtype": "float32"}  # pelab.kernels
     assert record["learned"] is True and record["steps_to_learn"] % 25 == 0
@@ -43,21 +43,21 @@ def test_a_run_stops_once_learned_and_records_when(tiny_cfg):
     assert list(record["metrics"]["test"]) == ["1", "2", "6"]  # the test: every length
     assert min(record["metrics"]["val"][n]["exact_match"] for n in ("1", "2")) >= 0.9
     # re-running the finished run resumes from last.ckpt, which knows it learned: no training
-    again = run(tiny_cfg(*EASY, "learned_at=0.9"))
+    [again] = run(tiny_cfg(*EASY, "learned_at=0.9"))
     assert again["steps_to_learn"] == record["steps_to_learn"] and trained_steps(cfg) < 600
     assert again["metrics"]["test"] == record["metrics"]["test"]
 
 
 @pytest.mark.integration
 def test_a_run_that_never_meets_the_criterion_trains_to_the_cap(tiny_cfg):
-    record = run(tiny_cfg(*EASY, "trainer.max_steps=50", "learned_at=1.0"))
+    [record] = run(tiny_cfg(*EASY, "trainer.max_steps=50", "learned_at=1.0"))
     assert (record["learned"], record["steps_to_learn"]) == (False, None)
     assert record["stop_reason"] == "max_steps"
 
 
 @pytest.mark.integration
 def test_without_a_criterion_every_length_is_validated_and_nothing_is_judged(tiny_cfg):
-    record = run(tiny_cfg(*EASY, "trainer.max_steps=50", "learned_at=null"))
+    [record] = run(tiny_cfg(*EASY, "trainer.max_steps=50", "learned_at=null"))
     assert (record["learned"], record["steps_to_learn"], record["stop_reason"]) == (
         None,
         None,

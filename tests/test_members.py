@@ -296,7 +296,7 @@ def test_a_stack_writes_one_single_run_record_per_member(stacked_run, tmp_path):
     assert losses["step"].tolist() == [2]
     assert logged.dropna(subset=["val/id/exact_match"])["step"].tolist() == [2, 4]
     # the member of seed 3 is the single run of seed 3
-    alone = run(compose_config([*STACK, "seed=3", "trainer.log_every_n_steps=3"], tmp_path))
+    [alone] = run(compose_config([*STACK, "seed=3", "trainer.log_every_n_steps=3"], tmp_path))
     assert records[1]["metrics"]["test"] == alone["metrics"]["test"]
     single_csv = Path(alone["config"]["paths"]["output_dir"]) / "csv"
     single = pd.read_csv(next(single_csv.glob("*/metrics.csv"))).dropna(subset=["train/loss"])
@@ -377,7 +377,7 @@ def test_a_member_of_a_learning_rate_is_its_single_run_and_a_row_of_the_table(tm
     cfg = compose_config([*STACK, "learning_rates=[1e-3,2e-2]"], tmp_path)
     stack = run(cfg)
     assert [r["member_of"]["learning_rates"] for r in stack] == [[1e-3, 2e-2]] * 2
-    alone = run(compose_config([*STACK, "model.optimizer.lr=2e-2"], tmp_path / "alone"))
+    [alone] = run(compose_config([*STACK, "model.optimizer.lr=2e-2"], tmp_path / "alone"))
     assert stack[1]["metrics"] == alone["metrics"]
     theirs = checkpoint(tmp_path / "alone" / "run" / "checkpoints" / "best.ckpt")["state_dict"]
     for lr, same in (("0.02", True), ("0.001", False)):
@@ -396,7 +396,7 @@ def test_a_member_of_a_learning_rate_is_its_single_run_and_a_row_of_the_table(tm
 def test_a_plain_run_is_a_stack_of_one_with_its_single_run_layout(tmp_path):
     """One path: a plain run trains as K = 1 and keeps a single run's layout (its record and
     ``best.ckpt`` in its own directory, weights in ``torch.nn``'s shapes)."""
-    record = run(compose_config([*STACK, "seed=3"], tmp_path))
+    [record] = run(compose_config([*STACK, "seed=3"], tmp_path))
     out = Path(record["config"]["paths"]["output_dir"])
     assert record["status"] == "completed" and "member_of" not in record
     best = checkpoint(out / "checkpoints" / "best.ckpt")["state_dict"]

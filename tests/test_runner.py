@@ -1,12 +1,15 @@
-"""The shared pieces of a job: its trainer, callbacks and loggers."""
+"""The shared pieces of a job: its trainer, callbacks and loggers, and its records' life."""
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from lightning.pytorch.callbacks import ProgressBar
 
 from pelab import hydra_job, trainer
 from pelab.errors import ConfigError
+from pelab.record import read_record
+from pelab.recorder import Planned, Recorder
 from pelab.train import run
 from pelab.trainer import configured_callbacks
 from tests.conftest import TINY, compose_config
@@ -19,7 +22,7 @@ def test_no_logger_and_no_progress_bar_train_a_complete_run(tmp_path):
     quiet = ["logger=none", "trainer.enable_progress_bar=false"]
     cfg = compose_config([*TINY, *quiet], tmp_path)
     assert not any(isinstance(c, ProgressBar) for c in configured_callbacks(cfg))
-    record = run(cfg)
+    [record] = run(cfg)
     out = Path(cfg.paths.output_dir)
     assert record["status"] == "completed", record.get("error")
     assert (out / "checkpoints" / "best.ckpt").is_file()
@@ -86,13 +89,63 @@ def test_a_refused_run_removes_the_empty_directories_made_for_it_up_to_the_worki
         assert tmp_path.is_dir()
 
 
-def test_a_refusal_propagates_from_the_checks_and_any_other_error_is_kept_for_the_record(
-    monkeypatch,
+def test_a_refusal_before_the_records_start_leaves_none_and_any_other_error_is_recorded(
+    tmp_path, monkeypatch
 ):
+    """Before ``started``: a single run's refusal propagates with no record; any other error, or
+    a sweep job's refusal, starts the record and ends it ``failed``, and propagates."""
     monkeypatch.setattr(hydra_job, "in_sweep", lambda: False)
-    with pytest.raises(ConfigError):
-        hydra_job.checked(fail_with(ConfigError("bad value")))
-    bug = RuntimeError("a bug")
-    assert hydra_job.checked(fail_with(bug)) is bug and hydra_job.checked(lambda: 3) == 3
+
+    def recorder(name: str) -> Recorder:
+        planned = Planned(tmp_path / name, {"seed": 0}, {"seed": 0}, {"checkpoint": "c"})
+        return Recorder("eval", [planned])
+
+    with pytest.raises(ConfigError), recorder("refused"):
+        raise ConfigError("bad value")
+    assert not (tmp_path / "refused").exists()
+    with pytest.raises(RuntimeError), recorder("bug"):
+        raise RuntimeError("a bug")
     monkeypatch.setattr(hydra_job, "in_sweep", lambda: True)  # a sweep's job records its refusal
-    assert isinstance(hydra_job.checked(fail_with(ConfigError("bad value"))), ConfigError)
+    with pytest.raises(ConfigError), recorder("swept"):
+        raise ConfigError("bad value")
+    for name, error in [("bug", "RuntimeError: a bug"), ("swept", "ConfigError: bad value")]:
+        record = read_record(tmp_path / name / "results.json")
+        assert (record["status"], record["error"], record["checkpoint"]) == ("failed", error, "c")
+        assert record["job_type"] == "eval" and "wall_time_s" in record
+
+
+def test_each_record_ends_with_its_own_outcome_and_the_first_error_goes_on_once_all_are_written(
+    tmp_path,
+):
+    """``completed``: a record whose outcome raises ends ``failed`` with that error, the others
+    complete, and the first error propagates after every record is written, once each."""
+    planned = [Planned(tmp_path / str(k), {"seed": k}, {"seed": k}, {}) for k in range(3)]
+    outcome = SimpleNamespace(
+        task=SimpleNamespace(train_lengths=(1, 4), in_distribution=lambda n: n <= 4),
+        scores={},
+        chance=None,
+        params={"total": 1},
+        model_dims={},
+        competence=None,
+        checkpoint=None,
+        attention=None,
+        resumed_from=None,
+        warnings=[],
+    )
+    asked = []
+
+    def outcome_of(k: int):
+        asked.append(k)
+        if k == 1:
+            raise ValueError("no scores")
+        return outcome
+
+    with pytest.raises(ValueError, match="no scores"), Recorder("eval", planned) as recorder:
+        recorder.started()
+        assert [read_record(p.path)["status"] for p in planned] == ["running"] * 3
+        recorder.completed(outcome_of)
+    assert asked == [0, 1, 2]
+    records = [read_record(p.path) for p in planned]
+    assert [r["status"] for r in records] == ["completed", "failed", "completed"]
+    assert records[1]["error"] == "ValueError: no scores" and "metrics" not in records[1]
+    assert records[0]["params"] == {"total": 1} and records[2]["train_lengths"] == [1, 4]

@@ -6,7 +6,7 @@ The model is rebuilt from the training run's record (``<run dir>/results.json``)
 ``config`` and the ``model_dims`` it was built with (so tables sized by the run keep their
 size). Any option of the checkpoint's encoding (``pe.<option>``, checked against the encoding
 like every setting), ``task.eval_lengths`` and ``seed`` may be changed; evaluation knows no
-encoding. It runs through the same executor as training (``pelab.runner``): the record goes to
+encoding. Its record lives as a training run's does (``pelab.recorder``): the record goes to
 ``<run dir>/eval/<timestamp>_<pe overrides>/results.json`` with training's schema,
 ``job_type: eval``, the ``checkpoint``, the ``eval_overrides`` and, apart from the trained run's
 settings in ``config``, the evaluation's own (``EVALUATION_KEYS``) in ``evaluation``. A
@@ -33,13 +33,14 @@ from pelab.assembly import build_model, build_task, data_module
 from pelab.config_files import schedule_options  # also stores eval.yaml's eval_pe_options
 from pelab.errors import ConfigError
 from pelab.eval_time import check_test_time
-from pelab.hydra_job import checked, sweep_hydra_dir, sweep_task
+from pelab.hydra_job import sweep_hydra_dir, sweep_task
 from pelab.lit_module import SequenceModel
+from pelab.outcome import scored_outcome
 from pelab.record import RESULTS
+from pelab.recorder import Planned, Recorder
 from pelab.reliability.checkpoints import check_nothing_restored
 from pelab.reliability.memory import check_eval_memory
 from pelab.reliability.validate import check_types
-from pelab.runner import execute, scored_outcome
 from pelab.threads import check_threads, configure_threads
 from pelab.trained import load_weights, trained_sizes, training_record
 from pelab.trainer import make_trainer
@@ -156,32 +157,26 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     output_dir = run_dir / "eval" / f"{stamp}_{changed}"
     merged = eval_config(cfg, train_cfg, output_dir)
     ckpt = Path(cfg.ckpt_path)
-    model = checked(lambda: evaluated_model(merged, trained_sizes(train_record, train_cfg), ckpt))
-    if (hydra_dir := sweep_hydra_dir()) is not None:  # it links to the record (written on entry)
+    if (hydra_dir := sweep_hydra_dir()) is not None:  # a sweep's job always writes its record
         link = hydra_dir / RESULTS
         link.unlink(missing_ok=True)
         link.symlink_to(output_dir / RESULTS)
-
-    def work():
-        if isinstance(model, Exception):
-            raise model
+    config, evaluation = split_config(merged, train_cfg)
+    choices = {**train_record.get("choices", {}), "seed": merged.seed}
+    fields = {
+        "checkpoint": str(ckpt.resolve()),
+        "eval_overrides": eval_overrides(cfg),
+        "evaluation": evaluation,
+    }
+    with Recorder("eval", [Planned(output_dir, choices, config, fields)]) as recorder:
+        model = evaluated_model(merged, trained_sizes(train_record, train_cfg), ckpt)
+        recorder.started()
         notes: list[str] = []
         trainer = make_trainer(merged, model.net.num_params(), notes)
         check_nothing_restored(trainer)  # the test scores ckpt_path's weights, loaded above
         trainer.test(model, datamodule=data_module(merged, model.task), verbose=False)
-        return scored_outcome(merged, model, warnings=notes)
-
-    config, evaluation = split_config(merged, train_cfg)
-    return execute(
-        "eval",
-        output_dir,
-        {**train_record.get("choices", {}), "seed": merged.seed},
-        config,
-        work,
-        checkpoint=str(ckpt.resolve()),
-        eval_overrides=eval_overrides(cfg),
-        evaluation=evaluation,
-    )
+        [record] = recorder.completed(lambda _: scored_outcome(merged, model, warnings=notes))
+    return record
 
 
 @sweep_task

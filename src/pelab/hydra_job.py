@@ -11,7 +11,7 @@ import logging
 import shutil
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
@@ -95,24 +95,10 @@ def _fresh(job: Path) -> bool:
 
 def refused(error: BaseException) -> bool:
     """Whether ``error`` refuses a single run before any work: a ``ConfigError`` (or one caused
-    by it) from the checks before training or evaluation (``checked``). Such a run writes no
+    by it) from the checks before training or evaluation (``pelab.recorder``). Such a run writes no
     record and leaves no directory: the one-line error says it all. A sweep's job records it
     like any failure, so the sweep's summary says why."""
     return not in_sweep() and any(isinstance(e, ConfigError) for e in causes(error))
-
-
-Checked = TypeVar("Checked")
-
-
-def checked(checks: Callable[[], Checked]) -> Checked | Exception:
-    """``checks()``, run before a job writes its record: a refusal (``refused``) propagates and
-    leaves nothing behind; any other error is returned, for the job's record to say."""
-    try:
-        return checks()
-    except Exception as error:
-        if refused(error):
-            raise
-        return error
 
 
 def interrupted_resume(job_type: str, job_dir: str | Path) -> str:

@@ -47,9 +47,6 @@ import platform
 import shlex
 import subprocess
 import tempfile
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import datetime
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -306,40 +303,3 @@ def earlier_wall_times(path: str | Path) -> list[float]:
     if "wall_time_s" not in record:
         return []
     return list(record.get("wall_time_parts_s") or [record["wall_time_s"]])
-
-
-@contextmanager
-def recorded(
-    path: str | Path,
-    record: dict[str, Any],
-    since: float | None = None,
-    resume: str | None = None,
-    earlier: list[float] | None = None,
-) -> Iterator[dict[str, Any]]:
-    """Whatever happens inside, ``record`` ends up in ``path`` (atomically) with the wall time,
-    the environment, and on an exception its status (``failed`` or ``interrupted``,
-    ``ended_status``) and the error; the exception is re-raised. The record is also written on
-    entry, so a job killed outright (SIGKILL, out of memory) leaves its ``status: running``,
-    never a finished-looking file. ``wall_time_s`` counts from ``since`` (a
-    ``time.perf_counter()``; default: entry). An interruption records (and logs) ``resume``,
-    the command that resumes it. A run that ends ``resumed_from`` a checkpoint adds the
-    ``earlier`` attempts' times (``earlier_wall_times``): ``wall_time_s`` is the total and
-    ``wall_time_parts_s`` the attempts."""
-    start = time.perf_counter() if since is None else since
-    write_json_atomic(path, {**record, **environment()})
-    try:
-        yield record
-    except BaseException as error:
-        record.update(status=ended_status(error), error=failure_reason(error, resume))
-        if interrupted(error):
-            log.warning("%s", record["error"])
-        raise
-    finally:
-        part = round(time.perf_counter() - start, 2)
-        record["wall_time_s"] = part
-        if earlier and record.get("resumed_from"):
-            record["wall_time_parts_s"] = [*earlier, part]
-            record["wall_time_s"] = round(sum(record["wall_time_parts_s"]), 2)
-        record.update(environment())
-        write_json_atomic(path, record)
-        log.info("results written to %s", path)

@@ -31,8 +31,9 @@ from pelab.kernels import AttentionKernels
 from pelab.lengths import no_extrapolation_note
 from pelab.lit_module import SequenceModel
 from pelab.members import Job, Member
+from pelab.outcome import Outcome, scored_outcome
 from pelab.record import MEMBER_KEYS
-from pelab.recorder import Recorder
+from pelab.recorder import TrainingRecorder
 from pelab.reliability import requeue
 from pelab.reliability.callbacks import BestCheckpoints, ResumeState, Tested
 from pelab.reliability.checkpoints import (
@@ -47,7 +48,6 @@ from pelab.reliability.completed import completed_record
 from pelab.reliability.lock import run_lock
 from pelab.reliability.memory import check_eval_memory
 from pelab.reliability.signals import exit_status_on_sigterm
-from pelab.runner import Outcome, scored_outcome
 from pelab.sizing import built, trained_parameters
 from pelab.threads import configure_threads
 from pelab.trainer import instantiate_all, make_trainer, working_loggers
@@ -174,14 +174,14 @@ def member_outcome(job: Job, fitted: Fitted, member: Member) -> Outcome:
     )
 
 
-def run(job: Job | DictConfig) -> dict[str, Any] | list[dict[str, Any]]:
+def run(job: Job | DictConfig) -> list[dict[str, Any]]:
     """``train(job)`` inside its members' run records (``pelab.recorder``), with the per-length
-    table, and ``wandb.finish()`` so the next job of a multirun opens its own W&B run. A plain
-    run returns its record; a stack (``seeds=[...]`` and/or ``learning_rates=[...]``) a list,
-    one per member (each in ``record.member_dir``, naming its stack in ``member_of``). A job
-    whose directory already holds the completed records of the same config (up to the settings
-    that change neither training nor test, ``record.RUN_ONLY``) returns them as they are,
-    untrained and untested: with ``skip_completed=true``, and whenever it would resume
+    table, and ``wandb.finish()`` so the next job of a multirun opens its own W&B run. Returns
+    the records, one per member: a plain run's one, or a stack's (``seeds=[...]`` and/or
+    ``learning_rates=[...]``), each in ``record.member_dir``, naming its stack in ``member_of``.
+    A job whose directory already holds the completed records of the same config (up to the
+    settings that change neither training nor test, ``record.RUN_ONLY``) returns them as they
+    are, untrained and untested: with ``skip_completed=true``, and whenever it would resume
     (``resume=true``, the default: re-running a finished run's command)."""
     job = job if isinstance(job, Job) else Job.of(job)
     requeue.install()  # a run started from Python (scripts/train.py installed it already)
@@ -198,18 +198,17 @@ def run(job: Job | DictConfig) -> dict[str, Any] | list[dict[str, Any]]:
                     "train again, use another hydra.run.dir)",
                     job.directory,
                 )
-            return done[0] if job.live else done
+            return done
     # one writer per job directory, for the job's life (a second process waits or is refused)
     with run_lock(job.directory, job.config.get("run_lock_wait_s") or 0):
         try:
-            with Recorder(job) as recorder:
+            with TrainingRecorder(job) as recorder:
                 prepared = prepare(job)  # a refusal writes no record
                 recorder.started()
                 fitted = train(job, prepared)
-                records = recorder.completed(lambda m: member_outcome(job, fitted, m))
+                return recorder.completed(lambda k: member_outcome(job, fitted, job.members[k]))
         finally:  # every record is written: SLURM's requeue signal is ignored from here on
             requeue.finished()
-    return records[0] if job.live else records
 
 
 @sweep_task

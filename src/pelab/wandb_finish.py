@@ -1,5 +1,5 @@
 """The end of a run's W&B run: its outcome in the summary, its test per length as a table and a
-chart, and its record among the run's files (``pelab.runner.execute`` calls it for every run)."""
+chart, and its record among the run's files (``pelab.recorder`` calls it as each record ends)."""
 
 from __future__ import annotations
 

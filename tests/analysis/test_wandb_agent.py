@@ -40,7 +40,7 @@ def test_a_run_of_a_wandb_sweep_agent_is_tabulated(tiny_cfg, tmp_path, monkeypat
         finish(*args, **kwargs)
 
     monkeypatch.setattr(wandb, "finish", capture)
-    record = run(tiny_cfg("logger=wandb", "pe=rope", "task=copy"))
+    [record] = run(tiny_cfg("logger=wandb", "pe=rope", "task=copy"))
     seen = SimpleNamespace(  # as wandb.Api returns it
         config=seen["config"],
         summary=seen["summary"],

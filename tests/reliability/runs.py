@@ -178,7 +178,8 @@ def uninterrupted(tmp_path: Path, *overrides: str) -> tuple[Path, dict]:
     """The uninterrupted twin (``RESUMABLE`` with ``overrides``): its directory and record."""
     from pelab.train import run
 
-    return tmp_path / "run", run(config(tmp_path, tmp_path / "run", *overrides))
+    [record] = run(config(tmp_path, tmp_path / "run", *overrides))
+    return tmp_path / "run", record
 
 
 def sweep_command(repo_root: Path, tmp_path: Path, sweep_dir: Path, *overrides: str) -> list[str]:

@@ -94,12 +94,14 @@ def test_the_best_checkpoints_come_along_when_a_run_resumes_in_another_directory
 
 @pytest.mark.integration
 def test_a_killed_run_resumed_into_a_new_directory_ends_as_the_uninterrupted_one(tmp_path):
-    whole = run(config(tmp_path, tmp_path / "whole"))
+    [whole] = run(config(tmp_path, tmp_path / "whole"))
     killed = tmp_path / "killed"
     with pytest.raises(RuntimeError, match="injected fault"):
         run(config(tmp_path, killed, *fault("raise", 6)))
     elsewhere = tmp_path / "elsewhere"
-    resumed = run(config(tmp_path, elsewhere, f"ckpt_path={killed / 'checkpoints' / 'last.ckpt'}"))
+    [resumed] = run(
+        config(tmp_path, elsewhere, f"ckpt_path={killed / 'checkpoints' / 'last.ckpt'}")
+    )
     assert resumed["metrics"] == whole["metrics"]
     best = [
         checkpoint(d / "checkpoints" / "best.ckpt")["global_step"]

@@ -75,7 +75,7 @@ def test_wandb_failing_to_start_drops_the_logger_and_the_run_completes(tmp_path,
 
     monkeypatch.setattr(wandb, "init", unreachable)
     out = tmp_path / "run"
-    record = run(config(tmp_path, out, "logger=wandb", "trainer.max_steps=4"))
+    [record] = run(config(tmp_path, out, "logger=wandb", "trainer.max_steps=4"))
     assert record["status"] == "completed" and record["metrics"]["test"]
     assert "WandbLogger failed to start" in record["warnings"][0]
     assert "network is unreachable" in record["warnings"][0]

@@ -58,7 +58,8 @@ def requeued(tmp_path: Path, out: Path, monkeypatch) -> dict:
     """What the requeued job does: the same run again in its directory, under SLURM."""
     for key, value in SLURM.items():
         monkeypatch.setenv(key, value)
-    return run(config(tmp_path, out))
+    [record] = run(config(tmp_path, out))
+    return record
 
 
 def test_sigusr1_before_the_run_requeues_the_job(

@@ -45,7 +45,7 @@ def test_an_exception_mid_interval_resumes_from_the_last_checkpoint(tmp_path, re
         run(config(tmp_path, out, *fault("raise", 6)))
     assert results(out)["status"] == "failed"
     assert checkpoint(out / "checkpoints" / "last.ckpt")["global_step"] == 4
-    record = run(config(tmp_path, out))  # the same command again: resumes automatically
+    [record] = run(config(tmp_path, out))  # the same command again: resumes automatically
     assert record["resumed_from"] == str(out / "checkpoints" / "last.ckpt")
     assert_same_as_twin(out, record, reference)
 
@@ -62,7 +62,7 @@ def test_sigterm_saves_a_checkpoint_at_the_step_and_the_rerun_resumes_exactly(
     assert saved["stop_reason"] == "interrupted"
     # SIGTERM arrived before step 7's batch; that step finished and was saved
     assert checkpoint(out / "checkpoints" / "last.ckpt")["global_step"] == 7
-    record = run(config(tmp_path, out, "ckpt_path=last"))
+    [record] = run(config(tmp_path, out, "ckpt_path=last"))
     assert record["resumed_from"] == str(out / "checkpoints" / "last.ckpt")
     assert_same_as_twin(out, record, reference)
 
@@ -79,7 +79,7 @@ def test_a_killed_run_resumes_from_its_last_validation(tmp_path, repo_root, refe
         assert proc.returncode != 0
         assert "Ctrl-C" in results(out)["error"]
     assert checkpoint(out / "checkpoints" / "last.ckpt")["global_step"] == 4
-    record = run(config(tmp_path, out))
+    [record] = run(config(tmp_path, out))
     assert record["status"] == "completed"
     assert_same_as_twin(out, record, reference)
 
@@ -104,7 +104,7 @@ def test_sigterm_during_the_final_test_stops_at_once_and_the_rerun_only_tests_ag
         proc.kill()
         proc.wait()
     assert "interrupted by SIGTERM" in results(out)["error"]
-    record = run(config(tmp_path, out))
+    [record] = run(config(tmp_path, out))
     assert record["resumed_from"] == str(out / "checkpoints" / "last.ckpt")
     assert_same_as_twin(out, record, reference)
 
@@ -128,7 +128,7 @@ def test_a_slurm_requeue_resumes_from_the_step_of_the_signal(
     assert results(out)["status"] == "running"  # the requeued job finishes it
     for key, value in SLURM.items():
         monkeypatch.setenv(key, value)
-    record = run(config(tmp_path, out))
+    [record] = run(config(tmp_path, out))
     assert record["resumed_from"] == str(out / "checkpoints" / "last.ckpt")
     assert record["resumed_from_step"] == 7
     assert_same_as_twin(out, record, reference)
@@ -159,7 +159,7 @@ def test_a_requeue_checkpoint_left_in_the_run_directory_changes_nothing(
     stray(out / "checkpoints" / "last.ckpt", out / "hpc_ckpt_1.ckpt", step=3)
     for key, value in SLURM.items():
         monkeypatch.setenv(key, value)
-    record = run(config(tmp_path, out, f"resume={resume}"))
+    [record] = run(config(tmp_path, out, f"resume={resume}"))
     assert not list(out.glob("hpc_ckpt_*.ckpt"))
     assert ("resumed_from" in record) == (resume == "true")
     assert_same_as_twin(out, record, reference)
@@ -178,7 +178,7 @@ def test_a_requeue_checkpoint_of_an_earlier_pelab_is_resumed_from(
     (out / "checkpoints" / "last.ckpt").rename(out / "hpc_ckpt_1.ckpt")
     for key, value in SLURM.items():
         monkeypatch.setenv(key, value)
-    record = run(config(tmp_path, out))
+    [record] = run(config(tmp_path, out))
     assert not (out / "hpc_ckpt_1.ckpt").exists()
     assert (record["resumed_from"], record["resumed_from_step"]) == (
         str(out / "checkpoints" / "last.ckpt"),
@@ -206,9 +206,9 @@ def test_a_run_resumed_at_its_last_step_records_its_last_validation(tmp_path):
     """Killed during its final test, a run re-run resumes at its last step: nothing is left to
     train or validate, and its record still has the last validation (saved in the checkpoint)."""
     out = tmp_path / "run"
-    first = run(config(tmp_path, out))
+    [first] = run(config(tmp_path, out))
     killed_in_the_test(out)
-    again = run(config(tmp_path, out))  # what a re-run after a kill in the test does
+    [again] = run(config(tmp_path, out))  # what a re-run after a kill in the test does
     assert again["resumed_from"].endswith("last.ckpt")
     assert again["metrics"]["val"] == first["metrics"]["val"] and first["metrics"]["val"]
     assert again["metrics"]["test"] == first["metrics"]["test"]
@@ -234,10 +234,10 @@ def test_a_completed_runs_command_run_again_says_so_and_leaves_its_record(tmp_pa
     again and rewrote its record (a 3 s wall time, a new start). Now it says the run is done
     and returns the record untouched, byte for byte; a stack's members alike."""
     out = tmp_path / "run"
-    first = run(config(tmp_path, out))
+    [first] = run(config(tmp_path, out))
     saved = (out / "results.json").read_bytes()
     with caplog.at_level("WARNING", logger="pelab.train"):
-        again = run(config(tmp_path, out, "logger=none"))  # a run-only setting may change
+        [again] = run(config(tmp_path, out, "logger=none"))  # a run-only setting may change
     assert again == first and (out / "results.json").read_bytes() == saved
     assert f"{out} already completed with this config: its record is left as it was" in caplog.text
     stack = config(tmp_path, tmp_path / "stack", "seeds=[0,1]")

@@ -17,7 +17,7 @@ def test_a_resumed_run_records_its_total_wall_time_and_each_attempt(tmp_path, ca
         run(config(tmp_path, out, *fault("raise", 6)))
     first = results(out)["wall_time_s"]
     with caplog.at_level("INFO", logger="pelab.train"):
-        record = run(config(tmp_path, out))  # the same command again: resumes from last.ckpt
+        [record] = run(config(tmp_path, out))  # the same command again: resumes from last.ckpt
     assert record["resumed_from"].endswith("last.ckpt")
     assert record["resumed_from_step"] == 4  # the last validation before the fault
     assert f"resuming from step 4 (checkpoint {record['resumed_from']})" in caplog.text

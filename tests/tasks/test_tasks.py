@@ -24,7 +24,7 @@ from pelab.assembly import build_model, build_task, check_training, data_module
 from pelab.errors import ConfigError
 from pelab.metrics import summary
 from pelab.model_kinds import MODEL_KINDS
-from pelab.runner import scored_outcome
+from pelab.outcome import scored_outcome
 from pelab.tasks import TASK_REGISTRY, Task
 from pelab.tasks.base import expand_lengths
 from pelab.threads import configure_threads
@@ -243,7 +243,7 @@ def test_trains_and_tests_in_every_model_kind(tiny_cfg, tmp_path, name, model):
     shortest in-distribution and the longest evaluation length of the example: it completes,
     keeps the task's settings and reports both metrics and their chance level at both lengths."""
     settings = short_and_long(name, LAYOUTS[name], tmp_path)
-    record = run(tiny_cfg(f"model={model}", *task_overrides(name, settings)))
+    [record] = run(tiny_cfg(f"model={model}", *task_overrides(name, settings)))
     assert record["status"] == "completed"
     assert {key: record["config"]["task"][key] for key in settings} == settings
     check_metrics(record["metrics"], settings)
