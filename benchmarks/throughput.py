@@ -144,7 +144,7 @@ def pelab_loop(
     )
     model = build_model(cfg, setup.task)
     stamps = Stamps(setup.window)
-    trainer = make_trainer(cfg, model.net.num_params(), [], [stamps], loggers=False)
+    trainer = make_trainer(cfg, [], [stamps])
     trainer.fit(model, datamodule=data_module(cfg, setup.task))
     if compile and model.train_logits.failed:  # it fell back to eager: that is no measurement
         raise RuntimeError(f"torch.compile failed: {model.train_logits.failed}")

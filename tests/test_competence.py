@@ -100,13 +100,17 @@ def test_validation_lengths_are_the_in_distribution_ones_under_a_budget():
 
 
 class Members:
-    """What ``LearnedStop`` reads of a ``SequenceModel``: each member's validation scores."""
+    """What ``LearnedStop`` reads of a ``SequenceModel`` (each member's validation scores) and
+    calls (``stop_member``)."""
 
     def __init__(self, *scores: dict) -> None:
         self.task = TASK_REGISTRY["copy"](train_lengths=[1, 8], eval_lengths=[4, 8])
         self.seeds = list(range(len(scores)))
         self.member_scores = [{"val": s} for s in scores]
         self.stopped = [False] * len(scores)
+
+    def stop_member(self, k: int) -> None:
+        self.stopped[k] = True
 
     @property
     def active(self) -> list[int]:

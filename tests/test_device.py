@@ -80,7 +80,7 @@ def test_every_step_of_a_stack_runs_on_a_second_device(tmp_path, pe, model):
             assert isinstance(loss, OnDevice)
             torch.testing.assert_close(loss.inner, expected[k], rtol=1e-5, atol=1e-6)
         stack.train()
-        stack.stopped[0] = True  # member 0 stopped: member 1 alone (``select``)
+        stack.stop_member(0)  # member 0 stopped: member 1 alone (``select``)
         stack.decay_from[1] = -100  # member 1 is decaying, at the smaller learning rate
         before = [
             {n: t.inner.clone() for n, t in member_state(stack.net, k).items()} for k in (0, 1)

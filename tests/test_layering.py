@@ -29,7 +29,14 @@ ENCODING_USERS = {
 LEAVES = ("pelab.errors", "pelab.tokens", "pelab.devices")
 MODEL_SIDE = ("pelab.pe", "pelab.models", "pelab.model_kinds", "pelab.lit_module", "pelab.train")
 MODEL_SIDE += ("pelab.assembly",)
-MODEL_SIDE += ("pelab.runner", "pelab.trainer", "pelab.evaluate", "pelab.sizing", "pelab.trained")
+MODEL_SIDE += (
+    "pelab.outcome",
+    "pelab.recorder",
+    "pelab.trainer",
+    "pelab.evaluate",
+    "pelab.sizing",
+    "pelab.trained",
+)
 
 
 def module_name(path: Path) -> str:

@@ -76,7 +76,7 @@ def test_decay_at_starts_each_members_decay_once_it_nears_the_criterion(monkeypa
     validate(0.93, 0.5)  # member 1 fell back: its decay goes on
     assert model.decay_from == [500, 300]
     assert model.member_rates() == pytest.approx([1.0, 0.1])
-    model.stopped[0] = True
+    model.stop_member(0)
     assert model.member_rates() == pytest.approx([0.0, 0.1])
 
     single = make_model(task, **options)

@@ -230,7 +230,7 @@ def check_stacked_losses(tmp_path, pe, model):
 def test_a_stopped_member_no_longer_changes(tmp_path):
     cfg = stack_config(tmp_path, "trainer.max_steps=3", "trainer.val_check_interval=3")
     stack = stack_of(cfg)
-    stack.stopped[0] = True
+    stack.stop_member(0)
     before = [{k: v.clone() for k, v in member_state(stack.net, i).items()} for i in (0, 1)]
     trainer = L.Trainer(
         max_steps=3,

@@ -141,7 +141,7 @@ class LearnedStop(Callback):
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         for k, competence in enumerate(self.competence):  # resumed once some had learned
             if competence.learned:
-                pl_module.stopped[k] = True
+                pl_module.stop_member(k)
         if not pl_module.active:
             trainer.should_stop = True
 
@@ -151,7 +151,7 @@ class LearnedStop(Callback):
         for k in pl_module.active:
             scores = pl_module.member_scores[k]["val"]
             if self.competence[k].update(trainer.global_step, scores, pl_module.task):
-                pl_module.stopped[k] = True
+                pl_module.stop_member(k)
         if not pl_module.active:
             trainer.should_stop = True
 

@@ -43,7 +43,7 @@ from pelab.reliability.memory import check_eval_memory
 from pelab.reliability.validate import check_types
 from pelab.threads import check_threads, configure_threads
 from pelab.trained import load_weights, trained_sizes, training_record
-from pelab.trainer import make_trainer
+from pelab.trainer import make_trainer, run_loggers
 
 log = logging.getLogger(__name__)
 
@@ -172,7 +172,7 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
         model = evaluated_model(merged, trained_sizes(train_record, train_cfg), ckpt)
         recorder.started()
         notes: list[str] = []
-        trainer = make_trainer(merged, model.net.num_params(), notes)
+        trainer = make_trainer(merged, run_loggers(merged, model.net.num_params(), notes))
         check_nothing_restored(trainer)  # the test scores ckpt_path's weights, loaded above
         trainer.test(model, datamodule=data_module(merged, model.task), verbose=False)
         [record] = recorder.completed(lambda _: scored_outcome(merged, model, warnings=notes))

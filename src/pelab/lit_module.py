@@ -109,6 +109,11 @@ class SequenceModel(L.LightningModule):
             return nullcontext()
         return select(self.net, members)
 
+    def stop_member(self, k: int) -> None:
+        """Member ``k`` trains no more (``LearnedStop``): it is left out of the forward and
+        its step is 0 from now on."""
+        self.stopped[k] = True
+
     @property
     def active(self) -> list[int]:
         """The members still training."""

@@ -1,17 +1,22 @@
-"""Where a job's members log, decided once per job (``pelab.members.Job.live``): a job that
-streams live sends its one member's values to the LightningModule's loggers as it trains; a
-stack buffers each member's in its ``history``, which ``pelab.train`` replays to the member's
-own loggers (its own W&B run) once training ends."""
+"""Where a job's members log, decided here once per job (``pelab.members.Job.live``): a job that
+streams live sends its one member's values to the trainer's loggers as it trains; a stack
+buffers each member's in its ``history`` and replays it to the member's own loggers (its own W&B
+run) once training ends. The caller asks the same way either way (``trainer_loggers``,
+``replay``)."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
+from typing import Any
 
 import lightning as L
 import torch
 from torch import Tensor
 
 from pelab.metrics import mean_key
+
+log = logging.getLogger(__name__)
 
 # under ``decay_at``: each member's learning-rate factor (the optimizer's, ``lr-AdamW``, holds)
 DECAY_KEY = "train/lr_decay"
@@ -28,6 +33,27 @@ class MemberLog:
             raise ValueError(f"a job of {members} members cannot stream to one live run")
         self.live = live
         self.history: History = [[] for _ in range(members)]
+
+    def trainer_loggers(self, loggers: Callable[[], list[Any]]) -> list[Any]:
+        """The trainer's loggers: ``loggers()`` (the job's) when live, else none."""
+        if self.live:
+            return loggers()
+        log.info(
+            "training %d members as one stacked network: each logs to its own loggers once "
+            "training ends",
+            len(self.history),
+        )
+        return []
+
+    def replay(self, k: int, loggers: Callable[[], list[Any]]) -> None:
+        """Member ``k``'s history to ``loggers()`` (its own), once its training ended; a live
+        member logged as it went."""
+        if self.live:
+            return
+        for logger in loggers():
+            for step, values in self.history[k]:
+                logger.log_metrics(values, step)
+            logger.finalize("success")
 
     def training_step(
         self,

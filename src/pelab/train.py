@@ -32,7 +32,6 @@ from pelab.lengths import no_extrapolation_note
 from pelab.lit_module import SequenceModel
 from pelab.members import Job, Member
 from pelab.outcome import Outcome, scored_outcome
-from pelab.record import MEMBER_KEYS
 from pelab.recorder import TrainingRecorder
 from pelab.reliability import requeue
 from pelab.reliability.callbacks import BestCheckpoints, ResumeState, Tested
@@ -50,7 +49,7 @@ from pelab.reliability.memory import check_eval_memory
 from pelab.reliability.signals import exit_status_on_sigterm
 from pelab.sizing import built, trained_parameters
 from pelab.threads import configure_threads
-from pelab.trainer import instantiate_all, make_trainer, working_loggers
+from pelab.trainer import make_trainer, run_loggers
 from pelab.utils.wandb_mode import forget_run_id
 
 log = logging.getLogger(__name__)
@@ -129,13 +128,8 @@ def train(job: Job, prepared: Prepared | None = None) -> Fitted:
         log.warning(note)
         fitted.notes.append(note)
     params = model.net.num_params()
-    trainer = make_trainer(cfg, params, fitted.notes, callbacks, loggers=job.live)
-    if not job.live:
-        log.info(
-            "training %d members (%s) as one stacked network",
-            len(job.members),
-            ", ".join(f"{k}={cfg[k]}" for k in MEMBER_KEYS if cfg.get(k) is not None),
-        )
+    loggers = model.log_sink.trainer_loggers(lambda: run_loggers(cfg, params, fitted.notes))
+    trainer = make_trainer(cfg, loggers, callbacks)
     data = data_module(cfg, model.task, job.seeds)
     with exit_status_on_sigterm():
         if cfg.train:
@@ -148,17 +142,13 @@ def train(job: Job, prepared: Prepared | None = None) -> Fitted:
     return fitted
 
 
-def member_outcome(job: Job, fitted: Fitted, member: Member) -> Outcome:
-    """``member``'s outcome; a member of a job that did not stream live replays its history
-    (training, validation, test) to its own loggers first."""
+def member_outcome(fitted: Fitted, member: Member) -> Outcome:
+    """``member``'s outcome, once its history (training, validation, test) is with its own
+    loggers (``pelab.member_log``)."""
     model, cfg = fitted.model, member.config
     notes = list(fitted.notes)
-    if not job.live:
-        params = model.net.num_params()
-        for logger in working_loggers(instantiate_all(cfg.get("logger")), cfg, params, notes):
-            for step, values in model.log_sink.history[member.index]:
-                logger.log_metrics(values, step)
-            logger.finalize("success")
+    params = model.net.num_params()
+    model.log_sink.replay(member.index, lambda: run_loggers(cfg, params, notes))
     tested = fitted.tested[member.index] if fitted.tested else None
     return scored_outcome(
         cfg,
@@ -206,7 +196,7 @@ def run(job: Job | DictConfig) -> list[dict[str, Any]]:
                 prepared = prepare(job)  # a refusal writes no record
                 recorder.started()
                 fitted = train(job, prepared)
-                return recorder.completed(lambda k: member_outcome(job, fitted, job.members[k]))
+                return recorder.completed(lambda k: member_outcome(fitted, job.members[k]))
         finally:  # every record is written: SLURM's requeue signal is ignored from here on
             requeue.finished()
 

@@ -23,17 +23,11 @@ log = logging.getLogger(__name__)
 
 
 def make_trainer(
-    cfg: DictConfig,
-    params: dict[str, int],
-    notes: list[str],
-    callbacks: Sequence[L.Callback] = (),
-    loggers: bool = True,
+    cfg: DictConfig, loggers: list[Any], callbacks: Sequence[L.Callback] = ()
 ) -> L.Trainer:
-    """``cfg.trainer`` with the configured callbacks (plus ``callbacks``), the loggers that could
-    start (none with ``loggers=False``: a stack's members log to their own afterwards), and
-    atomic checkpoint writes."""
-    configured = instantiate_all(cfg.get("logger")) if loggers else []
-    loggers = working_loggers(configured, cfg, params, notes)
+    """``cfg.trainer`` with the configured callbacks (plus ``callbacks``), ``loggers`` (none: a
+    stack's members log to their own afterwards, ``pelab.member_log``) and atomic checkpoint
+    writes."""
     bar = {} if interactive() else {"enable_progress_bar": False}  # a pipe: no \r lines
     return instantiate(
         cfg.trainer,
@@ -42,6 +36,11 @@ def make_trainer(
         plugins=[AtomicCheckpointIO()],
         **bar,
     )
+
+
+def run_loggers(cfg: DictConfig, params: dict[str, int], notes: list[str]) -> list[Any]:
+    """The loggers ``cfg`` configures that could start (``working_loggers``)."""
+    return working_loggers(instantiate_all(cfg.get("logger")), cfg, params, notes)
 
 
 def instantiate_all(section: DictConfig | None) -> list[Any]:

@@ -21,7 +21,7 @@ import random
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import lightning as L
 import torch
@@ -41,12 +41,23 @@ from pelab.reliability.checkpoints import (
 log = logging.getLogger(__name__)
 
 
+@runtime_checkable
+class PerMemberState(Protocol):
+    """A callback whose checkpointed state is per member: member ``k``'s, as its own
+    checkpoint (``best.ckpt``) holds it under ``state_key`` (``LearnedStop``)."""
+
+    @property
+    def state_key(self) -> str: ...
+
+    def member_state(self, k: int) -> dict[str, Any]: ...
+
+
 class BestCheckpoints(Callback):
     """Each member's ``best.ckpt``: its weights at its best validation by
     ``pelab.metrics.selection_score`` (ties keep the earlier), written as a single run's
     checkpoint (unstacked weights, ``pelab.models.stacked.member_state``, each in a storage of
     its own: ``own_storage``) with its identity, its last validation scores and the per-member
-    state of every callback that has one (``member_state(k)``, e.g. the criterion of
+    state of every callback that has one (``PerMemberState``, e.g. the criterion of
     ``LearnedStop``): what ``eval.py``, ``load_run`` and the final test read. ``paths[k]``:
     member ``k``'s file; ``identities[k]``: its ``checkpoints.identity``.
 
@@ -89,7 +100,7 @@ class BestCheckpoints(Callback):
     def save(self, trainer: L.Trainer, pl_module: L.LightningModule, k: int) -> None:
         callbacks: dict[str, Any] = {IDENTITY_KEY: {"identity": self.identities[k]}}
         for callback in trainer.callbacks:
-            if hasattr(callback, "member_state"):
+            if isinstance(callback, PerMemberState):
                 callbacks[callback.state_key] = callback.member_state(k)
         checkpoint = {
             "epoch": trainer.current_epoch,
