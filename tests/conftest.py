@@ -17,6 +17,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, open_dict
 
 from pelab.threads import available_cores
+from tests import zygote
 
 CONFIG_DIR = str(Path(__file__).resolve().parents[1] / "configs")
 
@@ -37,7 +38,8 @@ TINY = [
 # The tiers (pyproject.toml's markers; Makefile): a test that starts a Python process or runs the
 # Lightning Trainer is marked ``integration`` (``make test-unit`` leaves them out). Every other
 # test is watched: one that starts either (its fixtures included) fails, naming the marker.
-# (A Python process: sys.executable, a script, multiprocessing; ``git`` and the like are not.)
+# (A Python process: sys.executable, a script, multiprocessing, a fork of ``tests.zygote``;
+# ``git`` and the like are not.)
 STARTED: list[str] = []  # what the current test started
 
 
@@ -62,6 +64,7 @@ def _python(popen: subprocess.Popen, args, *rest, **kwargs) -> bool:
 
 _watch(subprocess.Popen, "__init__", "a Python process (subprocess)", _python)
 _watch(multiprocessing.process.BaseProcess, "start", "a Python process (multiprocessing)")
+_watch(zygote.Zygote, "spawn", "a Python process (forked by tests.zygote)")
 _watch(lightning.Trainer, "__init__", "the Lightning Trainer")
 
 

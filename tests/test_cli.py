@@ -17,6 +17,7 @@ from hydra.errors import InstantiationException
 from pelab import cli as pelab_cli
 from pelab.errors import ConfigError
 from pelab.pe import PE_REGISTRY
+from tests import zygote
 from tests.conftest import compose_config
 from tests.hydra_plugins.test_checked_sweeper import sweeper
 from tests.reliability.runs import fault
@@ -36,19 +37,13 @@ ENV = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
 
 
 def cli(
-    repo_root: Path, *args: str, timeout: int = 600, cwd: Path | None = None
+    repo_root: Path, *args: str, timeout: int = 600, cwd: Path | None = None, fresh: bool = False
 ) -> subprocess.CompletedProcess:
-    """``python <args>`` with the repository's scripts, in ``cwd`` (default: the repository)."""
+    """``python <args>`` with the repository's scripts, in ``cwd`` (default: the repository),
+    forked from the tests' pre-imported Python (``tests.zygote``); ``fresh``: a new interpreter
+    (a test of the start itself, ``-X importtime``)."""
     args = tuple(str(repo_root / a) if a.startswith("scripts/") else a for a in args)
-    return subprocess.run(
-        [sys.executable, *args],
-        cwd=cwd or repo_root,
-        env=ENV,
-        capture_output=True,
-        text=True,
-        stdin=subprocess.DEVNULL,
-        timeout=timeout,
-    )
+    return zygote.run(list(args), cwd=cwd or repo_root, env=ENV, timeout=timeout, fresh=fresh)
 
 
 def results(sweep: Path) -> dict[str, dict]:
@@ -242,7 +237,7 @@ GROUPS = "task: addition, associative_recall"  # --help's list of the config gro
     ],
 )
 def test_help_names_pelabs_groups_and_keys_with_the_current_values(repo_root, command, names):
-    proc = cli(repo_root, "-X", "importtime", *command, timeout=120)
+    proc = cli(repo_root, "-X", "importtime", *command, timeout=120, fresh=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     for name in names:
         assert name in proc.stdout, name
@@ -260,7 +255,8 @@ def imported(modules: tuple[str, ...], importtime: str) -> list[str]:
 
 @pytest.mark.integration
 def test_a_bad_choice_fails_fast_with_the_valid_options(repo_root):
-    proc = cli(repo_root, "-X", "importtime", "scripts/train.py", "pe=rotary", timeout=120)
+    bad_choice = ("scripts/train.py", "pe=rotary")
+    proc = cli(repo_root, "-X", "importtime", *bad_choice, timeout=120, fresh=True)
     assert proc.returncode == 1
     assert not imported(HEAVY, proc.stderr)
     assert "Error: pe=rotary is not an option of pe; valid choices: abacus, alibi, " in proc.stderr

@@ -7,11 +7,11 @@ import logging
 import os
 import re
 import subprocess
-import sys
 from types import SimpleNamespace
 
 import pytest
 
+from tests import zygote
 from tests.conftest import TINY
 
 NOISE = (
@@ -32,18 +32,15 @@ def test_a_piped_run_ends_with_its_table_and_learned_line(repo_root, tmp_path, s
     out = tmp_path / "run"
     env = {**os.environ, "WANDB_MODE": "offline", "PYTHONUNBUFFERED": "1"}
     env.pop("WANDB_SILENT", None)
-    proc = subprocess.run(
-        [sys.executable, "scripts/train.py", *TINY, *stack]
+    proc = zygote.start(
+        ["scripts/train.py", *TINY, *stack]
         + [f"hydra.run.dir={out}", f"paths.cache_dir={tmp_path / 'cache'}"],
         cwd=repo_root,
         env=env,
-        stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
-        text=True,
-        timeout=300,
     )
-    console = proc.stdout
+    console, _ = proc.communicate(timeout=300)
     assert proc.returncode == 0, console[-3000:]
     assert "\r" not in console
     assert [n for n in NOISE if n in console] == []

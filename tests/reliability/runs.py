@@ -6,12 +6,12 @@ import json
 import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import torch
 
 from pelab.record import RESULTS, job_key
+from tests import zygote
 from tests.conftest import TINY, compose_config
 
 # 8 steps, validation (and last.ckpt) at steps 4 and 8; dropout draws from the global RNG in
@@ -76,11 +76,18 @@ def default_sigint() -> None:
 
 
 def cli(
-    repo_root: Path, tmp_path: Path, output_dir: Path, *overrides: str, wait: bool = True, env=None
+    repo_root: Path,
+    tmp_path: Path,
+    output_dir: Path,
+    *overrides: str,
+    wait: bool = True,
+    env=None,
+    fresh: bool = False,
 ):
-    """``scripts/train.py`` with ``RESUMABLE`` in ``output_dir``; closed stdin, no W&B prompt."""
+    """``scripts/train.py`` with ``RESUMABLE`` in ``output_dir``, forked from the tests'
+    pre-imported Python (``tests.zygote``; ``fresh``: a new interpreter); closed stdin,
+    Python's Ctrl-C, no W&B prompt."""
     cmd = [
-        sys.executable,
         "scripts/train.py",
         *RESUMABLE,
         *overrides,
@@ -88,12 +95,10 @@ def cli(
         f"paths.cache_dir={tmp_path / 'cache'}",
     ]
     env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true", **(env or {})}
-    kwargs = dict(
-        cwd=repo_root, env=env, stdin=subprocess.DEVNULL, text=True, preexec_fn=default_sigint
-    )
     if not wait:
-        return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, **kwargs)
-    return subprocess.run(cmd, capture_output=True, timeout=300, **kwargs)
+        quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.PIPE}
+        return zygote.start(cmd, cwd=repo_root, env=env, fresh=fresh, **quiet)
+    return zygote.run(cmd, cwd=repo_root, env=env, timeout=300)
 
 
 def results(output_dir: Path) -> dict:
@@ -183,9 +188,8 @@ def uninterrupted(tmp_path: Path, *overrides: str) -> tuple[Path, dict]:
 
 
 def sweep_command(repo_root: Path, tmp_path: Path, sweep_dir: Path, *overrides: str) -> list[str]:
-    """``scripts/train.py -m`` with ``RESUMABLE`` into ``sweep_dir``."""
+    """``scripts/train.py -m`` with ``RESUMABLE`` into ``sweep_dir`` (what follows ``python``)."""
     return [
-        sys.executable,
         "scripts/train.py",
         "-m",
         *RESUMABLE,
@@ -195,23 +199,19 @@ def sweep_command(repo_root: Path, tmp_path: Path, sweep_dir: Path, *overrides: 
     ]
 
 
-def sweep_popen_kwargs(repo_root: Path) -> dict:
-    """Run from the repository, stdin closed, W&B offline, output captured as text."""
-    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
-    return dict(
-        cwd=repo_root,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        stdin=subprocess.DEVNULL,
-    )
+SWEEP_ENV = {"WANDB_MODE": "offline", "WANDB_SILENT": "true"}
 
 
-def sweep_cli(repo_root: Path, tmp_path: Path, sweep_dir: Path, *overrides: str):
-    """``sweep_command`` run to its end (at most 10 minutes)."""
+def sweep_cli(
+    repo_root: Path, tmp_path: Path, sweep_dir: Path, *overrides: str, env=None, cwd=None
+) -> subprocess.CompletedProcess:
+    """``sweep_command`` run to its end (at most 10 minutes) from the repository (or ``cwd``),
+    forked from the tests' pre-imported Python (``tests.zygote``); output captured as text."""
     cmd = sweep_command(repo_root, tmp_path, sweep_dir, *overrides)
-    return subprocess.run(cmd, **sweep_popen_kwargs(repo_root), timeout=600)
+    if cwd is not None:
+        cmd[0] = str(repo_root / cmd[0])
+    env = {**os.environ, **SWEEP_ENV, **(env or {})}
+    return zygote.run(cmd, cwd=cwd or repo_root, env=env, timeout=600)
 
 
 def killed_in_the_test(output_dir: Path) -> None:

@@ -13,6 +13,7 @@ from lightning.pytorch.loggers import WandbLogger
 
 from pelab.train import run
 from pelab.utils.wandb_mode import SYNC_COMMAND, SYNC_HINT
+from tests import zygote
 from tests.reliability.runs import RESUMABLE, config, results
 
 pytestmark = pytest.mark.faults  # the fault campaign: make test-faults
@@ -37,17 +38,10 @@ def offline_env(tmp_path) -> dict[str, str]:
 @pytest.mark.integration
 def test_no_network_and_no_credentials_never_hang_or_prompt(tmp_path, repo_root):
     out, env = tmp_path / "logs" / "train" / "runs" / "now", offline_env(tmp_path)
-    cmd = [sys.executable, "scripts/train.py", *RESUMABLE, "logger=wandb", "trainer.max_steps=4"]
+    cmd = ["scripts/train.py", *RESUMABLE, "logger=wandb", "trainer.max_steps=4"]
     cmd += [f"hydra.run.dir={out}", f"paths.cache_dir={tmp_path / 'cache'}"]
-    proc = subprocess.run(  # closed stdin: a prompt would fail; the timeout catches a hang
-        cmd,
-        cwd=repo_root,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    # closed stdin: a prompt would fail; the timeout catches a hang
+    proc = zygote.run(cmd, cwd=repo_root, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert results(out)["status"] == "completed"
     # the sync command the run printed (and the README gives), run by bash as written from the

@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from pelab.train import run
+from tests import zygote
 from tests.reliability.runs import (
     RESUMABLE,
     SLURM,
@@ -133,7 +132,7 @@ def test_sigusr1_in_the_first_second_of_the_process_requeues(
 ):
     """While Python still imports torch and Hydra (the job's start-up)."""
     env, calls = fake_slurm
-    process = cli(repo_root, tmp_path, tmp_path / "run", wait=False, env=env)
+    process = cli(repo_root, tmp_path, tmp_path / "run", wait=False, env=env, fresh=True)
     time.sleep(1.0)
     process.send_signal(signal.SIGUSR1)
     _, stderr = process.communicate(timeout=300)
@@ -153,20 +152,8 @@ def test_off_slurm_the_signal_keeps_its_default_action(repo_root, tmp_path, fake
         f"+hydra.callbacks.sig._target_={HOOKS}.SignalAtJob",
         "+hydra.callbacks.sig.moment=start",
     ]
-    cmd = [
-        sys.executable,
-        "scripts/train.py",
-        *RESUMABLE,
-        *hook,
-        f"hydra.run.dir={tmp_path / 'r'}",
-    ]
-    done = subprocess.run(
-        cmd,
-        cwd=repo_root,
-        env={**os.environ, "WANDB_MODE": "offline", **env},
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    cmd = ["scripts/train.py", *RESUMABLE, *hook, f"hydra.run.dir={tmp_path / 'r'}"]
+    env = {**os.environ, "WANDB_MODE": "offline", **env}
+    done = zygote.run(cmd, cwd=repo_root, env=env, timeout=300)
     assert done.returncode == -signal.SIGUSR1
     assert calls_of(calls) == []

@@ -21,8 +21,16 @@ from pelab.reliability.slurm import (
     parse_time_min,
     unfit,
 )
+from tests import zygote
 from tests.conftest import compose_config
-from tests.reliability.runs import RESUMABLE, fault, sweep_command, sweep_job, sweep_popen_kwargs
+from tests.reliability.runs import (
+    RESUMABLE,
+    SWEEP_ENV,
+    fault,
+    sweep_cli,
+    sweep_command,
+    sweep_job,
+)
 
 # `scontrol show partition debug --oneliner` and `sinfo -p debug -h -N -o '%N %c %m %G'` of the
 # single-node Debian SLURM 22.05 of the issue (2 CPUs, no GPU) and of a GPU cluster
@@ -127,12 +135,11 @@ def fake_slurm_bin(tmp_path: Path) -> tuple[Path, Path]:
 
 def slurm_sweep(repo_root, tmp_path, *overrides: str) -> tuple[subprocess.CompletedProcess, Path]:
     bin_dir, kept = fake_slurm_bin(tmp_path)
-    cmd = sweep_command(
-        repo_root, tmp_path, tmp_path / "sweep", "hydra/launcher=slurm", *overrides
-    )
-    kwargs = sweep_popen_kwargs(repo_root)
-    kwargs["env"] = {**kwargs["env"], "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
-    return subprocess.run(cmd, **kwargs, timeout=300), kept
+    path = {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    sweep = tmp_path / "sweep"
+    return sweep_cli(
+        repo_root, tmp_path, sweep, "hydra/launcher=slurm", *overrides, env=path
+    ), kept
 
 
 @pytest.mark.integration
@@ -254,12 +261,9 @@ def test_a_killed_job_of_a_local_submitit_sweep_is_summarised_not_a_traceback(re
     command, and prints the summary; submitit keeps its job files beside the jobs."""
     cmd = sweep_command(repo_root, tmp_path, tmp_path, "hydra/launcher=local", "seed=0,1")
     cmd = [a for a in cmd if not a.startswith("hydra.sweep.dir=")]  # the default one
-    cmd[1] = str(repo_root / cmd[1])
-    done = subprocess.run(
-        [*cmd, *fault("sigkill", 2, seed=1)],
-        **{**sweep_popen_kwargs(repo_root), "cwd": tmp_path},
-        timeout=600,
-    )
+    cmd[0] = str(repo_root / cmd[0])
+    env = {**os.environ, **SWEEP_ENV}
+    done = zygote.run([*cmd, *fault("sigkill", 2, seed=1)], cwd=tmp_path, env=env, timeout=600)
     assert done.returncode == 1
     assert "UncompletedJobError" not in done.stderr
     assert "2 jobs: 1 completed, 1 interrupted" in done.stderr, done.stderr[-3000:]
@@ -283,8 +287,7 @@ def test_a_sweep_rerun_does_not_submit_a_job_whose_run_still_runs(repo_root, tmp
     held = sweep_job(sweep, "rope", "copy", 1, "seed=1")
     process = holder(held, 300)
     try:
-        cmd = sweep_command(repo_root, tmp_path, sweep, "hydra/launcher=local", "seed=0,1")
-        done = subprocess.run(cmd, **sweep_popen_kwargs(repo_root), timeout=600)
+        done = sweep_cli(repo_root, tmp_path, sweep, "hydra/launcher=local", "seed=0,1")
     finally:
         process.kill()
         process.wait()

@@ -5,16 +5,18 @@ skips finished jobs, resumes interrupted ones and runs the rest."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
 
 from pelab.reliability.callbacks import TrainingDiverged
 from pelab.train import run
+from tests import zygote
 from tests.reliability.runs import (
+    SWEEP_ENV,
     checkpoint,
     config,
     fault,
@@ -22,7 +24,6 @@ from tests.reliability.runs import (
     sweep_cli,
     sweep_command,
     sweep_job,
-    sweep_popen_kwargs,
 )
 
 pytestmark = pytest.mark.faults  # the fault campaign: make test-faults
@@ -134,7 +135,10 @@ def test_sigterm_to_a_parallel_sweep_reaches_its_running_jobs_which_checkpoint(
         *LONG,
         *fault("mark", 6, marker=marker, seed=0),
     )
-    proc = subprocess.Popen(cmd, **sweep_popen_kwargs(repo_root))
+    env = {**os.environ, **SWEEP_ENV}
+    proc = zygote.start(
+        cmd, cwd=repo_root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
     deadline = time.monotonic() + 300
     while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -170,7 +174,6 @@ def test_a_killed_job_of_a_parallel_evaluation_sweep_is_recorded_through_its_lin
     run(config(tmp_path, out))
     sweep = tmp_path / "eval_sweep"
     cmd = [
-        sys.executable,
         "scripts/eval.py",
         "-m",
         "hydra/launcher=parallel",
@@ -181,7 +184,7 @@ def test_a_killed_job_of_a_parallel_evaluation_sweep_is_recorded_through_its_lin
         f"hydra.sweep.dir={sweep}",
         *fault("sigkill", 0, during="test"),
     ]
-    proc = subprocess.run(cmd, **sweep_popen_kwargs(repo_root), timeout=600)
+    proc = zygote.run(cmd, cwd=repo_root, env={**os.environ, **SWEEP_ENV}, timeout=600)
     assert proc.returncode == 1, proc.stderr[-3000:]
     for num in (0, 1):
         link = sweep / str(num) / "results.json"
