@@ -16,7 +16,8 @@ def trained(tmp_path_factory):
     steps = ["trainer.max_steps=150", "trainer.val_check_interval=50", "data.batch_size=32"]
     small = [o for o in TINY if not o.startswith(("model.", "trainer.", "task.n_test"))]
     cfg = compose_config([*small, "logger=csv", *steps, *short], tmp)  # the default model
-    return cfg, run(cfg)
+    [record] = run(cfg)
+    return cfg, record
 
 
 @pytest.mark.integration

@@ -1,10 +1,13 @@
 import json
 import os
 import stat
+from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from pelab import record as results
+from pelab.recorder import Planned, Recorder
 
 
 def test_json_is_written_atomically_and_leaves_no_temporary_files(tmp_path):
@@ -43,24 +46,38 @@ def test_environment_records_versions_and_commit():
     assert env["git_commit"] is None or len(env["git_commit"]) == 40
 
 
-def test_recorded_writes_the_record_on_success_and_on_failure(tmp_path):
-    path = tmp_path / "results.json"
-    with results.recorded(path, {"status": "running"}) as record:
-        record["status"] = "completed"
-    saved = json.loads(path.read_text())
+def outcome(**notes) -> SimpleNamespace:
+    """A finished run's ``Outcome``, as little as a record needs."""
+    task = SimpleNamespace(train_lengths=(1, 4), in_distribution=lambda n: n <= 4)
+    fields = dict(scores={}, chance=None, params={"total": 1}, model_dims={}, competence=None)
+    fields |= dict(checkpoint=None, attention=None, resumed_from=None, warnings=[])
+    return SimpleNamespace(task=task, **fields | notes)
+
+
+def recorder(directory: Path, resume: str | None = None) -> Recorder:
+    return Recorder("eval", [Planned(directory, {"seed": 3}, {"seed": 3}, {})], resume)
+
+
+def test_a_record_is_written_on_success_and_on_failure(tmp_path):
+    with recorder(tmp_path) as records:
+        records.started()
+        records.completed(lambda _: outcome())
+    saved = json.loads((tmp_path / "results.json").read_text())
     assert saved["status"] == "completed" and saved["wall_time_s"] >= 0 and "versions" in saved
-    with pytest.raises(KeyError), results.recorded(path, {"status": "running"}):
+    with pytest.raises(KeyError), recorder(tmp_path) as records:
+        records.started()
         raise KeyError("boom")
-    saved = json.loads(path.read_text())
+    saved = json.loads((tmp_path / "results.json").read_text())
     assert saved["status"] == "failed" and saved["error"] == "KeyError: 'boom'"
 
 
-def test_recorded_writes_running_on_entry_so_a_killed_job_never_looks_finished(tmp_path):
-    path = tmp_path / "results.json"
-    with results.recorded(path, {"status": "running", "config": {"seed": 3}}):
-        on_disk = json.loads(path.read_text())  # what a SIGKILL here would leave
+def test_a_record_says_running_from_its_start_so_a_killed_job_never_looks_finished(tmp_path):
+    with recorder(tmp_path) as records:
+        records.started()
+        on_disk = json.loads((tmp_path / "results.json").read_text())  # what SIGKILL would leave
         assert on_disk["status"] == "running" and on_disk["config"] == {"seed": 3}
         assert on_disk["versions"]["torch"]
+        records.completed(lambda _: outcome())
 
 
 def test_interruptions_are_recorded_with_how_to_resume():
@@ -140,10 +157,10 @@ def test_a_jobs_key_depends_on_what_it_trains_not_on_order_or_run_only_settings(
 def test_an_interruption_names_the_exact_command_that_resumes_it(tmp_path, caplog):
     command = results.resume_command("train", ["pe=rope", "hydra.run.dir=old"], tmp_path / "r")
     assert command == f"python scripts/train.py pe=rope hydra.run.dir={tmp_path / 'r'}"
-    path = tmp_path / "results.json"
-    with pytest.raises(KeyboardInterrupt), results.recorded(path, {}, resume=command):
+    with pytest.raises(KeyboardInterrupt), recorder(tmp_path, command) as records:
+        records.started()
         raise KeyboardInterrupt
-    saved = json.loads(path.read_text())
+    saved = json.loads((tmp_path / "results.json").read_text())
     assert saved["error"].endswith(f"to resume: {command}")
     assert saved["status"] == results.INTERRUPTED  # not failed: it resumes
     assert command in caplog.text  # said on the console too, not only in the record
@@ -157,18 +174,20 @@ def test_every_status_a_record_ends_with_is_one_of_the_statuses():
 
 def test_a_resumed_run_records_its_total_wall_time_and_the_parts(tmp_path):
     path = tmp_path / "results.json"
-    with pytest.raises(KeyboardInterrupt), results.recorded(path, {}):
+    with pytest.raises(KeyboardInterrupt), recorder(tmp_path) as records:
+        records.started()
         raise KeyboardInterrupt
     first = json.loads(path.read_text())["wall_time_s"]
-    earlier = results.earlier_wall_times(path)
-    assert earlier == [first]
-    with results.recorded(path, {"resumed_from": "last.ckpt"}, earlier=[5.0, first]) as rec:
-        rec["status"] = "completed"
+    assert results.earlier_wall_times(path) == [first]
+    with recorder(tmp_path) as records:  # the attempt that resumes it
+        records.started()
+        records.completed(lambda _: outcome(resumed_from="last.ckpt", resumed_from_step=6))
     saved = json.loads(path.read_text())
-    assert saved["wall_time_parts_s"][:2] == [5.0, first] and len(saved["wall_time_parts_s"]) == 3
+    assert saved["wall_time_parts_s"][0] == first and len(saved["wall_time_parts_s"]) == 2
     assert saved["wall_time_s"] == pytest.approx(sum(saved["wall_time_parts_s"]), abs=0.02)
     # a completed run run again resumes at its last step and tests again: its time carries on
     assert results.earlier_wall_times(path) == saved["wall_time_parts_s"]
-    with results.recorded(path, {}, earlier=[5.0]) as rec:  # not resumed: trained anew
-        pass
+    with recorder(tmp_path) as records:  # not resumed: trained anew
+        records.started()
+        records.completed(lambda _: outcome())
     assert "wall_time_parts_s" not in json.loads(path.read_text())

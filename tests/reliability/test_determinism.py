@@ -32,7 +32,8 @@ RANDOM_PARTS = [
 def tiny_run(tmp_path: Path, name: str, *overrides: str) -> tuple[Path, dict]:
     cfg = compose_config([*TINY, "logger=csv", *RANDOM_PARTS, *overrides], tmp_path)
     cfg.paths.output_dir = str(tmp_path / name)
-    return tmp_path / name, run(cfg)
+    [record] = run(cfg)
+    return tmp_path / name, record
 
 
 @pytest.mark.integration
