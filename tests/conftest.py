@@ -35,9 +35,10 @@ TINY = [
 ]
 
 
-# The tiers (pyproject.toml's markers; Makefile): a test that starts a Python process or runs the
-# Lightning Trainer is marked ``integration`` (``make test-unit`` leaves them out). Every other
-# test is watched: one that starts either (its fixtures included) fails, naming the marker.
+# The tiers (pyproject.toml's markers; Makefile): a test that starts a Python process is marked
+# ``processes`` (``make test-processes``; ``make test`` leaves them out), one that runs the
+# Lightning Trainer in-process ``integration`` (``make test-unit`` leaves them out). Every test is
+# watched: one that starts either unmarked (its fixtures included) fails, naming the marker.
 # (A Python process: sys.executable, a script, multiprocessing, a fork of ``tests.zygote``;
 # ``git`` and the like are not.)
 STARTED: list[str] = []  # what the current test started
@@ -84,11 +85,18 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 @pytest.fixture(autouse=True)
 def _tier(request: pytest.FixtureRequest) -> None:
     yield
-    marked = {m.name for m in request.node.iter_markers()} & {"integration", "slow"}
+    marked = {m.name for m in request.node.iter_markers()} & {"integration", "processes", "slow"}
+    started = ", ".join(sorted(set(STARTED)))
+    if any(s.startswith("a Python process") for s in STARTED) and not marked - {"integration"}:
+        pytest.fail(
+            f"{request.node.nodeid} started {started}: mark it @pytest.mark.processes (make "
+            "test-processes runs them; make test runs everything in-process)",
+            pytrace=False,
+        )
     if STARTED and not marked:
         pytest.fail(
-            f"{request.node.nodeid} started {', '.join(sorted(set(STARTED)))}: mark it "
-            "@pytest.mark.integration (make test-unit runs neither processes nor Trainers)",
+            f"{request.node.nodeid} started {started}: mark it @pytest.mark.integration (make "
+            "test-unit runs neither processes nor Trainers)",
             pytrace=False,
         )
 

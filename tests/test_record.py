@@ -8,6 +8,7 @@ import pytest
 
 from pelab import record as results
 from pelab.recorder import Planned, Recorder
+from pelab.resume_commands import resume_command
 
 
 def test_json_is_written_atomically_and_leaves_no_temporary_files(tmp_path):
@@ -155,7 +156,7 @@ def test_a_jobs_key_depends_on_what_it_trains_not_on_order_or_run_only_settings(
 
 
 def test_an_interruption_names_the_exact_command_that_resumes_it(tmp_path, caplog):
-    command = results.resume_command("train", ["pe=rope", "hydra.run.dir=old"], tmp_path / "r")
+    command = resume_command("train", ["pe=rope", "hydra.run.dir=old"], tmp_path / "r")
     assert command == f"python scripts/train.py pe=rope hydra.run.dir={tmp_path / 'r'}"
     with pytest.raises(KeyboardInterrupt), recorder(tmp_path, command) as records:
         records.started()

@@ -18,8 +18,8 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from pelab.errors import ConfigError, causes
-from pelab.record import (
-    CHOICE_GROUPS,
+from pelab.record import CHOICE_GROUPS
+from pelab.resume_commands import (
     SWEEP_RESUMES,
     resume_command,
     sweep_overrides,
@@ -103,8 +103,8 @@ def refused(error: BaseException) -> bool:
 
 def interrupted_resume(job_type: str, job_dir: str | Path) -> str:
     """What resumes an interrupted run: its own command, or in a sweep the whole sweep's (a
-    Ctrl-C stops the sweep, so the jobs not started yet need it too); ``record.resume_command``,
-    ``record.sweep_resume_command``."""
+    Ctrl-C stops the sweep, so the jobs not started yet need it too): ``resume_command``,
+    ``sweep_resume_command`` (``pelab.resume_commands``)."""
     if not HydraConfig.initialized():
         return resume_command(job_type, [], job_dir)
     hydra = HydraConfig.get()

@@ -44,7 +44,6 @@ import json
 import logging
 import os
 import platform
-import shlex
 import subprocess
 import tempfile
 from datetime import datetime
@@ -228,7 +227,7 @@ def _git(*args: str) -> str | None:
 
 def failure_reason(error: BaseException, resume: str | None = None) -> str:
     """``error`` as one line for ``results.json``; interruptions say how to resume (the exact
-    command ``resume``, ``resume_command``, when known)."""
+    command ``resume``, ``pelab.resume_commands``, when known)."""
     how = (
         f"to resume: {resume}"
         if resume
@@ -252,43 +251,6 @@ def interrupted(error: BaseException) -> bool:
 def ended_status(error: BaseException) -> str:
     """The status of a run that ``error`` ended: ``interrupted`` (it resumes) or ``failed``."""
     return INTERRUPTED if interrupted(error) else FAILED
-
-
-def resume_command(job_type: str, overrides: list[str], job_dir: str | Path) -> str:
-    """The command that resumes the run of ``job_type`` launched with ``overrides`` (a sweep's job:
-    its own overrides) in ``job_dir``: the run's default directory is timestamped, so it names
-    ``hydra.run.dir``."""
-    kept = [o for o in overrides if not o.lstrip("+~").startswith("hydra.run.dir=")]
-    return shlex.join(["python", f"scripts/{job_type}.py", *kept, f"hydra.run.dir={job_dir}"])
-
-
-# what re-running a sweep with ``sweep_resume_command`` does, said beside the command
-SWEEP_RESUMES = (
-    "its completed jobs keep their records, interrupted ones resume from their last checkpoint, "
-    "the jobs not started yet run"
-)
-
-
-def sweep_resume_command(
-    script: str, task: list[str], hydra: list[str], sweep_dir: str | Path
-) -> str:
-    """The command that resumes a whole sweep (``-m``) of ``script`` launched with the
-    ``task`` and ``hydra`` overrides (its own, not a job's) into ``sweep_dir``
-    (``SWEEP_RESUMES``: ``pelab.train.run``)."""
-    hydra = [o for o in hydra if not o.startswith(("hydra.sweep.dir=", "hydra.mode="))]
-    task = [o for o in task if not o.startswith("skip_completed=")]
-    words = ["python", script, "-m", *hydra, *task, f"hydra.sweep.dir={sweep_dir}"]
-    return shlex.join([*words, "skip_completed=true"])
-
-
-def sweep_overrides(config: Any) -> tuple[list[str], list[str]]:
-    """The ``task`` and ``hydra`` overrides a sweep was launched with, from its config (the
-    launcher's, or the ``multirun.yaml`` in its directory)."""
-    from omegaconf import OmegaConf
-
-    task = OmegaConf.select(config, "hydra.overrides.task", default=[]) or []
-    hydra = OmegaConf.select(config, "hydra.overrides.hydra", default=[]) or []
-    return [str(o) for o in task], [str(o) for o in hydra]
 
 
 def earlier_wall_times(path: str | Path) -> list[float]:

@@ -170,7 +170,7 @@ class PoolLauncher(Launcher):
 
     def _say_interrupted(self, ended: int, stopped: int, waiting: int, sweep_dir: Path) -> None:
         """How far the sweep got, and the one command that resumes all of it."""
-        from pelab.record import SWEEP_RESUMES, sweep_overrides, sweep_resume_command
+        from pelab.resume_commands import SWEEP_RESUMES, sweep_overrides, sweep_resume_command
 
         command = sweep_resume_command(launched_script(), *sweep_overrides(self.config), sweep_dir)
         log.error(

@@ -132,7 +132,7 @@ class _PelabSubmitit(BaseSubmititLauncher):
 
     def resume_command(self, sweep_dir: Path) -> str:
         """The command that re-runs this sweep into ``sweep_dir`` (``record``'s)."""
-        from pelab.record import sweep_overrides, sweep_resume_command
+        from pelab.resume_commands import sweep_overrides, sweep_resume_command
 
         assert self.config is not None
         return sweep_resume_command(launched_script(), *sweep_overrides(self.config), sweep_dir)
