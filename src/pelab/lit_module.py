@@ -1,9 +1,9 @@
-"""The LightningModule: K >= 1 members trained as one stacked network, answer-only loss, AdamW
-with warmup + cosine decay, per-length metrics per member."""
+"""The LightningModule: K >= 1 members trained as one stacked network, answer-only loss,
+per-length metrics per member; each member's optimization (AdamW with warmup + cosine decay, its
+own learning rate, clipping and decay) is ``pelab.member_optimization``."""
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
@@ -15,20 +15,17 @@ from torch import Tensor, nn
 from torchmetrics import MeanMetric
 
 from pelab.compiled import CompiledOrEager
+from pelab.member_checkpoint import MemberCheckpointState
 from pelab.member_log import MemberLog
+from pelab.member_optimization import MemberOptimization
 from pelab.metrics import METRICS, SELECTION_KEY, Scores, logged_values, selection_score
 from pelab.model_kinds import ModelKind
-from pelab.models.member_steps import clip_member_norms, scale_member_steps
 from pelab.models.stacked import fold, fold_positions, members_of, select
 from pelab.positions import ContiguousPositions, PositionSampler
-from pelab.reliability.checkpoints import ENGINE, ENGINE_KEY, MEMBERS_KEY, SCORES_KEY
-from pelab.schedule import cosine, scheduled, warmup_cosine
 from pelab.tasks.base import Task
 
-log = logging.getLogger(__name__)
 
-
-class SequenceModel(L.LightningModule):
+class SequenceModel(MemberCheckpointState, MemberOptimization, L.LightningModule):
     """Trains the members of ``net`` on ``task`` in the sequences of its model ``kind``
     (``pelab.model_kinds``): K >= 1 members (``pelab.models.stacked``; a plain run is K = 1),
     member ``k`` of seed ``seeds[k]`` at learning rate ``learning_rates[k]`` (None: the
@@ -277,113 +274,11 @@ class SequenceModel(L.LightningModule):
                 self.start_decay(k)
         self.log_sink.epoch(self, split, scored)
 
-    def start_decay(self, k: int) -> None:
-        """Member ``k``'s decay begins at this step once the exact match at its worst
-        in-distribution length reaches ``decay_at`` (``member_rates`` then applies it)."""
-        if self.decay_at is None or self.decay_from[k] is not None:
-            return
-        scores = self.member_scores[k]["val"]
-        worst = min(v["exact_match"] for n, v in scores.items() if self.task.in_distribution(n))
-        if worst >= self.decay_at:
-            self.decay_from[k] = self.global_step
-            log.info(
-                "seed %d: in-distribution exact match %.3f >= decay_at %g at step %d: the "
-                "learning rate decays over the next %d steps",
-                self.seeds[k],
-                worst,
-                self.decay_at,
-                self.global_step,
-                self.decay_steps,
-            )
-
-    def decay(self, k: int) -> float:
-        """Member ``k``'s learning-rate factor under ``decay_at``: 1 until its decay began, then
-        a cosine to ``min_lr_ratio`` over ``decay_steps`` steps."""
-        start = self.decay_from[k]
-        if start is None:
-            return 1.0
-        return cosine((self.global_step - start) / self.decay_steps, self.min_lr_ratio)
-
     def on_validation_epoch_end(self) -> None:
         self._end_epoch("val")
 
     def on_test_epoch_end(self) -> None:
         self._end_epoch("test")
-
-    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """The engine's version, each member's state (stopped, history) and the last
-        validation's scores go with the weights: a run resumed at its final step (killed during
-        its test) has no validation left to run, and records them from here."""
-        checkpoint[ENGINE_KEY] = ENGINE
-        checkpoint[MEMBERS_KEY] = {
-            "stopped": self.stopped,
-            "history": self.log_sink.history,
-            "decay_from": self.decay_from,
-        }
-        checkpoint[SCORES_KEY] = [
-            {"val": s["val"]} if "val" in s else {} for s in self.member_scores
-        ]
-
-    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        saved = checkpoint.get(SCORES_KEY) or []
-        if isinstance(saved, dict):  # one member's checkpoint (``BestCheckpoints``)
-            saved = [saved]
-        for scores, member in zip(saved, self.member_scores, strict=False):
-            val = scores.get("val")
-            if val is not None and "val" not in member:  # never over this run's own
-                member["val"] = {int(n): dict(v) for n, v in val.items()}
-        state = checkpoint.get(MEMBERS_KEY)
-        if state is not None and len(state["stopped"]) == len(self.seeds):
-            self.stopped = list(state["stopped"])
-            self.log_sink.history = [[(s, dict(v)) for s, v in h] for h in state["history"]]
-            self.decay_from = list(state.get("decay_from", self.decay_from))
-
-    def configure_optimizers(self):  # noqa: ANN201 (Lightning's union of return types)
-        """The optimizer over every member's weights (elementwise updates: each member's steps
-        are its single run's), at the members' learning rate, or at the largest of
-        ``learning_rates`` with the others scaled in ``optimizer_step``; the warmup + cosine
-        schedule to ``trainer.max_steps``, or with ``decay_at`` warmup and a constant rate (each
-        member's decay is its own, in ``member_rates``)."""
-        options = {} if self.learning_rates is None else {"lr": max(self.learning_rates)}
-        optimizer = self.optimizer_factory(self.net.parameters(), **options)
-        total = None if self.decay_at else self.trainer.max_steps
-        return scheduled(optimizer, warmup_cosine(self.warmup_steps, total, self.min_lr_ratio))
-
-    def member_rates(self) -> list[float] | None:
-        """Each member's step as a fraction of the optimizer's: 0 once stopped, its learning
-        rate over the largest, times its ``decay``; None when every member takes the
-        optimizer's step. Host numbers: deciding reads nothing from the device."""
-        rates = [0.0 if s else self.decay(k) for k, s in enumerate(self.stopped)]
-        if self.learning_rates is not None:
-            top = max(self.learning_rates)
-            rates = [r * lr / top for r, lr in zip(rates, self.learning_rates, strict=True)]
-        return None if all(r == 1 for r in rates) else rates
-
-    def optimizer_step(
-        self, epoch: int, batch_idx: int, optimizer: Any, optimizer_closure: Any = None
-    ) -> None:
-        """The optimizer's step, each member's part of it scaled by ``member_rates`` (an
-        optimizer whose step is proportional to its learning rate, as SGD's, Adam's and AdamW's
-        are, thus steps member ``k`` at ``learning_rates[k]``)."""
-        rates = self.member_rates()
-        if rates is None:
-            optimizer.step(closure=optimizer_closure)
-            return
-        before = [p.detach().clone() for p in self.net.parameters()]
-        optimizer.step(closure=optimizer_closure)
-        scale_member_steps(self.net, before, rates)
-
-    def configure_gradient_clipping(
-        self,
-        optimizer: torch.optim.Optimizer,
-        gradient_clip_val: float | None = None,
-        gradient_clip_algorithm: str | None = None,
-    ) -> None:
-        """Clip each member's gradient by its own norm, as its single run clips it."""
-        if gradient_clip_val is None or len(self.seeds) == 1 or gradient_clip_algorithm == "value":
-            self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
-            return
-        clip_member_norms(self.net, gradient_clip_val)
 
 
 def _state(metric: str, length: int) -> str:
