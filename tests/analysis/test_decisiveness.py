@@ -1,6 +1,6 @@
 """What a column cannot tell yet (issue 44): the smallest difference its seeds could detect, and
 the seeds per cell that would decide an undecided comparison with the best. The power behind
-both (``statistics.welch_power``, the noncentral t) is checked against a simulation of Welch's
+both (``power.welch_power``, the noncentral t) is checked against a simulation of Welch's
 test itself."""
 
 import numpy as np
@@ -9,15 +9,14 @@ import pytest
 
 from pelab.analysis.cells import decide_text, pivot
 from pelab.analysis.frames import lengths_frame, runs_frame
-from pelab.analysis.statistics import (
-    ALPHA,
+from pelab.analysis.power import (
     MAX_SEEDS,
     POWER,
     detectable_difference,
     seeds_to_decide,
     welch_power,
-    welch_test,
 )
+from pelab.analysis.statistics import ALPHA, welch_test
 from pelab.analysis.table import ablation
 from tests.analysis.records import record
 

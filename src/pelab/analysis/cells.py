@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from pelab.analysis.statistics import MAX_SEEDS
+from pelab.analysis.power import MAX_SEEDS
 
 NO_RUNS = "not run"  # a cell no run belongs to
 NOT_LEARNED = "not learned"  # an OOD cell whose seeds all failed to learn the task
@@ -70,8 +70,8 @@ def cell_text(cell: pd.Series, compact: bool = False) -> str:
 
 def decide_text(seeds: float) -> str:
     """What would decide an undecided cell against its column's best: `` · 9 seeds decide``
-    (seeds per cell, ``statistics.seeds_to_decide``), `` · >100 seeds`` beyond
-    ``statistics.MAX_SEEDS``; nothing for a cell that is not undecided."""
+    (seeds per cell, ``power.seeds_to_decide``), `` · >100 seeds`` beyond
+    ``power.MAX_SEEDS``; nothing for a cell that is not undecided."""
     if pd.isna(seeds):
         return ""
     return f" · >{MAX_SEEDS} seeds" if np.isinf(seeds) else f" · {seeds:.0f} seeds decide"

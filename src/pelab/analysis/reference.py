@@ -17,7 +17,8 @@ import numpy as np
 import pandas as pd
 
 from pelab.analysis.cells import NO_RUNS, decide_text, metric_name
-from pelab.analysis.statistics import ALPHA, seeds_to_decide, significance, welch_difference
+from pelab.analysis.power import seeds_to_decide
+from pelab.analysis.statistics import ALPHA, significance, welch_difference
 from pelab.errors import ConfigError
 
 COLUMNS = ["task", "split", "metric"]
