@@ -43,8 +43,9 @@ from pelab.analysis.collect import WANDB_PREFIX, load_records, matches, merged_f
 from pelab.analysis.frames import lengths_frame, runs_frame
 from pelab.analysis.html_report import write_html
 from pelab.analysis.plots import heatmap, length_curves, read_published, save
+from pelab.analysis.protocols import PROTOCOLS
 from pelab.analysis.render import write_tables
-from pelab.analysis.table import PROTOCOLS, ablation
+from pelab.analysis.table import ablation
 from pelab.analysis.wandb_summary import log_summary
 from pelab.errors import ConfigError
 from pelab.metrics import METRICS
