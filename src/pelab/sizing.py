@@ -17,7 +17,7 @@ from omegaconf import DictConfig
 from pelab.assembly import build_members, build_task
 from pelab.lit_module import SequenceModel
 from pelab.members import Job
-from pelab.reliability import memory
+from pelab.reliability import memory, peak_memory
 from pelab.tasks.base import Task
 
 
@@ -42,6 +42,6 @@ def job_need(cfg: DictConfig, device: str) -> int:
     task, model = built(Job.of(cfg))
     model = model.to(device)
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
-    train, state = memory.train_step_peak(cfg, task, model, device)
+    train, state = peak_memory.train_step_peak(cfg, task, model, device)
     evaluate = memory.measured_need(cfg, task, model, device, memory.available_bytes(device))[0]
     return 2 * weights + max(int(memory.MARGIN * train), state + evaluate)

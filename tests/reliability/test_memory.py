@@ -22,7 +22,7 @@ from pelab.assembly import build_model, build_task
 from pelab.errors import ConfigError
 from pelab.evaluate import evaluate
 from pelab.record import write_json_atomic
-from pelab.reliability import memory
+from pelab.reliability import memory, peak_memory
 from pelab.sizing import job_need
 from tests.conftest import CONFIG_DIR, TINY, compose_config
 from tests.test_configs import options
@@ -44,7 +44,7 @@ def _resident_peak(pe: str, queue) -> None:
     libc = ctypes.CDLL("libc.so.6")
     assert libc.mallopt(M_MMAP_THRESHOLD, 128 * 1024) == 1  # glibc's default, made fixed
     cfg, task, model = tiny_eval(pe, batch=16, length=256)
-    counted = memory.forward_peak(model, task, 16, "cpu")  # also warms caches up
+    counted = peak_memory.forward_peak(model, task, 16, "cpu")  # also warms caches up
 
     def resident(field: str) -> int:
         line = next(x for x in Path("/proc/self/status").read_text().splitlines() if field in x)
@@ -53,7 +53,7 @@ def _resident_peak(pe: str, queue) -> None:
     libc.malloc_trim(0)
     CLEAR_REFS.write_text("5")  # restart the peak (VmHWM) from the current size
     before = resident("VmRSS:")
-    memory.forward_peak(model, task, 16, "cpu")
+    peak_memory.forward_peak(model, task, 16, "cpu")
     queue.put((counted, resident("VmHWM:") - before))
 
 
@@ -79,7 +79,7 @@ def test_the_counted_peak_agrees_with_resident_memory(pe):
 @pytest.mark.parametrize("pe", ["alibi", "shaw"])  # a fused bias, the eager path
 def test_the_extrapolation_from_one_and_two_sequences_bounds_the_full_batch(pe, monkeypatch):
     cfg, task, model = tiny_eval(pe, batch=8)
-    measured = memory.forward_peak(model, task, 8, "cpu")
+    measured = peak_memory.forward_peak(model, task, 8, "cpu")
     monkeypatch.setattr(memory, "bound_bytes", lambda *args: float("inf"))  # force extrapolation
     extrapolated = memory.eval_need(cfg, task, model, "cpu")
     assert memory.MARGIN * measured <= extrapolated * 1.12  # ALiBi's extrapolation: 12% short
@@ -94,7 +94,7 @@ def test_a_length_too_long_to_measure_is_extrapolated_from_shorter_ones(pe):
     cfg, task, model = tiny_eval(pe, batch=4, length=256)
     free = 4 * memory.bound_bytes(cfg, memory.tokens(task, 64), 2)
     extrapolated = memory.longer_need(cfg, task, model, free)
-    measured = memory.forward_peak(model, task, 4, "cpu")
+    measured = peak_memory.forward_peak(model, task, 4, "cpu")
     assert measured <= extrapolated <= 2 * memory.MARGIN * measured, (measured, extrapolated)
 
 
@@ -169,9 +169,9 @@ def test_the_pass_is_measured_at_the_trainers_precision():
     """bf16-mixed (``trainer=gpu``) runs under autocast, as Lightning's steps do; 64-true holds
     float64 tensors."""
     cfg, task, model = tiny_eval("rope", length=32)
-    fp32 = memory.forward_peak(model, task, 8, "cpu")
-    assert memory.forward_peak(model, task, 8, "cpu", precision="bf16-mixed") < 0.7 * fp32
-    assert memory.forward_peak(model, task, 8, "cpu", precision="64-true") == 2 * fp32
+    fp32 = peak_memory.forward_peak(model, task, 8, "cpu")
+    assert peak_memory.forward_peak(model, task, 8, "cpu", precision="bf16-mixed") < 0.7 * fp32
+    assert peak_memory.forward_peak(model, task, 8, "cpu", precision="64-true") == 2 * fp32
 
 
 def test_a_jobs_need_grows_with_its_training_batch_and_its_evaluation_batch():

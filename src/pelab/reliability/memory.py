@@ -1,27 +1,27 @@
 """Whether evaluation at the longest configured length fits in memory, said before training.
 
 The peak of evaluation is one forward pass, without gradients, over a batch of
-``data.eval_batch_size`` sequences at the longest evaluation length (greedy decoding feeds at
-most that many tokens at once). It is measured, not guessed: the run's own model runs that
-forward pass once before training while ``LiveTensorBytes`` counts the bytes of the tensors it
-holds at once (``MARGIN`` covers the allocator's slack). When even a generous bound of that pass
-(``BOUND_COPIES`` tensors of ``[b, heads, n, n]``) does not fit in free memory, it is measured
-with 1 and 2 sequences instead and extrapolated linearly to the batch. When the logits alone
-cannot fit, the run is refused unmeasured; on the CPU, a pass that might exhaust the RAM is
-measured at three shorter lengths instead and extrapolated (``longer_need``). The pass runs
-under the trainer's mixed precision (``autocast``), as evaluation does.
+``data.eval_batch_size`` sequences at the longest evaluation length (greedy decoding feeds at most
+that many tokens at once). It is measured, not guessed: the run's own model runs that forward pass
+once before training while ``peak_memory.LiveTensorBytes`` counts the bytes of the tensors it holds
+at once (``MARGIN`` covers the allocator's slack). When even a generous bound of that pass
+(``BOUND_COPIES`` tensors of ``[b, heads, n, n]``) does not fit in free memory, it is measured with
+1 and 2 sequences instead and extrapolated linearly to the batch. When the logits alone cannot fit,
+the run is refused unmeasured; on the CPU, a pass that might exhaust the RAM is measured at three
+shorter lengths instead and extrapolated (``longer_need``). The pass runs under the trainer's mixed
+precision (``peak_memory.autocast``), as evaluation does.
 
 On the CPU the count is what the tensors hold: with glibc's mmap threshold fixed, the process's
-peak resident memory agrees with it within 1% (``test_memory.py``). glibc's default threshold
-rises to the largest block freed (up to 32 MiB), and blocks below it come from its heap, whose
-holes stay resident: passes of tensors under 32 MiB each held up to 1.4-2.6x the count, varying
-from run to run (6-130 MiB counted), passes of larger tensors up to 1.03-1.10x (350-410 MiB),
-which ``MARGIN`` covers (RoPE and Shaw encoders, 2-core Intel Xeon, glibc 2.36, 2026-11-27). A
-CPU need of gigabytes held in tensors under 32 MiB each would be underestimated up to about 2x.
+peak resident memory agrees with it within 1% (``test_memory.py``). glibc's default threshold rises
+to the largest block freed (up to 32 MiB), and blocks below it come from its heap, whose holes stay
+resident: passes of tensors under 32 MiB each held up to 1.4-2.6x the count, varying from run to
+run (6-130 MiB counted), passes of larger tensors up to 1.03-1.10x (350-410 MiB), which ``MARGIN``
+covers (RoPE and Shaw encoders, 2-core Intel Xeon, glibc 2.36, 2026-11-27). A CPU need of gigabytes
+held in tensors under 32 MiB each would be underestimated up to about 2x.
 
-``train_step_peak`` and ``measured_need`` measure what one job of a parallel sweep holds at its
-peak, training included (``pelab.sizing.job_need``, which builds the job's model), which
-``hydra/launcher=parallel`` divides a GPU's free memory by.
+``peak_memory.train_step_peak`` and ``measured_need`` measure what one job of a parallel sweep
+holds at its peak, training included (``pelab.sizing.job_need``, which builds the job's model),
+which ``hydra/launcher=parallel`` divides a GPU's free memory by.
 """
 
 from __future__ import annotations
@@ -29,16 +29,13 @@ from __future__ import annotations
 import logging
 import math
 import os
-import weakref
-from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 
 import torch
 from omegaconf import DictConfig
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_leaves
 
 from pelab.errors import ConfigError
+from pelab.reliability.peak_memory import forward_peak, precision_of
 from pelab.reliability.slurm import GPU_ACCELERATORS
 
 log = logging.getLogger(__name__)
@@ -46,7 +43,6 @@ log = logging.getLogger(__name__)
 GIB = 2**30
 BOUND_COPIES = 32  # [b, h, n, n] tensors alive at once; CoPE, the most measured, holds about 11
 MARGIN = 1.25  # on a measured need: the allocator's slack, an extrapolation up to 12% short
-DOUBLE = ("64-true", "64")  # trainer.precision values of float64: twice the float32 measured
 
 
 def available_bytes(device: str) -> int | None:
@@ -85,116 +81,6 @@ def run_device(cfg: DictConfig) -> str:
     accelerator = str(cfg.trainer.get("accelerator", "cpu"))
     gpu = accelerator in (*GPU_ACCELERATORS, "auto") and torch.cuda.is_available()
     return "cuda" if gpu else "cpu"
-
-
-def precision_of(cfg: DictConfig) -> str:
-    """``trainer.precision`` as Lightning names it (32-true, bf16-mixed, ...)."""
-    return str(cfg.trainer.get("precision", "32-true"))
-
-
-def autocast(precision: str, device: str) -> AbstractContextManager:
-    """A ``trainer.precision`` of mixed precision (bf16-mixed, 16-mixed) as Lightning runs the
-    steps: autocast on ``device``; none for the others, which run the weights' float32 (a
-    ``*-true`` half precision holds less; ``64-true``: twice as much, ``DOUBLE``)."""
-    if precision in ("bf16-mixed", "bf16", "16-mixed", "16"):
-        dtype = torch.bfloat16 if precision.startswith("bf16") else torch.float16
-        return torch.autocast(device, dtype=dtype)
-    return nullcontext()
-
-
-class LiveTensorBytes(TorchDispatchMode):
-    """While active, counts the bytes of the tensors that operations create, from creation until
-    the last tensor on their storage is freed; ``peak`` is the most alive at once. Storages that
-    existed before (``known``: weights, inputs) are not counted. The same on every device; the
-    allocator's own slack is not included."""
-
-    def __init__(self, known: list[torch.Tensor]) -> None:
-        super().__init__()
-        self.known = {t.untyped_storage().data_ptr() for t in known}
-        self.refs: dict[int, int] = {}  # storage address -> tensors alive on it
-        self.live = self.peak = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        for tensor in tree_leaves(out):
-            if isinstance(tensor, torch.Tensor):
-                self._track(tensor)
-        return out
-
-    def _track(self, tensor: torch.Tensor) -> None:
-        storage = tensor.untyped_storage()
-        key, nbytes = storage.data_ptr(), storage.nbytes()
-        if key in self.known or nbytes == 0:
-            return
-        if key not in self.refs:
-            self.live += nbytes
-            self.peak = max(self.peak, self.live)
-        self.refs[key] = self.refs.get(key, 0) + 1
-        weakref.finalize(tensor, self._release, key, nbytes)
-
-    def _release(self, key: int, nbytes: int) -> None:
-        self.refs[key] -= 1
-        if not self.refs[key]:
-            del self.refs[key]
-            self.live -= nbytes
-
-
-def forward_peak(
-    model, task, batch: int, device: str, length: int | None = None, precision: str = "32-true"
-) -> int:
-    """Peak bytes of the tensors alive during one no-grad forward pass of ``model``'s first member
-    over ``batch`` sequences at ``length`` (default: the longest evaluation length; the full
-    sequence ``BOS prompt SEP answer``) at ``trainer.precision`` ``precision``. Evaluation folds
-    the members' batches into one, so a stack of K members needs what one member needs for K
-    times the batch."""
-    generator = torch.Generator().manual_seed(0)  # the run's own RNG stays untouched
-    prompt, answer = task.sample(batch, length or max(task.eval_lengths), generator)
-    prompt, answer = prompt.to(device), answer.to(device)
-    positions = model.sequence_positions(prompt, answer.shape[1], generator)
-    known = [*model.parameters(), *model.buffers(), prompt, answer]
-    known += [positions] if positions is not None else []
-    training = model.training
-    model.eval()  # as in evaluation: no dropout, so the run's RNG is not drawn from
-    try:
-        with (
-            torch.no_grad(),
-            model.selected([0]),
-            autocast(precision, device),
-            LiveTensorBytes(known) as counter,
-        ):
-            model.kind.answer_logits(model.net, prompt, answer, positions)
-    finally:
-        model.train(training)
-    return counter.peak * (2 if precision in DOUBLE else 1)
-
-
-def train_step_peak(cfg: DictConfig, task, model, device: str) -> tuple[int, int]:
-    """Peak bytes of the tensors alive during one training step of ``model`` (built to be
-    measured: the step changes its weights and draws from the RNG): forward and backward of each
-    member's ``data.batch_size`` sequences at the longest training length, at the trainer's
-    precision, then the optimizer's step; and the bytes of the optimizer's state after it."""
-    members, precision = len(model.seeds), precision_of(cfg)
-    generator = torch.Generator().manual_seed(0)
-    prompt, answer = task.sample(members * cfg.data.batch_size, task.train_lengths[1], generator)
-    prompt, answer = prompt.to(device), answer.to(device)
-    positions = model.sequence_positions(prompt, answer.shape[1], generator)
-    weights = list(model.parameters())
-    known = [*weights, *model.buffers(), prompt, answer]
-    known += [positions] if positions is not None else []
-    optimizer = model.optimizer_factory(weights)
-    with LiveTensorBytes(known) as counter:
-        with autocast(precision, device):
-            loss = model.loss(prompt, answer, positions, members).sum()
-        loss.backward()
-        optimizer.step()
-    state = sum(
-        t.untyped_storage().nbytes()
-        for values in optimizer.state.values()
-        for t in values.values()
-        if isinstance(t, torch.Tensor)
-    )
-    factor = 2 if precision in DOUBLE else 1
-    return counter.peak * factor, state * factor
 
 
 def bound_bytes(cfg: DictConfig, n: int, batch: int) -> int:
