@@ -10,7 +10,7 @@ TORCH_INDEX ?=
 PYTEST_WORKERS ?= auto
 XDIST = -n $(PYTEST_WORKERS) --dist loadfile
 
-.PHONY: help install train test test-unit test-faults test-slow test-full test-slurm benchmark gpu-check sync lint clean
+.PHONY: help install train test test-processes test-unit test-faults test-slow test-full test-slurm benchmark gpu-check sync lint clean
 
 help: ## show this help
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  %-10s %s\n", $$1, $$2}'
@@ -27,11 +27,14 @@ install: $(VENV)/.installed ## create .venv and install pelab (torch first, CPU 
 train: install ## train the default run: pe=rope task=copy
 	$(PY) scripts/train.py pe=rope task=copy
 
-test: install ## every tier but slow, on all cores (what CI runs; --durations=25 shows the slowest)
-	$(PY) -m pytest -m "not slow" $(XDIST)
+test: install ## every in-process test (unit and Trainer runs) but slow, on all cores (CI runs it, then test-processes; --durations=25 shows the slowest)
+	$(PY) -m pytest -m "not slow and not processes" $(XDIST)
+
+test-processes: install ## the tests that start Python processes: scripts end to end, sweeps, interruptions from outside (CI runs it after test)
+	$(PY) -m pytest -m "processes and not slow" $(XDIST)
 
 test-unit: install ## the edit loop: no process starts, no Trainer runs (~1 min on 2 idle cores)
-	$(PY) -m pytest -m "not slow and not integration" $(XDIST)
+	$(PY) -m pytest -m "not slow and not integration and not processes" $(XDIST)
 
 test-faults: install ## the fault-injection campaign alone (also part of make test)
 	$(PY) -m pytest -m "faults and not slow" $(XDIST)

@@ -33,6 +33,7 @@ def quick_benchmark(tmp_path, repo_root, *options: str) -> dict:
     return json.loads(out.read_text())
 
 
+@pytest.mark.processes
 @pytest.mark.integration
 def test_quick_benchmark_reports_every_measure(tmp_path, repo_root):
     """Every section but threads and operations, which their own tests run (threads times a
@@ -68,6 +69,7 @@ def test_quick_benchmark_reports_every_measure(tmp_path, repo_root):
     assert all(0 < r["best_s"] <= r["median_s"] for r in report["startup"].values())
 
 
+@pytest.mark.processes
 @pytest.mark.integration
 def test_the_encodings_section_can_time_a_few_beside_none(tmp_path, repo_root):
     report = quick_benchmark(
@@ -76,6 +78,7 @@ def test_the_encodings_section_can_time_a_few_beside_none(tmp_path, repo_root):
     assert set(report["encodings"]) == {"none", "fox", "dape"}
 
 
+@pytest.mark.processes
 @pytest.mark.integration
 def test_the_threads_section_times_one_and_two_threads_idle_and_busy(tmp_path, repo_root):
     report = quick_benchmark(tmp_path, repo_root, "--only", "threads")

@@ -84,6 +84,7 @@ def test_encodings_that_cannot_read_the_task_refuse_the_sweep_before_any_job(tmp
     assert not (tmp_path / "sweep").exists()  # no sweep directory left behind
 
 
+@pytest.mark.processes
 @pytest.mark.integration
 def test_a_parallel_sweep_records_a_job_failing_at_run_time_and_completes_the_other(
     tmp_path, repo_root
@@ -144,6 +145,7 @@ def tiny_grid(tmp_path_factory, repo_root):
     return sweep, train, table
 
 
+@pytest.mark.processes
 @pytest.mark.integration
 def test_a_failing_job_is_recorded_and_the_sweep_goes_on_and_exits_1(tiny_grid):
     sweep, train, _ = tiny_grid
@@ -164,6 +166,7 @@ def test_a_failing_job_is_recorded_and_the_sweep_goes_on_and_exits_1(tiny_grid):
 METRICS = ("exact_match", "token_acc")
 
 
+@pytest.mark.processes
 @pytest.mark.integration
 def test_the_table_of_a_sweep_has_every_run_and_shows_the_failed_ones(tiny_grid):
     sweep, _, table = tiny_grid
@@ -197,6 +200,7 @@ def test_the_table_of_a_sweep_has_every_run_and_shows_the_failed_ones(tiny_grid)
     assert list((out / "wandb").glob("offline-run-*/*.wandb"))  # the summary, logged to W&B
 
 
+@pytest.mark.processes
 @pytest.mark.integration
 def test_a_single_failing_run_exits_1_with_its_error(tmp_path, repo_root):
     proc = cli(
@@ -218,6 +222,7 @@ def test_a_single_failing_run_exits_1_with_its_error(tmp_path, repo_root):
 GROUPS = "task: addition, associative_recall"  # --help's list of the config groups
 
 
+@pytest.mark.processes
 @pytest.mark.integration
 @pytest.mark.parametrize(
     ("command", "names"),
@@ -253,6 +258,7 @@ def imported(modules: tuple[str, ...], importtime: str) -> list[str]:
     return [m for m in modules if re.search(rf"\|\s+{m}$", importtime, re.M)]
 
 
+@pytest.mark.processes
 @pytest.mark.integration
 def test_a_bad_choice_fails_fast_with_the_valid_options(repo_root):
     bad_choice = ("scripts/train.py", "pe=rotary")
@@ -296,6 +302,7 @@ def test_a_config_error_is_reported_through_hydras_wrapping_and_a_bug_is_not():
     assert pelab_cli.user_message(RuntimeError("a bug")) is None
 
 
+@pytest.mark.processes
 @pytest.mark.faults
 @pytest.mark.integration
 def test_a_bad_setting_ends_the_script_with_one_line_and_no_traceback(tmp_path, repo_root):

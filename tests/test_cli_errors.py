@@ -27,6 +27,7 @@ def test_heads_that_do_not_divide_the_width_list_the_valid_ones():
         raise AssertionError("no error")
 
 
+@pytest.mark.processes
 @pytest.mark.integration
 def test_a_config_error_leaves_no_run_directory_behind(repo_root, tmp_path):
     out = tmp_path / "run"

@@ -26,6 +26,7 @@ NOISE = (
 )
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("stack", [[], ["seeds=[0,1]"]], ids=["plain", "members"])
 @pytest.mark.integration
 def test_a_piped_run_ends_with_its_table_and_learned_line(repo_root, tmp_path, stack):

@@ -9,6 +9,7 @@ import pytest
 from benchmarks.gpu_check import Row, grid_encodings, judge, main
 
 
+@pytest.mark.processes
 @pytest.mark.integration
 def test_the_gpu_check_runs_every_row_on_a_cpu(tmp_path, capsys):
     check = main(["--device", "cpu", "--quick", "--json", str(tmp_path / "rows.json")])

@@ -37,6 +37,7 @@ def collect(repo_root: Path, out: Path, register: bool) -> subprocess.Popen:
     )
 
 
+@pytest.mark.processes
 @pytest.mark.integration
 def test_a_new_task_or_encoding_adds_a_few_unit_tests_and_no_run(tmp_path, repo_root):
     """Registered, a new task and a new encoding add tests only through the parametrizations

@@ -150,6 +150,7 @@ def test_metrics_per_length_and_in_out_of_distribution_means():
     assert scores["test"][8] == {"exact_match": 0.5, "token_acc": pytest.approx(0.75)}
 
 
+@pytest.mark.processes
 @pytest.mark.integration
 def test_model_compile_trains_the_same_function_and_keeps_checkpoint_keys(tiny_cfg):
     """``model.compile=true``: the compiled training forward gives the eager one's logits, and

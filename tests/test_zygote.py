@@ -54,6 +54,7 @@ def both(monkeypatch, call):
     return forked, fresh
 
 
+@pytest.mark.processes
 @pytest.mark.integration
 @pytest.mark.parametrize(
     "args", [["state", "x y"], ["exit", "3"], ["raise"], ["signal"]], ids=lambda a: a[0]
@@ -83,6 +84,7 @@ def test_a_forked_script_reads_and_ends_as_a_fresh_one(probe, tmp_path, monkeypa
         assert state["extra"] and state["stdin"] == ""  # PYTHONPATH on sys.path; stdin closed
 
 
+@pytest.mark.processes
 @pytest.mark.integration
 def test_ctrl_c_raises_keyboard_interrupt_and_the_exit_handlers_run(probe, tmp_path, monkeypatch):
     def interrupted():
@@ -103,6 +105,7 @@ def test_ctrl_c_raises_keyboard_interrupt_and_the_exit_handlers_run(probe, tmp_p
     assert forked == fresh == (-signal.SIGINT, "KeyboardInterrupt\nexit handler ran\n")
 
 
+@pytest.mark.processes
 @pytest.mark.integration
 def test_a_command_past_its_timeout_is_killed(probe, tmp_path):
     start = time.monotonic()

@@ -96,6 +96,7 @@ class Signals(Dataset):
         return all(ignored)
 
 
+@pytest.mark.processes
 @pytest.mark.integration  # starts worker processes
 def test_workers_make_the_batches_and_rng_draws_of_no_workers(copy_task, tmp_path):
     """Batches with 2 workers are those without (a resumed loader's too), torch's global RNG

@@ -167,6 +167,7 @@ def _load_in_child(cache_dir, log_path, queue, start):
     queue.put(data[:]["prompt"].tolist())
 
 
+@pytest.mark.processes
 @pytest.mark.integration
 def test_concurrent_jobs_build_a_set_once_and_all_read_the_same_data(tmp_path):
     # fork (fast): the children only sample small tensors, which never enter torch's thread pool

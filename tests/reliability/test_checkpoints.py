@@ -26,6 +26,7 @@ def _save_big_checkpoints(path: str) -> None:
         io.save_checkpoint({"global_step": 2, "w": torch.randn(100_000_000)}, path)
 
 
+@pytest.mark.processes
 @pytest.mark.integration
 def test_a_kill_during_a_checkpoint_save_leaves_the_previous_one_and_its_litter_is_removed(
     tmp_path,

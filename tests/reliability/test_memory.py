@@ -57,6 +57,7 @@ def _resident_peak(pe: str, queue) -> None:
     queue.put((counted, resident("VmHWM:") - before))
 
 
+@pytest.mark.processes
 @pytest.mark.skipif(not (sys.platform == "linux" and CLEAR_REFS.exists()), reason="Linux /proc")
 @pytest.mark.parametrize("pe", ["rope", "shaw"])  # fused and eager attention
 @pytest.mark.integration

@@ -35,6 +35,7 @@ def offline_env(tmp_path) -> dict[str, str]:
     }
 
 
+@pytest.mark.processes
 @pytest.mark.integration
 def test_no_network_and_no_credentials_never_hang_or_prompt(tmp_path, repo_root):
     out, env = tmp_path / "logs" / "train" / "runs" / "now", offline_env(tmp_path)

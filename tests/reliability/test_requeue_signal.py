@@ -61,6 +61,7 @@ def requeued(tmp_path: Path, out: Path, monkeypatch) -> dict:
     return record
 
 
+@pytest.mark.processes
 def test_sigusr1_before_the_run_requeues_the_job(
     repo_root, tmp_path, fake_slurm, twin, monkeypatch
 ):
@@ -78,6 +79,7 @@ def test_sigusr1_before_the_run_requeues_the_job(
     assert_same_as_twin(out, requeued(tmp_path, out, monkeypatch), twin)
 
 
+@pytest.mark.processes
 def test_sigusr1_between_fit_and_test_requeues_the_job(
     repo_root, tmp_path, fake_slurm, twin, monkeypatch
 ):
@@ -93,6 +95,7 @@ def test_sigusr1_between_fit_and_test_requeues_the_job(
     assert_same_as_twin(out, record, twin)
 
 
+@pytest.mark.processes
 def test_sigusr1_during_training_checkpoints_then_requeues(
     repo_root, tmp_path, fake_slurm, twin, monkeypatch
 ):
@@ -108,6 +111,7 @@ def test_sigusr1_during_training_checkpoints_then_requeues(
     assert_same_as_twin(out, record, twin)
 
 
+@pytest.mark.processes
 def test_sigusr1_after_the_record_is_written_is_ignored(repo_root, tmp_path, fake_slurm, twin):
     env, calls = fake_slurm
     out = tmp_path / "run"
@@ -127,6 +131,7 @@ def test_sigusr1_after_the_record_is_written_is_ignored(repo_root, tmp_path, fak
     )
 
 
+@pytest.mark.processes
 def test_sigusr1_in_the_first_second_of_the_process_requeues(
     repo_root, tmp_path, fake_slurm, twin, monkeypatch
 ):
@@ -143,6 +148,7 @@ def test_sigusr1_in_the_first_second_of_the_process_requeues(
     assert_same_as_twin(out, requeued(tmp_path, out, monkeypatch), twin)
 
 
+@pytest.mark.processes
 def test_off_slurm_the_signal_keeps_its_default_action(repo_root, tmp_path, fake_slurm):
     """Control: without SLURM_JOB_ID nothing handles SIGUSR1, and the same moment kills the run
     (what happened on the cluster before; it shows the hook does send the signal)."""

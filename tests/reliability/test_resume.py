@@ -50,6 +50,7 @@ def test_an_exception_mid_interval_resumes_from_the_last_checkpoint(tmp_path, re
     assert_same_as_twin(out, record, reference)
 
 
+@pytest.mark.processes
 @pytest.mark.integration
 def test_sigterm_saves_a_checkpoint_at_the_step_and_the_rerun_resumes_exactly(
     tmp_path, repo_root, reference
@@ -67,6 +68,7 @@ def test_sigterm_saves_a_checkpoint_at_the_step_and_the_rerun_resumes_exactly(
     assert_same_as_twin(out, record, reference)
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("action", ["sigkill", "sigint"])
 @pytest.mark.integration
 def test_a_killed_run_resumes_from_its_last_validation(tmp_path, repo_root, reference, action):
@@ -84,6 +86,7 @@ def test_a_killed_run_resumes_from_its_last_validation(tmp_path, repo_root, refe
     assert_same_as_twin(out, record, reference)
 
 
+@pytest.mark.processes
 @pytest.mark.integration
 def test_sigterm_during_the_final_test_stops_at_once_and_the_rerun_only_tests_again(
     tmp_path, repo_root, reference
@@ -109,6 +112,7 @@ def test_sigterm_during_the_final_test_stops_at_once_and_the_rerun_only_tests_ag
     assert_same_as_twin(out, record, reference)
 
 
+@pytest.mark.processes
 @pytest.mark.integration
 def test_a_slurm_requeue_resumes_from_the_step_of_the_signal(
     tmp_path, repo_root, reference, monkeypatch

@@ -38,6 +38,7 @@ def holder(directory: Path, seconds: float) -> subprocess.Popen:
     return process
 
 
+@pytest.mark.processes
 def test_a_second_writer_is_refused_naming_the_directory_and_the_holder(tmp_path):
     process = holder(tmp_path / "run", 30)
     try:
@@ -54,6 +55,7 @@ def test_a_second_writer_is_refused_naming_the_directory_and_the_holder(tmp_path
         pass
 
 
+@pytest.mark.processes
 def test_a_second_writer_waits_for_the_first_when_asked(tmp_path):
     process = holder(tmp_path / "run", 1.5)
     start = time.monotonic()
@@ -63,6 +65,7 @@ def test_a_second_writer_waits_for_the_first_when_asked(tmp_path):
     assert 0.5 < waited < 30
 
 
+@pytest.mark.processes
 def test_a_second_run_into_a_running_runs_directory_is_refused(repo_root, tmp_path):
     out = tmp_path / "run"
     marker = tmp_path / "paused"

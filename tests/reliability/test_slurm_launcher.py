@@ -142,6 +142,7 @@ def slurm_sweep(repo_root, tmp_path, *overrides: str) -> tuple[subprocess.Comple
     ), kept
 
 
+@pytest.mark.processes
 @pytest.mark.integration
 def test_a_job_the_partition_can_never_start_is_refused_before_submission(repo_root, tmp_path):
     done, kept = slurm_sweep(repo_root, tmp_path, "hydra.launcher.cpus_per_task=8")
@@ -152,6 +153,7 @@ def test_a_job_the_partition_can_never_start_is_refused_before_submission(repo_r
     assert not kept.exists()  # nothing submitted
 
 
+@pytest.mark.processes
 @pytest.mark.integration
 def test_a_cpu_run_asks_no_gpu_one_cpu_and_the_default_memory(repo_root, tmp_path):
     done, kept = slurm_sweep(repo_root, tmp_path)
@@ -253,6 +255,7 @@ def test_a_finished_record_is_never_marked(tmp_path):
     assert mark_interrupted(tmp_path, "gone", "resume") == []
 
 
+@pytest.mark.processes
 @pytest.mark.integration
 def test_a_killed_job_of_a_local_submitit_sweep_is_summarised_not_a_traceback(repo_root, tmp_path):
     """submitit's local executor, from a fresh directory into the default sweep directory
@@ -277,6 +280,7 @@ def test_a_killed_job_of_a_local_submitit_sweep_is_summarised_not_a_traceback(re
     assert list((sweep / ".submitit").iterdir())  # submitit's job files and logs
 
 
+@pytest.mark.processes
 @pytest.mark.integration
 def test_a_sweep_rerun_does_not_submit_a_job_whose_run_still_runs(repo_root, tmp_path):
     """Item 4 at the launcher: a job whose directory another run holds is not submitted again

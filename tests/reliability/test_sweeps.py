@@ -42,6 +42,7 @@ def test_a_diverging_run_stops_at_the_first_nan_and_records_why(tmp_path):
     assert not (out / "checkpoints" / "last.ckpt").exists()  # stopped before the first validation
 
 
+@pytest.mark.processes
 @pytest.mark.integration
 def test_rerunning_a_sweep_skips_completed_jobs_resumes_killed_ones_and_records_failures(
     tmp_path, repo_root
@@ -78,6 +79,7 @@ def test_rerunning_a_sweep_skips_completed_jobs_resumes_killed_ones_and_records_
     assert diverging.name in proc.stderr and "training diverged" in proc.stderr  # the summary
 
 
+@pytest.mark.processes
 @pytest.mark.integration
 def test_a_job_killed_in_a_live_parallel_sweep_is_recorded_and_the_others_run_on(
     tmp_path, repo_root
@@ -115,6 +117,7 @@ def test_a_job_killed_in_a_live_parallel_sweep_is_recorded_and_the_others_run_on
     assert all((job / "results.json").read_bytes() == data for job, data in before.items())
 
 
+@pytest.mark.processes
 @pytest.mark.integration
 def test_sigterm_to_a_parallel_sweep_reaches_its_running_jobs_which_checkpoint(
     tmp_path, repo_root
@@ -163,6 +166,7 @@ def test_sigterm_to_a_parallel_sweep_reaches_its_running_jobs_which_checkpoint(
         assert "the jobs not started yet run" in said
 
 
+@pytest.mark.processes
 @pytest.mark.integration
 def test_a_killed_job_of_a_parallel_evaluation_sweep_is_recorded_through_its_link(
     tmp_path, repo_root
