@@ -18,8 +18,8 @@ from torch import nn
 
 from benchmarks.common import Setup, pelab_config
 from pelab.assembly import build_model, data_module
-from pelab.lit_module import warmup_cosine
 from pelab.model_kinds import DecoderKind
+from pelab.schedule import warmup_cosine
 from pelab.trainer import make_trainer
 
 
