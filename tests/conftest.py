@@ -57,10 +57,12 @@ def _watch(owner: type, method: str, what: str, counts=lambda *args, **kwargs: T
 
 
 def _python(popen: subprocess.Popen, args, *rest, **kwargs) -> bool:
-    """Whether ``subprocess.Popen(args)`` starts Python (``git rev-parse`` and other short
-    commands do not count)."""
-    program = args if isinstance(args, str | bytes | os.PathLike) else args[0]
-    return Path(os.fsdecode(program).split()[0]).name.startswith("python")
+    """Whether ``subprocess.Popen(args)`` starts Python, itself or through another command
+    (``unshare ... sh -c "python scripts/train.py ..."``); ``git rev-parse`` and other short
+    commands do not count."""
+    words = [args] if isinstance(args, str | bytes | os.PathLike) else args
+    tokens = [token for word in words for token in os.fsdecode(word).split()]
+    return any(Path(token).name.startswith("python") for token in tokens)
 
 
 _watch(subprocess.Popen, "__init__", "a Python process (subprocess)", _python)

@@ -65,6 +65,7 @@ def _train_on_tmpfs(repo_root, tmp_path, options: str, *overrides: str, then: st
     )
 
 
+@pytest.mark.processes
 @pytest.mark.integration
 def test_a_full_disk_during_a_checkpoint_is_one_clear_line_and_nothing_half_written(
     tmp_path, repo_root
@@ -87,6 +88,7 @@ def test_a_full_disk_during_a_checkpoint_is_one_clear_line_and_nothing_half_writ
         assert torch.load(path, weights_only=True)["global_step"] > 0  # complete
 
 
+@pytest.mark.processes
 @pytest.mark.integration
 def test_a_read_only_run_directory_is_one_clear_line(tmp_path, repo_root):
     proc = _train_on_tmpfs(repo_root, tmp_path, "size=1m,ro")
