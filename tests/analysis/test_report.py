@@ -2,7 +2,8 @@
 
 import pytest
 
-from pelab.analysis.report import default_out, main
+from pelab.analysis.report import main
+from pelab.analysis.report_options import default_out
 
 
 def test_sources_without_runs_exit_2_and_say_where_they_looked(tmp_path, capsys):
@@ -42,7 +43,7 @@ def test_no_wandb_still_runs_and_says_it_is_no_longer_needed(tmp_path, capsys):
 
 
 def test_label_splits_at_the_last_equals_sign():
-    from pelab.analysis.report import parse
+    from pelab.analysis.report_options import parse
 
     args = parse(["x", "--label", "rope · attn_scale=ssmax=RoPE + SSMax", "--label", "none=NoPE"])
     assert dict(args.label) == {"rope · attn_scale=ssmax": "RoPE + SSMax", "none": "NoPE"}

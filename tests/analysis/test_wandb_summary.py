@@ -4,7 +4,7 @@ tables, the PNG figures; none without ``--wandb``."""
 import pytest
 import wandb
 
-from pelab.analysis import report, wandb_summary
+from pelab.analysis import report, report_options, wandb_summary
 from pelab.analysis.frames import lengths_frame, runs_frame
 from pelab.analysis.render import write_tables
 from pelab.analysis.table import ablation
@@ -82,4 +82,7 @@ def test_make_table_logs_its_summary_to_wandb_only_when_asked(tmp_path, runs):
         write_job(sweep / str(seed), rec, choices, seed, [f"seed={seed}"])
     assert report.main([str(sweep), "--out", str(tmp_path / "summary")]) == 0
     assert runs == [] and (tmp_path / "summary" / "table_tasks.md").is_file()
-    assert report.parse([str(sweep), "--wandb"]).wandb and not report.parse([str(sweep)]).wandb
+    assert (
+        report_options.parse([str(sweep), "--wandb"]).wandb
+        and not report_options.parse([str(sweep)]).wandb
+    )
