@@ -14,7 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from pelab.tasks.from_dataset import write_example
+from pelab.tasks.dataset_files import write_example
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / ".cache" / "pelab" / "examples" / "drop_a"

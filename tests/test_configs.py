@@ -16,7 +16,7 @@ from pelab.model_kinds import MODEL_KINDS
 from pelab.pe import PE_REGISTRY
 from pelab.record import job_key
 from pelab.tasks import TASK_REGISTRY
-from pelab.tasks.from_dataset import write_example
+from pelab.tasks.dataset_files import write_example
 from pelab.trainer import instantiate_all
 from tests.conftest import CONFIG_DIR, compose_config
 

@@ -22,6 +22,7 @@ ENCODING_USERS = {
     "pelab.models.member_encodings": "stacks an encoding's parameters and runs its hooks",
     "pelab.assembly": "registers the encodings and builds the run's model",
     "pelab.inspect.inspect_pe": "builds encodings to draw what they compute",
+    "pelab.inspect.encoding_figures": "computes what an encoding adds, to draw it",
     "pelab.inspect.untrained": (
         "gives an untrained encoding's constant parameters illustrative values"
     ),

@@ -9,7 +9,8 @@ from matplotlib.patches import Rectangle
 
 from pelab.analysis.baseline import BASELINES
 from pelab.analysis.frames import lengths_frame, runs_frame
-from pelab.analysis.plots import GREY, heatmap, length_curves, read_published, save
+from pelab.analysis.plot_styles import GREY
+from pelab.analysis.plots import heatmap, length_curves, read_published, save
 from pelab.analysis.table import ablation
 from pelab.errors import ConfigError
 from tests.analysis.records import record
@@ -248,7 +249,7 @@ def test_a_baseline_is_grey_beneath_your_rows_in_colour_with_one_legend_entry():
 def test_labels_name_only_what_rows_differ_in_short_and_renamed():
     """Issue 45: labels were config strings (``rope · model.net.attn_scale=ssmax ·
     pe.layers=default``) with settings every row shares or leaves at default."""
-    from pelab.analysis.plots import row_labels
+    from pelab.analysis.plot_styles import row_labels
 
     rows = ["pe", "model.net.attn_scale", "run_name", "pe.layers"]
     keys = [
@@ -268,7 +269,7 @@ def test_rows_on_one_point_show_as_concentric_markers_and_a_control_takes_its_ro
     """Issue 45: five lines at 0 beyond the training lengths showed only the last colour; with
     ``--baseline`` the control of your row was one of 25 grey lines."""
     from pelab.analysis.baseline import ORIGIN
-    from pelab.analysis.plots import BASELINE_STYLE, row_styles
+    from pelab.analysis.plot_styles import BASELINE_STYLE, row_styles
 
     runs = pd.DataFrame({"pe": ["a", "b", "c", "b", "z"], ORIGIN: ["yours"] * 3 + ["zoo", "zoo"]})
     styles = row_styles(runs, ["pe", ORIGIN])

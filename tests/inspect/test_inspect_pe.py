@@ -8,7 +8,7 @@ import torch
 from omegaconf import DictConfig
 
 from pelab.errors import ConfigError
-from pelab.inspect import inspect_pe, pe_figures
+from pelab.inspect import encoding_figures, inspect_pe, pe_figures
 from pelab.load import load_run
 from pelab.train import run
 from tests.conftest import TINY, compose_config
@@ -58,11 +58,11 @@ def test_additive_encodings_are_drawn_from_zero_token_vectors():
     from pelab.positions import Positions
 
     pe = SinusoidalPE(ModelDims(16, 2, 1, True, 64))
-    table, fed = inspect_pe.position_vectors(pe, 10)
+    table, fed = encoding_figures.position_vectors(pe, 10)
     assert fed == "zero token vectors"
     assert torch.allclose(table, pe.position_vectors(Positions.contiguous(10))[0])
     louder = SinusoidalPE(ModelDims(16, 2, 1, True, 64), token_scale="sqrt_d_model")
-    assert torch.allclose(inspect_pe.position_vectors(louder, 10)[0], table)
+    assert torch.allclose(encoding_figures.position_vectors(louder, 10)[0], table)
 
 
 def test_complex_order_is_drawn_from_a_random_token_vector_turning_with_position():
@@ -70,7 +70,7 @@ def test_complex_order_is_drawn_from_a_random_token_vector_turning_with_position
     from pelab.pe.complex_order import ComplexOrderPE
 
     pe = ComplexOrderPE(ModelDims(16, 2, 1, True, 64, vocab_size=12))
-    table, fed = inspect_pe.position_vectors(pe, 10)  # [n, 2D] = [Re || Im]
+    table, fed = encoding_figures.position_vectors(pe, 10)  # [n, 2D] = [Re || Im]
     assert "random" in fed
     re, im = table.chunk(2, dim=-1)
     modulus = re**2 + im**2  # a rotation per complex dim: the same at every position
@@ -86,7 +86,7 @@ def test_floater_is_drawn_as_the_position_vectors_it_adds_to_each_block():
     torch.manual_seed(0)
     pe = FloaterPE(ModelDims(16, 2, 3, True, 64))
     with torch.no_grad():
-        signals = inspect_pe.layer_signals(pe, 10)  # [l, n, d]
+        signals = encoding_figures.layer_signals(pe, 10)  # [l, n, d]
         expected = pe.table(Positions.contiguous(10))[0].transpose(0, 1)
     assert signals.shape == (3, 10, 16) and torch.allclose(signals, expected)
     change = (signals - signals[:, :1]).abs().amax(dim=-1)  # [l, n]: from position 0
@@ -100,7 +100,7 @@ def test_relative_curve_of_alibi_is_minus_slope_times_distance(causal):
     from pelab.pe.bias import AlibiPE
 
     pe = AlibiPE(ModelDims(8, 2, 1, causal, 16))
-    distance, response = inspect_pe.relative_curves(pe, "logit_bias", 5)
+    distance, response = encoding_figures.relative_curves(pe, "logit_bias", 5)
     assert distance.tolist() == (list(range(4, -1, -1)) if causal else list(range(4, -5, -1)))
     assert torch.equal(response, -pe.slopes[:, None] * distance.abs())
 
@@ -115,20 +115,20 @@ def test_a_layer_schedule_is_drawn_at_its_first_layer_with_the_encoding_and_said
 
     dims = ModelDims(8, 2, 2, True, 16)
     pe = LayeredPE(dims, AlibiPE, ["none", "alibi"])
-    assert inspect_pe.drawn_layer(pe) == 1
-    distance, response = inspect_pe.relative_curves(pe, "logit_bias", 5)
+    assert encoding_figures.drawn_layer(pe) == 1
+    distance, response = encoding_figures.relative_curves(pe, "logit_bias", 5)
     assert torch.equal(response, -pe.base.slopes[:, None] * distance.abs())  # not None, not flat
-    said = inspect_pe.schedule_note(pe)
+    said = encoding_figures.schedule_note(pe)
     assert said == "pe.layers=[none,alibi]: layer 1 drawn; layers 0 run no encoding"
     notes = []
-    original = inspect_pe.HookFigure.plot
-    inspect_pe.HookFigure.plot = lambda self, path, note="": notes.append(note)
+    original = encoding_figures.HookFigure.plot
+    encoding_figures.HookFigure.plot = lambda self, path, note="": notes.append(note)
     try:
-        inspect_pe.draw(pe, tmp_path, 5)
+        encoding_figures.draw(pe, tmp_path, 5)
     finally:
-        inspect_pe.HookFigure.plot = original
+        encoding_figures.HookFigure.plot = original
     assert notes == [said]
-    assert inspect_pe.schedule_note(AlibiPE(dims)) == ""
+    assert encoding_figures.schedule_note(AlibiPE(dims)) == ""
 
 
 def test_relative_curve_of_stick_breaking_halves_with_each_step_back():
@@ -136,7 +136,9 @@ def test_relative_curve_of_stick_breaking_halves_with_each_step_back():
     from pelab.pe.stick_breaking import StickBreakingPE
 
     pe = StickBreakingPE(ModelDims(8, 2, 1, True, 16))
-    distance, response = inspect_pe.relative_curves(pe, "normalize", 5)  # equal logits: beta 1/2
+    distance, response = encoding_figures.relative_curves(
+        pe, "normalize", 5
+    )  # equal logits: beta 1/2
     expected = torch.where(distance > 0, 0.5 ** distance.clamp(min=1).float(), 0.0)
     assert torch.equal(response, expected.expand(2, -1))
 
@@ -148,7 +150,7 @@ def test_relative_curve_of_fox_is_the_cumulated_log_gates_behind_the_query():
     pe = ForgettingPE(ModelDims(8, 2, 1, True, 16))
     with torch.no_grad():  # constant gates f = 1/2: the bias is (i - j) log(1/2)
         pe.parts["gate"].gates[0].weight.zero_()
-    distance, response = inspect_pe.relative_curves(pe, "input_bias", 5)
+    distance, response = encoding_figures.relative_curves(pe, "input_bias", 5)
     torch.testing.assert_close(response, (distance * math.log(0.5)).expand(2, -1).float())
 
 
@@ -233,7 +235,9 @@ def test_a_trained_checkpoint_is_drawn_with_its_trained_encoding_and_attention_m
     assert all(p.read_bytes().startswith(PNG_MAGIC) for p in paths)
     untrained = inspect_pe.build_model(trained, inspect_pe.build_task(trained)).net.pe
     loaded = load_run(trained.paths.output_dir).model.net.pe
-    curves = [inspect_pe.relative_curves(pe, "logit_bias", 16)[1] for pe in (untrained, loaded)]
+    curves = [
+        encoding_figures.relative_curves(pe, "logit_bias", 16)[1] for pe in (untrained, loaded)
+    ]
     assert not torch.equal(*curves) and curves[1].std() > 0  # trained: no longer flat
 
 

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from pelab.inspect import inspect_pe
+from pelab.inspect import encoding_figures
 from pelab.pe.base import ModelDims
 from pelab.pe.rope_2d import AxialRotaryPE
 from pelab.pe.sinusoidal_2d import Sinusoidal2dPE
@@ -37,7 +37,7 @@ def test_bias_heatmap_is_the_row_plus_the_column_table_at_each_offset():
     pe = T5Bias2dPE(dims())
     for table in (pe.row_bias, pe.col_bias):
         torch.nn.init.normal_(table.weight)
-    heatmap = inspect_pe.grid_relative(pe, "logit_bias", 3)  # [h, Δrow, Δcol]
+    heatmap = encoding_figures.grid_relative(pe, "logit_bias", 3)  # [h, Δrow, Δcol]
     assert heatmap.shape == (2, 7, 7)
     for dr in range(-3, 4):
         for dc in range(-3, 4):
@@ -49,14 +49,14 @@ def test_bias_heatmap_is_the_row_plus_the_column_table_at_each_offset():
 
 def test_rope_heatmap_at_offset_zero_is_the_plain_score():
     pe = AxialRotaryPE(dims(heads=1))
-    heatmap = inspect_pe.grid_relative(pe, "transform_qk", 2)
+    heatmap = encoding_figures.grid_relative(pe, "transform_qk", 2)
     q, k = torch.randn(2, 1, 1, 1, 16, generator=torch.Generator().manual_seed(0))
     assert torch.allclose(heatmap[0, 2, 2], (q @ k.transpose(-1, -2))[0, 0, 0, 0] / 4, atol=1e-5)
     assert not torch.allclose(heatmap[0, 2, 3], heatmap[0, 3, 2], atol=1e-4)  # axes differ
 
 
 def test_cosine_heatmap_is_one_at_the_centre_and_symmetric():
-    cosine = inspect_pe.grid_cosine(Sinusoidal2dPE(dims()), 3)
+    cosine = encoding_figures.grid_cosine(Sinusoidal2dPE(dims()), 3)
     assert cosine.shape == (7, 7) and cosine[3, 3] == pytest.approx(1.0)
     assert torch.allclose(cosine, cosine.flip(0, 1), atol=1e-5)  # cos of sinusoids: even in Δ
     assert (cosine < 1 - 1e-3).sum() == 48  # every other cell differs from the centre

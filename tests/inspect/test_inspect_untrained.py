@@ -8,7 +8,8 @@ import torch
 
 from pelab.errors import ConfigError
 from pelab.inspect import pe_figures
-from pelab.inspect.inspect_pe import flat_at_start, hook_figures
+from pelab.inspect.encoding_figures import hook_figures
+from pelab.inspect.inspect_pe import flat_at_start
 from pelab.inspect.untrained import bucket_distances, illustrated, is_flat
 from pelab.pe.base import PE_REGISTRY, ModelDims
 from tests.inspect.test_inspect_pe import draw

@@ -11,7 +11,8 @@ import torch
 from pelab.data import eval_sets
 from pelab.data.eval_sets import build_eval_set
 from pelab.errors import ConfigError
-from pelab.tasks.from_dataset import PAD, FromDatasetTask, write_example
+from pelab.tasks.dataset_files import write_example
+from pelab.tasks.from_dataset import PAD, FromDatasetTask
 from pelab.tokens import N_SPECIAL
 from tests.tasks.run_check import learn
 

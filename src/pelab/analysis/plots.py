@@ -15,7 +15,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
 from itertools import product
 from pathlib import Path
 
@@ -32,105 +31,17 @@ from matplotlib.patches import Patch  # noqa: E402
 
 from pelab.analysis.baseline import ORIGIN, YOURS  # noqa: E402
 from pelab.analysis.cells import NO_RUNS, NO_SCORE_MEANINGS, metric_name, no_score  # noqa: E402
-from pelab.analysis.frames import NOT_SET  # noqa: E402
+from pelab.analysis.plot_styles import (  # noqa: E402
+    BASELINE_STYLE,
+    NO_SCORE_GREY,
+    Style,
+    above_chance,
+    baseline_of,
+    row_labels,
+    row_settings,
+    row_styles,
+)
 from pelab.errors import ConfigError  # noqa: E402
-
-COLORS = plt.get_cmap("tab10").colors
-MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">")
-LINESTYLES = ("-", "--", "-.", (0, (5, 1, 1, 1, 1, 1)))  # dotted (":") is the chance level's
-GREY = "0.62"  # the baseline's lines
-NO_SCORE_GREY = "0.85"  # a heatmap cell without a score
-
-
-@dataclass(frozen=True)
-class Style:
-    """How one row of the table is drawn: markers shrink row by row (``row_styles``), so rows
-    on the same point (five encodings at 0 beyond the training lengths) show as concentric
-    rings, each colour visible, every point at its measured value."""
-
-    color: str | tuple[float, ...]
-    marker: str
-    linestyle: str | tuple
-    size: float = 4.0
-
-
-BASELINE_STYLE = Style(GREY, ".", "-", size=3.0)
-
-
-def series_style(i: int) -> Style:
-    """The ``i``-th row's style: the colour changes every row, the line style every
-    ``len(COLORS)`` rows, and the marker shifts by one each such cycle, so the first 40 rows
-    differ in colour or line style and no two neighbours share a marker."""
-    cycle = i // len(COLORS)
-    return Style(
-        COLORS[i % len(COLORS)],
-        MARKERS[(i + cycle) % len(MARKERS)],
-        LINESTYLES[cycle % len(LINESTYLES)],
-    )
-
-
-def _as_dict(key: object, rows: list[str]) -> dict[str, object]:
-    return dict(zip(rows, key if isinstance(key, tuple) else (key,), strict=True))
-
-
-def row_labels(
-    keys: list[object], rows: list[str], renames: dict[str, str] | None = None
-) -> dict[object, str]:
-    """Each row of the figure in words, short: the encoding, then only the settings the rows
-    differ in, by their last name (``rope · attn_scale=ssmax``; a row at a setting's default
-    shows nothing of it), renamed by ``renames`` (``--label``: a whole label or one of its
-    parts, ``attn_scale=ssmax`` -> ``SSMax``); beside a baseline the user's rows end in
-    ``(yours)``."""
-    renames = renames or {}
-    values = [_as_dict(key, rows) for key in keys]
-    varying = [
-        row
-        for row in rows
-        if row not in ("pe", ORIGIN) and len({str(v.get(row)) for v in values}) > 1
-    ]
-    last = [row.rsplit(".", 1)[-1] for row in varying]
-    names = {
-        row: short if last.count(short) == 1 else row
-        for row, short in zip(varying, last, strict=True)
-    }
-    labels = {}
-    for key, value in zip(keys, values, strict=True):
-        words = [str(value["pe"])] if "pe" in value else []
-        words += [f"{names[r]}={value[r]}" for r in varying if value.get(r) != NOT_SET]
-        text = " · ".join(words) or "all runs"
-        if text in renames:
-            text = renames[text]
-        else:
-            text = " · ".join(renames.get(word, word) for word in text.split(" · "))
-        labels[key] = text + (" (yours)" if value.get(ORIGIN) == YOURS else "")
-    return labels
-
-
-def baseline_of(key: object, rows: list[str]) -> str | None:
-    """The baseline a row's runs come from (``--baseline``), or None for the user's rows."""
-    origin = _as_dict(key, rows).get(ORIGIN)
-    return None if origin in (None, YOURS) else str(origin)
-
-
-def row_styles(runs: pd.DataFrame, rows: list[str]) -> dict[object, Style]:
-    """One style per row of the table, the same in every panel and figure of a sweep: the
-    user's rows ``series_style`` in their order of appearance in ``runs`` (whatever became of
-    their runs), a baseline's rows ``BASELINE_STYLE``."""
-    keys = runs[rows].drop_duplicates().itertuples(index=False, name=None)
-    keys = [key if len(rows) > 1 else key[0] for key in keys]
-    mine = [key for key in keys if baseline_of(key, rows) is None]
-    last = max(len(mine) - 1, 1)
-    styles = {  # markers from 8 down to 3 points: concentric where rows meet
-        key: replace(series_style(i), size=8.0 - 5.0 * i / last) for i, key in enumerate(mine)
-    }
-    # a baseline's row of an encoding you ran is your row's control: its colour, dashed
-    colour = {_as_dict(key, rows).get("pe"): styles[key].color for key in reversed(mine)}
-    for key in keys:
-        pe = _as_dict(key, rows).get("pe")
-        if key not in styles and pe in colour:
-            styles[key] = Style(colour[pe], ".", "--", size=3.0)
-    return {key: styles.get(key, BASELINE_STYLE) for key in keys}
-
 
 PUBLISHED_COLUMNS = ("pe", "task", "length", "value", "source")
 
@@ -280,7 +191,7 @@ def _overlay(ax, points: pd.DataFrame, rows: list[str], styles: dict[object, Sty
     """Published points of one task, in the colour of their encoding's first row."""
     first: dict[object, object] = {}
     for key, style in styles.items():
-        first.setdefault(_as_dict(key, rows)["pe"], style.color)
+        first.setdefault(row_settings(key, rows)["pe"], style.color)
     for (pe, source), group in points.groupby(["pe", "source"], sort=False):
         ax.plot(
             group["length"],
@@ -325,7 +236,7 @@ def heatmap(
     names = row_labels(keys, rows, renames)
     axes[0][0].set_yticks(range(len(keys)), labels=[names[k] for k in keys])
     for tick, key in zip(axes[0][0].get_yticklabels(), keys, strict=True):
-        if _as_dict(key, rows).get(ORIGIN) == YOURS:
+        if row_settings(key, rows).get(ORIGIN) == YOURS:
             tick.set_fontweight("bold")
     bar = fig.colorbar(image, ax=axes[0].tolist(), shrink=0.8, ticks=[-1, 0, 1])
     bar.ax.set_yticklabels(["0", "chance", "100"])
@@ -371,16 +282,6 @@ def _task_panel(ax, cells: pd.DataFrame, rows: list[str], keys: list[tuple]):
     ax.set_xticks(range(len(lengths)), labels=lengths)
     ax.set_xlabel("evaluation length")
     return image, words
-
-
-def above_chance(score: float, chance: float) -> float:
-    """Where ``score`` lies relative to ``chance`` (both fractions; no chance level: 0): -1 at
-    0, 0 at chance, 1 at 100%, linear on each side: a heatmap cell's colour, white at every
-    column's own chance level."""
-    chance = 0.0 if pd.isna(chance) else float(chance)
-    if score >= chance:
-        return (score - chance) / (1 - chance) if chance < 1 else 0.0
-    return (score - chance) / chance
 
 
 def save(fig: Figure, stem: Path) -> list[Path]:

@@ -13,6 +13,7 @@ from torch import Tensor
 
 from pelab.errors import ConfigError
 from pelab.tasks.base import Task, register_task
+from pelab.tasks.dataset_files import read_dataset, write_example
 from pelab.tokens import N_SPECIAL
 
 PAD = "<pad>"  # the vocabulary's last item when some targets are shorter than others
@@ -72,7 +73,7 @@ class FromDatasetTask(Task):
             raise ConfigError(f"from_dataset: task.holdout must be in (0, 1), got {holdout}")
         self.path, self.input_column, self.target_column = str(path), input_column, target_column
         self.train_split, self.eval_split, self.holdout = train_split, eval_split, float(holdout)
-        examples = self._encode(_read(self.path))
+        examples = self._encode(read_dataset(self.path))
         self.fixed_num_symbols = len(self.vocabulary)
         super().__init__(**common)  # validates the lengths and sets eval_seed
         self._make_pools(self._hold_out(examples["all"]) if "all" in examples else examples)
@@ -266,60 +267,6 @@ class FromDatasetTask(Task):
         return list(self._target_of[tuple(prompt)])
 
 
-# a data file's suffix -> the ``datasets`` loader that reads it (one ``Dataset``, no splits)
-FILE_FORMATS = {".csv": "csv", ".json": "json", ".jsonl": "json"}
-
-
-def _read(path: str) -> datasets.Dataset | datasets.DatasetDict:
-    """``path``: a directory written by ``save_to_disk``, or a CSV or JSON Lines file (read by
-    ``datasets``' own CSV and JSON loaders)."""
-    where = Path(path)
-    if not where.exists():
-        raise ConfigError(
-            f"from_dataset: task.path {path!r} does not exist; give a directory written by "
-            f"datasets' save_to_disk or a data file ({', '.join(FILE_FORMATS)})"
-        )
-    if where.is_file():
-        loader = FILE_FORMATS.get(where.suffix.lower())
-        if loader is None:
-            raise ConfigError(
-                f"from_dataset: task.path {path!r} is a {where.suffix or 'suffix-less'} file; "
-                f"pelab reads {', '.join(FILE_FORMATS)} files and save_to_disk directories"
-            )
-        try:
-            return datasets.load_dataset(loader, data_files=str(where), split="train")
-        except Exception as error:  # the loader's own parse errors, whatever their type
-            lines = [line for line in where.read_text(errors="replace").splitlines() if line]
-            if len(lines) <= (1 if loader == "csv" else 0):  # nothing, or a CSV header only
-                raise ConfigError(f"from_dataset: {path!r} has no rows") from None
-            raise ConfigError(
-                f"from_dataset: cannot read {path!r} as {loader.upper()}: "
-                f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
-            ) from None
-    try:
-        return datasets.load_from_disk(path)
-    except FileNotFoundError as error:
-        raise ConfigError(
-            f"from_dataset: task.path {path!r} is not a dataset saved with save_to_disk ({error})"
-        ) from None
-    except Exception as error:  # damaged files: datasets and pyarrow raise many types
-        empty = _saved_without_rows(where)
-        raise ConfigError(
-            f"from_dataset: task.path {path!r} "
-            + (
-                "holds a dataset with no rows"
-                if empty
-                else f"cannot be read ({type(error).__name__}: {str(error).splitlines()[0]}): "
-                "its files are damaged; write it again with save_to_disk"
-            )
-        ) from None
-
-
-def _saved_without_rows(directory: Path) -> bool:
-    """Whether ``save_to_disk`` wrote ``directory`` from an empty dataset (no data files)."""
-    return not any(directory.rglob("*.arrow")) and any(directory.rglob("state.json"))
-
-
 def _has_ragged_targets(rows: dict[str, tuple[list[list[Any]], list[list[Any]]]]) -> bool:
     target_lengths: dict[int, set[int]] = {}
     for inputs, targets in rows.values():
@@ -337,24 +284,3 @@ def _ranges(lengths: list[int]) -> str:
         else:
             spans.append([n, n])
     return ", ".join(f"{a}-{b}" if a != b else f"{a}" for a, b in spans) or "none"
-
-
-def write_example(
-    directory: Path, size: int = 600, seed: int = 0, input_lengths: tuple[int, int] = (1, 12)
-) -> str:
-    """Write a tiny dataset to ``directory`` and return its path: inputs are random strings over
-    ``abcd`` with lengths uniform in ``input_lengths`` (inclusive), targets the same strings
-    without their ``a`` (so targets are ragged). ``size`` examples, one ``Dataset`` (no
-    splits)."""
-    generator = torch.Generator().manual_seed(seed)
-    lo, hi = input_lengths
-    lengths = torch.randint(lo, hi + 1, (size,), generator=generator).tolist()
-    inputs = [
-        "".join("abcd"[c] for c in torch.randint(0, 4, (n,), generator=generator).tolist())
-        for n in lengths
-    ]
-    data = datasets.Dataset.from_dict(
-        {"input": inputs, "target": [s.replace("a", "") for s in inputs]}
-    )
-    data.save_to_disk(str(directory))
-    return str(directory)
