@@ -6,7 +6,7 @@ recorded and the sweep goes on (``pelab.hydra_job.sweep_task``); at the end
 with status 1.
 """
 
-from pelab.reliability import requeue
+from pelab.reliability.cluster import requeue
 
 requeue.install()  # SLURM's requeue signal, handled from the job's first line (issue 29)
 

@@ -18,7 +18,7 @@ from pelab.members import member_configs
 from pelab.models.member_steps import clip_member_norms
 from pelab.models.stacked import member_state
 from pelab.pe.base import PE_REGISTRY
-from pelab.reliability.syncs import CountHostSyncs, HostSyncs
+from pelab.reliability.instruments.syncs import CountHostSyncs, HostSyncs
 from pelab.train import run
 from tests.conftest import TINY, compose_config
 from tests.device import DEVICE, DevicelessTensors, OnDevice, second_device, to_second_device

@@ -147,7 +147,7 @@ def test_no_import_runs_back_up_into_a_folder(folder):
 
 def test_the_reach_sees_depth(monkeypatch):
     monkeypatch.setitem(MODULES, "pelab.errors", {"pelab.tokens"})
-    assert "pelab.tokens" in reach("pelab.reliability.lock")  # lock -> errors -> tokens
+    assert "pelab.tokens" in reach("pelab.reliability.resume.lock")  # lock -> errors -> tokens
 
 
 def test_pelab_never_imports_its_hydra_plugins():

@@ -24,7 +24,7 @@ from pelab.members import Job, check_learning_rates, check_seeds, member_configs
 from pelab.models.member_encodings import MemberEncodings
 from pelab.models.stacked import member_state
 from pelab.pe.base import PE_REGISTRY
-from pelab.reliability.callbacks import BestCheckpoints
+from pelab.reliability.resume.callbacks import BestCheckpoints
 from pelab.train import run
 from pelab.trained import load_weights
 from tests.conftest import TINY, compose_config

@@ -140,7 +140,7 @@ def test_each_members_best_checkpoint_follows_the_selection_score(tmp_path, monk
     far (ties keep the earlier), each member on its own."""
     from types import SimpleNamespace
 
-    from pelab.reliability.callbacks import BestCheckpoints
+    from pelab.reliability.resume.callbacks import BestCheckpoints
 
     task = TASK_REGISTRY["copy"](train_lengths=[1, 4], eval_lengths=[4, 8])
     best = BestCheckpoints([tmp_path / "a.ckpt", tmp_path / "b.ckpt"], [{}, {}])

@@ -25,8 +25,8 @@ from pelab.models.transformer import Transformer
 from pelab.pe.base import ModelDims, PositionalEncoding
 from pelab.pe.layered import scheduled
 from pelab.positions import build_sampler
-from pelab.reliability.slurm import GPU_ACCELERATORS
-from pelab.reliability.validate import check_types
+from pelab.reliability.checks.validate import check_types
+from pelab.reliability.cluster.slurm import GPU_ACCELERATORS
 from pelab.tasks import TASK_REGISTRY
 from pelab.tasks.base import Task
 from pelab.threads import check_threads

@@ -24,7 +24,7 @@ from omegaconf import DictConfig
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError
 
 from pelab.errors import ConfigError, causes, storage_fault
-from pelab.reliability.validate import not_a_key
+from pelab.reliability.checks.validate import not_a_key
 
 FULL_ERROR = "HYDRA_FULL_ERROR"
 

@@ -38,9 +38,9 @@ from pelab.lit_module import SequenceModel
 from pelab.outcome import scored_outcome
 from pelab.record import RESULTS
 from pelab.recorder import Planned, Recorder
-from pelab.reliability.checkpoints import check_nothing_restored
-from pelab.reliability.memory import check_eval_memory
-from pelab.reliability.validate import check_types
+from pelab.reliability.checks.memory import check_eval_memory
+from pelab.reliability.checks.validate import check_types
+from pelab.reliability.resume.checkpoints import check_nothing_restored
 from pelab.threads import check_threads, configure_threads
 from pelab.trained import load_weights, trained_sizes, training_record
 from pelab.trainer import make_trainer, run_loggers

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pelab.reliability.checkpoints import ENGINE, ENGINE_KEY, MEMBERS_KEY, SCORES_KEY
+from pelab.reliability.resume.checkpoints import ENGINE, ENGINE_KEY, MEMBERS_KEY, SCORES_KEY
 
 
 class MemberCheckpointState:

@@ -28,7 +28,7 @@ from omegaconf import DictConfig, ListConfig, open_dict
 
 from pelab.errors import ConfigError
 from pelab.record import MEMBER_KEYS, is_stack, member_dir, member_grid
-from pelab.reliability.checkpoints import identity
+from pelab.reliability.resume.checkpoints import identity
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,7 @@ class Member:
 
     @property
     def identity(self) -> dict[str, Any]:
-        """Its run's identity in a checkpoint (``reliability.checkpoints.identity``)."""
+        """Its run's identity in a checkpoint (``reliability.resume.checkpoints.identity``)."""
         return identity(self.config)
 
 

@@ -71,8 +71,8 @@ CHOICE_GROUPS = ("model", "pe", "task", "positions", "trainer", "experiment")
 # overrides that say how a job runs, not what it trains (``threads``: torch's CPU threads)
 BOOKKEEPING = ("skip_completed", "resume", "ckpt_path", "threads")
 # settings that change neither the training nor the evaluation (top-level keys, and keys of
-# ``trainer``): a re-run may change them and is the same job (``reliability.completed``), in the
-# same directory (``job_key``), in the same row of a table (``analysis.collect``)
+# ``trainer``): a re-run may change them and is the same job (``reliability.resume.completed``),
+# in the same directory (``job_key``), in the same row of a table (``analysis.collect``)
 RUN_ONLY = (*BOOKKEEPING, "paths", "logger", "callbacks", "tags")
 RUN_ONLY_TRAINER = ("enable_progress_bar", "log_every_n_steps", "enable_model_summary")
 # of ``data``: the loader's worker processes make the same batches (tests/data)

@@ -39,7 +39,7 @@ from pelab.record import (
     new_record,
     write_json_atomic,
 )
-from pelab.reliability.slurm import peak_rss_mb
+from pelab.reliability.cluster.slurm import peak_rss_mb
 from pelab.utils.report import print_results
 from pelab.wandb_finish import finish_wandb
 
@@ -162,7 +162,7 @@ class TrainingRecorder(Recorder):
     """The records of a training job's members, from the job's start. A stack's records name
     it (``member_of``) with the members' shared training time (``fit_time_s``); each holds this
     process's peak memory (``peak_rss_mb``: what its next SLURM job asks,
-    ``pelab.reliability.slurm``) and, ended by an error, its ``stop_reason``."""
+    ``pelab.reliability.cluster.slurm``) and, ended by an error, its ``stop_reason``."""
 
     def __init__(self, job: Job) -> None:
         self.member_of = job.member_of()

@@ -4,10 +4,10 @@
   checked sweeper (which refuses a bad job before a sweep starts), the SLURM launcher's sizing
   and the parallel launcher's GPU probe each build, one way.
 - ``trained_parameters``: the parameters a job trains (its stacked network), which size its
-  threads (``pelab.threads``) and a SLURM job's CPUs (``pelab.reliability.slurm``).
+  threads (``pelab.threads``) and a SLURM job's CPUs (``pelab.reliability.cluster.slurm``).
 - ``job_need``: the bytes one job of a parallel sweep holds at its peak, training included,
   which ``hydra/launcher=parallel`` divides a GPU's free memory by (the measures themselves:
-  ``pelab.reliability.memory``).
+  ``pelab.reliability.checks.memory``).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from omegaconf import DictConfig
 from pelab.assembly import build_members, build_task
 from pelab.lit_module import SequenceModel
 from pelab.members import Job
-from pelab.reliability import memory, peak_memory
+from pelab.reliability.checks import memory, peak_memory
 from pelab.tasks.base import Task
 
 

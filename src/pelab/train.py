@@ -33,9 +33,10 @@ from pelab.lit_module import SequenceModel
 from pelab.members import Job, Member
 from pelab.outcome import Outcome, scored_outcome
 from pelab.recorder import TrainingRecorder
-from pelab.reliability import requeue
-from pelab.reliability.callbacks import BestCheckpoints, ResumeState, Tested
-from pelab.reliability.checkpoints import (
+from pelab.reliability.checks.memory import check_eval_memory
+from pelab.reliability.cluster import requeue
+from pelab.reliability.resume.callbacks import BestCheckpoints, ResumeState, Tested
+from pelab.reliability.resume.checkpoints import (
     adopt_requeue_checkpoints,
     check_compatible,
     check_nothing_restored,
@@ -43,10 +44,9 @@ from pelab.reliability.checkpoints import (
     read_checkpoint,
     resume_path,
 )
-from pelab.reliability.completed import completed_record
-from pelab.reliability.lock import run_lock
-from pelab.reliability.memory import check_eval_memory
-from pelab.reliability.signals import exit_status_on_sigterm
+from pelab.reliability.resume.completed import completed_record
+from pelab.reliability.resume.lock import run_lock
+from pelab.reliability.resume.signals import exit_status_on_sigterm
 from pelab.sizing import built, trained_parameters
 from pelab.threads import configure_threads
 from pelab.trainer import make_trainer, run_loggers

@@ -16,7 +16,7 @@ from omegaconf import DictConfig
 from pelab.assembly import build_task
 from pelab.errors import ConfigError
 from pelab.record import RESULTS, read_record
-from pelab.reliability.checkpoints import check_integrity
+from pelab.reliability.resume.checkpoints import check_integrity
 
 
 def training_record(ckpt_path: str | Path | None) -> tuple[Path, dict[str, Any]]:

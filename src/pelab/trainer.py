@@ -15,7 +15,7 @@ from lightning.pytorch.loggers import WandbLogger
 from omegaconf import DictConfig, OmegaConf
 
 from pelab.hydra_job import choices
-from pelab.reliability.checkpoints import AtomicCheckpointIO
+from pelab.reliability.resume.checkpoints import AtomicCheckpointIO
 from pelab.utils.console import interactive
 from pelab.utils.wandb_mode import run_id, wandb_choice
 

@@ -126,7 +126,7 @@ def test_every_launcher_option_composes_onto_hydras_plugin(launcher, target):
     assert hydra.launcher._target_.endswith(target)
     if launcher in ("slurm", "local"):  # pelab's (issue 29): it waits for every job
         assert hydra.launcher._target_.startswith("hydra_plugins.pelab_launcher.")
-    if launcher == "slurm":  # null: the resources follow the run (pelab.reliability.slurm)
+    if launcher == "slurm":  # null: the resources follow the run (pelab.reliability.cluster.slurm)
         assert hydra.launcher.gpus_per_node is None and hydra.launcher.timeout_min > 0
 
 

@@ -11,7 +11,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from pelab.data.datamodule import TaskData, TrainBatches, ignore_job_signals
 from pelab.errors import ConfigError
-from pelab.reliability.validate import check_types
+from pelab.reliability.checks.validate import check_types
 from pelab.tasks import TASK_REGISTRY
 from tests.conftest import compose_config
 

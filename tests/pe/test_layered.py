@@ -16,7 +16,7 @@ from pelab.pe.bias import AlibiPE
 from pelab.pe.layered import LayeredPE, scheduled
 from pelab.pe.rotary import RotaryPE
 from pelab.positions import Positions
-from pelab.reliability.validate import check_types
+from pelab.reliability.checks.validate import check_types
 from tests.pe.nets import sharp_net
 
 DIMS = ModelDims(d_model=16, n_heads=2, n_layers=4, causal=True, max_len=64)

@@ -46,7 +46,7 @@ def fault(
     """Overrides that add ``InjectFault`` (a test hook) to a run as ``callbacks.<name>``."""
     hook = f"+callbacks.{name}."
     out = [
-        f"{hook}_target_=pelab.reliability.faults.InjectFault",
+        f"{hook}_target_=pelab.reliability.instruments.faults.InjectFault",
         f"{hook}at_step={at_step}",
         f"{hook}action={action}",
         f"{hook}during={during}",

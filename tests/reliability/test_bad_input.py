@@ -13,7 +13,7 @@ from hydra.errors import MissingConfigException
 
 from pelab.errors import ConfigError
 from pelab.record import RESULTS
-from pelab.reliability.validate import check_added_keys, check_types
+from pelab.reliability.checks.validate import check_added_keys, check_types
 from pelab.train import run
 from tests.conftest import TINY, compose_config
 from tests.reliability.runs import results

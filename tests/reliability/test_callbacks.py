@@ -7,8 +7,8 @@ import pandas as pd
 import pytest
 import torch
 
-from pelab.reliability.callbacks import ResumeState
-from pelab.reliability.faults import InjectFault
+from pelab.reliability.instruments.faults import InjectFault
+from pelab.reliability.resume.callbacks import ResumeState
 from pelab.train import run
 from tests.reliability.runs import checkpoint
 

@@ -10,8 +10,8 @@ import torch
 
 from pelab.assembly import build_model, build_task
 from pelab.errors import ConfigError
-from pelab.reliability.callbacks import BestCheckpoints
-from pelab.reliability.checkpoints import AtomicCheckpointIO, differences, read_checkpoint
+from pelab.reliability.resume.callbacks import BestCheckpoints
+from pelab.reliability.resume.checkpoints import AtomicCheckpointIO, differences, read_checkpoint
 from pelab.train import run
 from pelab.trained import load_weights
 from tests.reliability.runs import checkpoint, config, fault, killed_in_the_test, results
@@ -144,7 +144,7 @@ def test_a_setting_of_every_encoding_or_model_the_checkpoint_predates_is_no_diff
 def test_a_checkpoint_of_the_engine_before_stacks_gets_a_one_line_refusal(tmp_path):
     """Weights saved before every run became a stack (``[out, in]`` where the model now has
     ``[K, out, in]``) cannot resume; the refusal says what to do instead of listing shapes."""
-    from pelab.reliability.checkpoints import ENGINE_KEY, check_compatible
+    from pelab.reliability.resume.checkpoints import ENGINE_KEY, check_compatible
 
     cfg = config(tmp_path, tmp_path / "run")
     model = build_model(cfg, build_task(cfg))

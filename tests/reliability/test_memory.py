@@ -22,7 +22,7 @@ from pelab.assembly import build_model, build_task
 from pelab.errors import ConfigError
 from pelab.evaluate import evaluate
 from pelab.record import write_json_atomic
-from pelab.reliability import memory, peak_memory
+from pelab.reliability.checks import memory, peak_memory
 from pelab.sizing import job_need
 from tests.conftest import CONFIG_DIR, TINY, compose_config
 from tests.test_configs import options
@@ -65,7 +65,7 @@ def test_the_counted_peak_agrees_with_resident_memory(pe):
     """16 sequences of 514 tokens (RoPE about 22 MiB, Shaw 407 MiB). glibc's mmap threshold is
     fixed in the child: by default it rises to the largest block freed (up to 32 MiB) and serves
     smaller blocks from its heap, whose holes stay resident, so that the same pass read 1.4x-2.3x
-    RoPE's count, a different amount from run to run (``pelab.reliability.memory``: the
+    RoPE's count, a different amount from run to run (``pelab.reliability.checks.memory``: the
     allocator's slack). Fixed, resident memory is what the tensors hold: within 1% of the count
     at every size measured."""
     context = multiprocessing.get_context("spawn")  # fork can deadlock a threaded torch
@@ -111,7 +111,7 @@ def test_a_task_without_shorter_lengths_to_extrapolate_from_is_not_checked_and_s
         raise KeyError(16)
 
     monkeypatch.setattr(task, "sample", no_such_length)
-    with caplog.at_level("WARNING", logger="pelab.reliability.memory"):
+    with caplog.at_level("WARNING", logger="pelab.reliability.checks.memory"):
         assert memory.check_eval_memory(cfg, task, model) is None
     assert "no shorter lengths to extrapolate from (16); not checked" in caplog.text
 

@@ -1,6 +1,6 @@
-"""One writer per run directory (issue 29, item 4): ``pelab.reliability.lock.run_lock`` held by
-one process refuses (or makes wait) a second one, with a message naming the directory and the
-holder; through the real command line, a second run into a running run's directory is refused
+"""One writer per run directory (issue 29, item 4): ``pelab.reliability.resume.lock.run_lock``
+held by one process refuses (or makes wait) a second one, with a message naming the directory and
+the holder; through the real command line, a second run into a running run's directory is refused
 and leaves the first one's record alone."""
 
 from __future__ import annotations
@@ -13,14 +13,14 @@ from pathlib import Path
 import pytest
 
 from pelab.errors import ConfigError
-from pelab.reliability.lock import run_lock
+from pelab.reliability.resume.lock import run_lock
 from tests.reliability.runs import cli, fault, results
 
 pytestmark = pytest.mark.integration  # real processes
 
 HOLD = """
 import sys, time
-from pelab.reliability.lock import run_lock
+from pelab.reliability.resume.lock import run_lock
 with run_lock(sys.argv[1]):
     print("held", flush=True)
     time.sleep(float(sys.argv[2]))

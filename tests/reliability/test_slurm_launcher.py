@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from hydra_plugins.pelab_launcher.submitit_launcher import mark_interrupted, wait_all
-from pelab.reliability.slurm import (
+from pelab.reliability.cluster.slurm import (
     DEFAULT_MEM_GB,
     job_resources,
     parse_partition,
@@ -312,7 +312,7 @@ def test_a_local_sweep_spreads_its_gpu_jobs_over_the_machines_gpus(monkeypatch):
 
     from hydra_plugins.pelab_launcher import job_config, pool_launcher, submitit_launcher
     from hydra_plugins.pelab_launcher.submitit_launcher import LocalLauncher, local_gpus
-    from pelab.reliability import requeue
+    from pelab.reliability.cluster import requeue
 
     free = [(20 * 2**30, 80 * 2**30), (70 * 2**30, 80 * 2**30), (50 * 2**30, 80 * 2**30)]
     monkeypatch.setattr(pool_launcher, "probe_gpu", lambda measured: (free, []))

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from pelab.reliability.callbacks import TrainingDiverged
+from pelab.reliability.resume.callbacks import TrainingDiverged
 from pelab.train import run
 from tests import zygote
 from tests.reliability.runs import (

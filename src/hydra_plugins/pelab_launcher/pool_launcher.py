@@ -194,7 +194,7 @@ class PoolLauncher(Launcher):
         largest need measured of a training job that fits alone, plus ``CUDA_CONTEXT_BYTES``;
         none: one at a time per device), at most one per core; with ``n_jobs=N``, N spread over
         the devices. Each job's allocator is held to its share of its device's free memory."""
-        from pelab.reliability.memory import GIB
+        from pelab.reliability.checks.memory import GIB
 
         self.gpus = []
         self.set_jobs(available_cores() if self.requested == -1 else self.requested)
@@ -359,7 +359,7 @@ def wants_gpu(config: DictConfig) -> bool:
     ``probe_gpu``), or ``auto`` where CUDA is."""
     import torch
 
-    from pelab.reliability.slurm import GPU_ACCELERATORS
+    from pelab.reliability.cluster.slurm import GPU_ACCELERATORS
 
     accelerator = str(config.trainer.get("accelerator", "cpu"))
     return accelerator in GPU_ACCELERATORS or (accelerator == "auto" and torch.cuda.is_available())

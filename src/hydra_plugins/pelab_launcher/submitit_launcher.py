@@ -1,7 +1,7 @@
 """Hydra's submitit launchers (``hydra/launcher=slurm``, ``local``) with what a cluster needs
 (issue 29):
 
-- the resources follow the run (``pelab.reliability.slurm.job_resources``: no GPU for a CPU
+- the resources follow the run (``pelab.reliability.cluster.slurm.job_resources``: no GPU for a CPU
   trainer, CPUs from the threads the run uses, memory from a measured peak) for each of
   ``gpus_per_node``, ``cpus_per_task`` and ``mem_gb`` left ``null``; a job its partition can
   never start is refused before submission, with the limit it exceeds (``slurm.unfit``);
@@ -9,7 +9,8 @@
   SIGTERM, a time limit, an out-of-memory kill: submitit's ``UncompletedJobError``) is recorded
   ``interrupted`` in its ``results.json`` with the command that resumes it, and the sweep goes on
   to its usual summary instead of a traceback;
-- each job handles SLURM's requeue signal from its first line (``pelab.reliability.requeue``).
+- each job handles SLURM's requeue signal from its first line
+(``pelab.reliability.cluster.requeue``).
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ class _PelabSubmitit(BaseSubmititLauncher):
     devices: dict[int, str] | None = None  # a local sweep's: each job's CUDA_VISIBLE_DEVICES
 
     def __call__(self, *args: Any, **kwargs: Any) -> JobReturn:
-        from pelab.reliability import requeue
+        from pelab.reliability.cluster import requeue
 
         requeue.install()  # the job's first line: SIGUSR1 requeues (or is ignored) from here on
         job_num = args[2] if len(args) > 2 else kwargs["job_num"]
@@ -141,10 +142,10 @@ class _PelabSubmitit(BaseSubmititLauncher):
 def not_submitted(
     job_overrides: Sequence[Sequence[str]], nums: list[int], job_dirs: list[Path]
 ) -> dict[int, JobReturn]:
-    """The jobs whose run directory another run holds (``pelab.reliability.lock``: a sweep
+    """The jobs whose run directory another run holds (``pelab.reliability.resume.lock``: a sweep
     re-run while its jobs still run): not submitted twice, each logged with the holder and
     returned as accounted for (the summary shows its record, still ``running``)."""
-    from pelab.reliability.lock import busy
+    from pelab.reliability.resume.lock import busy
 
     skipped = {}
     for i, (overrides, num, job_dir) in enumerate(zip(job_overrides, nums, job_dirs, strict=True)):
@@ -317,7 +318,7 @@ class SlurmLauncher(_PelabSubmitit):
         against the partition's limits (a ``ConfigError`` naming each exceeded one)."""
         from hydra_plugins.pelab_launcher.job_config import job_config
         from pelab.errors import ConfigError
-        from pelab.reliability.slurm import job_resources, partition_limits, unfit
+        from pelab.reliability.cluster.slurm import job_resources, partition_limits, unfit
 
         assert self.config is not None and self.hydra_context is not None
         if shutil.which("srun") is None or shutil.which("sbatch") is None:

@@ -15,7 +15,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from pelab.data.eval_sets import load_eval_set
 from pelab.errors import ConfigError
-from pelab.reliability.data import ResumableLoader
+from pelab.reliability.resume.data import ResumableLoader
 from pelab.tasks.base import Task
 
 # ``data.length_sampling``: how a training batch draws its length from ``task.train_lengths``

@@ -35,8 +35,8 @@ import torch
 from omegaconf import DictConfig
 
 from pelab.errors import ConfigError
-from pelab.reliability.peak_memory import forward_peak, precision_of
-from pelab.reliability.slurm import GPU_ACCELERATORS
+from pelab.reliability.checks.peak_memory import forward_peak, precision_of
+from pelab.reliability.cluster.slurm import GPU_ACCELERATORS
 
 log = logging.getLogger(__name__)
 

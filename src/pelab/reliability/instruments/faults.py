@@ -23,7 +23,7 @@ class InjectFault(Callback):
     batch ``at_step`` with ``during=test``, send this process SIGTERM / SIGKILL / SIGINT /
     SIGUSR1, raise ``RuntimeError``, pause (sleep until killed, or ``seconds``), or only mark
     the moment (``mark``: create ``marker`` and go on). Enabled only by a config override, e.g.
-    ``+callbacks.fault._target_=pelab.reliability.faults.InjectFault
+    ``+callbacks.fault._target_=pelab.reliability.instruments.faults.InjectFault
     +callbacks.fault.at_step=3 +callbacks.fault.action=sigterm``."""
 
     def __init__(

@@ -9,8 +9,8 @@
   interval does not divide ``trainer.max_steps``: a short run always saves its model.
 - ``StopOnNonFiniteLoss``: fails the run at the first NaN or infinite training loss.
 
-The signals a run answers are ``pelab.reliability.signals``'; the fault injector the tests use
-is ``pelab.reliability.faults``.
+The signals a run answers are ``pelab.reliability.resume.signals``'; the fault injector the tests
+use is ``pelab.reliability.instruments.faults``.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from lightning.pytorch.callbacks import Callback
 from pelab.errors import ConfigError
 from pelab.metrics import selection_score
 from pelab.models.stacked import load_member, member_state
-from pelab.reliability.checkpoints import (
+from pelab.reliability.resume.checkpoints import (
     IDENTITY_KEY,
     SCORES_KEY,
     AtomicCheckpointIO,
@@ -220,10 +220,10 @@ class StopOnNonFiniteLoss(Callback):
     so a diverging run fails with a clear message instead of training on NaN for hours.
 
     Reading the loss on the host at every step would make a GPU wait for each step to finish
-    (``pelab.reliability.syncs``). Each step instead marks, on the loss's device, the first step
-    whose loss was not finite, and the mark is read where the host waits anyway: at a logging
-    step (every ``trainer.log_every_n_steps``), before a validation or a checkpoint (so neither
-    sees diverged weights) and at the end of training."""
+    (``pelab.reliability.instruments.syncs``). Each step instead marks, on the loss's device, the
+    first step whose loss was not finite, and the mark is read where the host waits anyway: at a
+    logging step (every ``trainer.log_every_n_steps``), before a validation or a checkpoint (so
+    neither sees diverged weights) and at the end of training."""
 
     def __init__(self) -> None:
         self.first: torch.Tensor | None = None  # the first non-finite step, -1 while none

@@ -22,7 +22,7 @@ import lightning as L
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from pelab.reliability import requeue
+from pelab.reliability.cluster import requeue
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +120,7 @@ class CheckpointOnSigterm(Callback):
 class RequeueAtStepEnd(Callback):
     """SLURM's requeue signal (``SIGUSR1``, sent ``--signal=USR1@90`` seconds before the time
     limit) during training, answered at the end of a step: ``<dirpath>/last.ckpt`` is saved
-    there, then the job requeues and ends (``pelab.reliability.requeue.handle``), and the
+    there, then the job requeues and ends (``pelab.reliability.cluster.requeue.handle``), and the
     requeued job resumes from that step exactly.
 
     Not mid-step, where a checkpoint would hold a half-done step that Lightning replays off by

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from pelab.errors import ConfigError
-from pelab.reliability.requeue import job_id
+from pelab.reliability.cluster.requeue import job_id
 
 LOCK_NAME = ".pelab.lock"
 POLL_S = 0.5

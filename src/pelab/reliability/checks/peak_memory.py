@@ -1,7 +1,7 @@
 """The peak bytes a model's tensors hold at once, counted as the operations run
 (``LiveTensorBytes``): during one evaluation forward pass (``forward_peak``) or one training step
 (``train_step_peak``), at the trainer's precision (``autocast``) on any device;
-``pelab.reliability.memory`` decides from them whether a run fits."""
+``pelab.reliability.checks.memory`` decides from them whether a run fits."""
 
 from __future__ import annotations
 

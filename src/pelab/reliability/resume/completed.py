@@ -16,7 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from pelab.errors import ConfigError
 from pelab.record import COMPLETED, RESULTS, RUN_ONLY, RUN_ONLY_TRAINER
-from pelab.reliability.checkpoints import TRAJECTORY_KEYS, differences
+from pelab.reliability.resume.checkpoints import TRAJECTORY_KEYS, differences
 
 log = logging.getLogger(__name__)
 

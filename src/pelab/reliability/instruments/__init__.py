@@ -1,0 +1,2 @@
+"""Test and measurement instruments: the fault injector of the fault campaign, and the counter of
+host syncs."""
