@@ -3,7 +3,7 @@
 are about 25 short runs more); ``--device cpu --quick`` runs each kind of row at toy size on a
 CPU in seconds (``tests/test_gpu_check.py``, in ``make test``, so it cannot rot).
 
-Every row is a real pelab run (``pelab.train.run``; the ``jobs`` rows through the parallel
+Every row is a real pelab run (``pelab.train.train``; the ``jobs`` rows through the parallel
 launcher, as ``scripts/train.py -m`` runs them):
 
 - ``default``: ``pe=rope task=copy trainer=gpu``, to its ``learned_at`` stop: learned, and at which
@@ -63,7 +63,7 @@ from lightning.pytorch.callbacks import Callback
 from omegaconf import open_dict
 
 from pelab.reliability.instruments.syncs import CountHostSyncs, HostSyncs
-from pelab.train import run
+from pelab.train import train
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = REPO / "configs"
@@ -170,7 +170,7 @@ def measured_run(name: str, overrides: list[str], root: Path, members: int = 1) 
     cfg = compose_run([*overrides, PROBE, "logger=none"], root / name.replace(" ", "_"))
     start = time.perf_counter()
     with contextlib.redirect_stdout(io.StringIO()):  # each run's own table: the check prints one
-        records = run(cfg)
+        records = train(cfg)
     wall = time.perf_counter() - start
     probe = Probe.last
     first = records[0]

@@ -22,7 +22,7 @@ from lightning.pytorch.callbacks import Callback
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from benchmarks.gpu_check import compose_run, grid_encodings
-from pelab.train import run
+from pelab.train import train
 
 STEPS = 40
 GOAL = 1.25
@@ -113,7 +113,7 @@ def count_operations(
     CountOperations.last = None
     cfg = compose_run(overrides, root / f"{pe}_{members}")
     with contextlib.redirect_stdout(io.StringIO()):
-        run(cfg)
+        train(cfg)
     if CountOperations.last is None:
         raise RuntimeError(f"{pe}: the run of {members} members did not train")
     return CountOperations.last.mode.ops

@@ -11,7 +11,7 @@ import torch
 from pelab.competence import LearnedStop, validation_lengths
 from pelab.errors import ConfigError
 from pelab.tasks import TASK_REGISTRY
-from pelab.train import run
+from pelab.train import train
 
 # copy of 1-2 symbols out of 4: a 1-layer model learns it in ~100-150 steps
 EASY = [
@@ -33,7 +33,7 @@ def trained_steps(cfg) -> int:
 @pytest.mark.integration
 def test_a_run_stops_once_learned_and_records_when(tiny_cfg):
     cfg = tiny_cfg(*EASY, "learned_at=0.9")
-    [record] = run(cfg)
+    [record] = train(cfg)
     assert record["status"] == "completed" and record["stop_reason"] == "learned"
     assert record["attention"] == {"kernel": "flash (cpu)", "dtype": "float32"}  # pelab.kernels
     assert record["learned"] is True and record["steps_to_learn"] % 25 == 0
@@ -43,21 +43,21 @@ def test_a_run_stops_once_learned_and_records_when(tiny_cfg):
     assert list(record["metrics"]["test"]) == ["1", "2", "6"]  # the test: every length
     assert min(record["metrics"]["val"][n]["exact_match"] for n in ("1", "2")) >= 0.9
     # re-running the finished run resumes from last.ckpt, which knows it learned: no training
-    [again] = run(tiny_cfg(*EASY, "learned_at=0.9"))
+    [again] = train(tiny_cfg(*EASY, "learned_at=0.9"))
     assert again["steps_to_learn"] == record["steps_to_learn"] and trained_steps(cfg) < 600
     assert again["metrics"]["test"] == record["metrics"]["test"]
 
 
 @pytest.mark.integration
 def test_a_run_that_never_meets_the_criterion_trains_to_the_cap(tiny_cfg):
-    [record] = run(tiny_cfg(*EASY, "trainer.max_steps=50", "learned_at=1.0"))
+    [record] = train(tiny_cfg(*EASY, "trainer.max_steps=50", "learned_at=1.0"))
     assert (record["learned"], record["steps_to_learn"]) == (False, None)
     assert record["stop_reason"] == "max_steps"
 
 
 @pytest.mark.integration
 def test_without_a_criterion_every_length_is_validated_and_nothing_is_judged(tiny_cfg):
-    [record] = run(tiny_cfg(*EASY, "trainer.max_steps=50", "learned_at=null"))
+    [record] = train(tiny_cfg(*EASY, "trainer.max_steps=50", "learned_at=null"))
     assert (record["learned"], record["steps_to_learn"], record["stop_reason"]) == (
         None,
         None,
@@ -74,7 +74,7 @@ def test_a_failed_run_records_why_it_stopped(tiny_cfg, monkeypatch):
     monkeypatch.setattr(L.Trainer, "fit", broken_fit)
     cfg = tiny_cfg("learned_at=0.9")
     with pytest.raises(RuntimeError, match="boom"):
-        run(cfg)
+        train(cfg)
     saved = json.loads(Path(cfg.paths.output_dir, "results.json").read_text())
     assert saved["status"] == "failed" and saved["stop_reason"] == "failed"
 
@@ -90,7 +90,7 @@ def test_a_failed_run_records_why_it_stopped(tiny_cfg, monkeypatch):
 )
 def test_a_criterion_no_run_can_use_is_refused_before_training(tiny_cfg, override, match):
     with pytest.raises(ConfigError, match=match):
-        run(tiny_cfg(override))
+        train(tiny_cfg(override))
 
 
 def test_validation_lengths_are_the_in_distribution_ones_under_a_budget():

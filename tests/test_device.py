@@ -19,7 +19,7 @@ from pelab.models.member_steps import clip_member_norms
 from pelab.models.stacked import member_state
 from pelab.pe.base import PE_REGISTRY
 from pelab.reliability.instruments.syncs import CountHostSyncs, HostSyncs
-from pelab.train import run
+from pelab.train import train
 from tests.conftest import TINY, compose_config
 from tests.device import DEVICE, DevicelessTensors, OnDevice, second_device, to_second_device
 
@@ -143,7 +143,7 @@ def watched_fit(tmp_path_factory):
     training.make_trainer = make_trainer
     try:
         with deviceless, syncs:
-            records = run(cfg)
+            records = train(cfg)
     finally:
         training.make_trainer = original
     return records, deviceless.found, counter.per_step

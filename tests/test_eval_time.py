@@ -8,7 +8,7 @@ import pytest
 from pelab import eval_time
 from pelab.assembly import build_model, build_task
 from pelab.eval_time import TestTime, check_test_time
-from pelab.train import run
+from pelab.train import train
 from tests.conftest import TINY, compose_config
 
 
@@ -44,7 +44,7 @@ def test_the_costliest_lengths_make_up_most_of_the_time():
 def test_a_run_says_its_test_time_before_training_and_its_progress_during_it(tmp_path, caplog):
     overrides = [*TINY, "logger=none", "callbacks.test_progress.every_s=0"]
     with caplog.at_level(logging.INFO):
-        run(compose_config(overrides, tmp_path))
+        train(compose_config(overrides, tmp_path))
     lines = [r.getMessage() for r in caplog.records]
     told = next(i for i, m in enumerate(lines) if m.startswith("the final test will take about"))
     trained = next(i for i, m in enumerate(lines) if "stopped" in m or "step" in m.lower())

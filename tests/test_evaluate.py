@@ -15,7 +15,7 @@ from pelab.assembly import build_model, build_task
 from pelab.errors import ConfigError
 from pelab.evaluate import check_evaluation, eval_overrides, evaluate, main
 from pelab.record import SCHEMA_VERSION
-from pelab.train import run
+from pelab.train import train
 from tests.conftest import TINY, compose_config
 
 
@@ -27,7 +27,7 @@ def compose_eval(overrides: list[str], root: Path) -> DictConfig:
 def train_tiny(root: Path, *overrides: str) -> Path:
     """A tiny training run in ``root/run``; returns its best checkpoint."""
     cfg = compose_config([*TINY, "logger=csv", *overrides], root)
-    run(cfg)
+    train(cfg)
     GlobalHydra.instance().clear()
     return Path(cfg.paths.output_dir, "checkpoints", "best.ckpt")
 

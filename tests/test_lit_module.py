@@ -190,7 +190,7 @@ def test_a_compile_that_fails_falls_back_to_eager_with_one_warning(
 ):
     """E.g. TorchInductor's CppCompileError on a machine whose compiler cannot build the kernel:
     the run goes on eagerly and computes what an uncompiled run computes."""
-    from pelab.train import run
+    from pelab.train import train
 
     def failing_compile(fn):
         def compiled(*args):
@@ -198,12 +198,12 @@ def test_a_compile_that_fails_falls_back_to_eager_with_one_warning(
 
         return compiled
 
-    [plain] = run(tiny_cfg("seed=3"))
+    [plain] = train(tiny_cfg("seed=3"))
     monkeypatch.setattr("pelab.lit_module.torch.compile", failing_compile)
     cfg = tiny_cfg("seed=3", "model.compile=true")
     cfg.paths.output_dir = str(tmp_path / "compiled")
     with caplog.at_level("WARNING", logger="pelab.lit_module"):
-        [fallen] = run(cfg)
+        [fallen] = train(cfg)
     assert fallen["status"] == "completed"
     assert fallen["metrics"]["test"] == plain["metrics"]["test"]
     warnings = [r.getMessage() for r in caplog.records if "torch.compile failed" in r.getMessage()]

@@ -5,7 +5,7 @@ import torch
 
 import pelab
 from pelab.errors import ConfigError
-from pelab.train import run
+from pelab.train import train
 from tests.conftest import TINY, compose_config
 
 
@@ -16,7 +16,7 @@ def trained(tmp_path_factory):
     steps = ["trainer.max_steps=150", "trainer.val_check_interval=50", "data.batch_size=32"]
     small = [o for o in TINY if not o.startswith(("model.", "trainer.", "task.n_test"))]
     cfg = compose_config([*small, "logger=csv", *steps, *short], tmp)  # the default model
-    [record] = run(cfg)
+    [record] = train(cfg)
     return cfg, record
 
 

@@ -25,7 +25,7 @@ from pelab.models.member_encodings import MemberEncodings
 from pelab.models.stacked import member_state
 from pelab.pe.base import PE_REGISTRY
 from pelab.reliability.resume.callbacks import BestCheckpoints
-from pelab.train import run
+from pelab.train import train
 from pelab.trained import load_weights
 from tests.conftest import TINY, compose_config
 from tests.reliability.runs import checkpoint, fault
@@ -274,7 +274,7 @@ def stacked_run(tmp_path_factory):
     """``seeds=[0,3]`` trained as one stack (4 steps, validations at 2 and 4)."""
     tmp = tmp_path_factory.mktemp("stack")
     cfg = stack_config(tmp, "trainer.log_every_n_steps=3")
-    return tmp, cfg, run(cfg)
+    return tmp, cfg, train(cfg)
 
 
 @pytest.mark.integration
@@ -296,7 +296,7 @@ def test_a_stack_writes_one_single_run_record_per_member(stacked_run, tmp_path):
     assert losses["step"].tolist() == [2]
     assert logged.dropna(subset=["val/id/exact_match"])["step"].tolist() == [2, 4]
     # the member of seed 3 is the single run of seed 3
-    [alone] = run(compose_config([*STACK, "seed=3", "trainer.log_every_n_steps=3"], tmp_path))
+    [alone] = train(compose_config([*STACK, "seed=3", "trainer.log_every_n_steps=3"], tmp_path))
     assert records[1]["metrics"]["test"] == alone["metrics"]["test"]
     single_csv = Path(alone["config"]["paths"]["output_dir"]) / "csv"
     single = pd.read_csv(next(single_csv.glob("*/metrics.csv"))).dropna(subset=["train/loss"])
@@ -333,13 +333,13 @@ def test_a_killed_stack_resumes_exactly(stacked_run, tmp_path):
     _, cfg, reference = stacked_run
     broken = stack_config(tmp_path, *fault("raise", 3))
     with pytest.raises(RuntimeError, match="injected fault at step 3"):
-        run(broken)
+        train(broken)
     out = Path(broken.paths.output_dir)
     assert [checkpoint(out / "checkpoints/last.ckpt")["global_step"]] == [2]
     for seed in (0, 3):
         failed = json.loads((out / f"seed_{seed}" / "results.json").read_text())
         assert failed["status"] == "failed" and "injected fault" in failed["error"]
-    records = run(stack_config(tmp_path))  # the same command again: resumes the stack
+    records = train(stack_config(tmp_path))  # the same command again: resumes the stack
     assert all(r["resumed_from"] == str(out / "checkpoints/last.ckpt") for r in records)
     assert [r["metrics"] for r in records] == [r["metrics"] for r in reference]
 
@@ -355,9 +355,9 @@ def test_a_stack_with_dropout_and_randomized_positions_resumes_and_repeats_exact
         cfg = stack_config(tmp_path / name, *noisy, *faults)
         if faults:
             with pytest.raises(RuntimeError, match="injected fault"):
-                run(cfg)
+                train(cfg)
             cfg = stack_config(tmp_path / name, *noisy)
-        runs.append(run(cfg))
+        runs.append(train(cfg))
     assert runs[2][0]["resumed_from"].endswith("last.ckpt")
     assert [r["metrics"] for r in runs[0]] == [r["metrics"] for r in runs[1]]
     assert [r["metrics"] for r in runs[0]] == [r["metrics"] for r in runs[2]]
@@ -375,9 +375,9 @@ def test_a_member_of_a_learning_rate_is_its_single_run_and_a_row_of_the_table(tm
     step, proportional to its rate, scaled per member) and is the single run with that
     ``model.optimizer.lr``, up to rounding."""
     cfg = compose_config([*STACK, "learning_rates=[1e-3,2e-2]"], tmp_path)
-    stack = run(cfg)
+    stack = train(cfg)
     assert [r["member_of"]["learning_rates"] for r in stack] == [[1e-3, 2e-2]] * 2
-    [alone] = run(compose_config([*STACK, "model.optimizer.lr=2e-2"], tmp_path / "alone"))
+    [alone] = train(compose_config([*STACK, "model.optimizer.lr=2e-2"], tmp_path / "alone"))
     assert stack[1]["metrics"] == alone["metrics"]
     theirs = checkpoint(tmp_path / "alone" / "run" / "checkpoints" / "best.ckpt")["state_dict"]
     for lr, same in (("0.02", True), ("0.001", False)):
@@ -396,7 +396,7 @@ def test_a_member_of_a_learning_rate_is_its_single_run_and_a_row_of_the_table(tm
 def test_a_plain_run_is_a_stack_of_one_with_its_single_run_layout(tmp_path):
     """One path: a plain run trains as K = 1 and keeps a single run's layout (its record and
     ``best.ckpt`` in its own directory, weights in ``torch.nn``'s shapes)."""
-    [record] = run(compose_config([*STACK, "seed=3"], tmp_path))
+    [record] = train(compose_config([*STACK, "seed=3"], tmp_path))
     out = Path(record["config"]["paths"]["output_dir"])
     assert record["status"] == "completed" and "member_of" not in record
     best = checkpoint(out / "checkpoints" / "best.ckpt")["state_dict"]

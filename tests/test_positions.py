@@ -14,7 +14,7 @@ from pelab.positions import (
     build_sampler,
 )
 from pelab.tasks import TASK_REGISTRY
-from pelab.train import run
+from pelab.train import train
 
 
 def test_randomized_positions_are_sorted_distinct_and_in_range():
@@ -93,7 +93,7 @@ def test_training_and_evaluation_see_randomized_positions(tiny_cfg):
 @pytest.mark.integration
 def test_a_randomized_run_completes(tiny_cfg):
     cfg = tiny_cfg("positions=randomized", "pe=rope")
-    run(cfg)
+    train(cfg)
     res = json.loads((Path(cfg.paths.output_dir) / "results.json").read_text())
     assert res["status"] == "completed" and res["choices"]["positions"] == "randomized"
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from pelab.train import run
+from pelab.train import train
 from pelab.wandb_finish import PER_LENGTH_COLUMNS, W_AND_B_RECORD, per_length_rows
 
 
@@ -18,7 +18,7 @@ def read_results(cfg) -> dict:
 @pytest.mark.integration
 def test_a_tiny_run_writes_complete_results(tiny_cfg):
     cfg = tiny_cfg("pe=alibi", "task=reverse", "seed=5")
-    run(cfg)
+    train(cfg)
     res = read_results(cfg)
     assert res["status"] == "completed"
     assert res["choices"] == {
@@ -46,7 +46,7 @@ def test_a_tiny_run_writes_complete_results(tiny_cfg):
 @pytest.mark.integration
 def test_wandb_logs_offline_into_the_run_directory(tiny_cfg):
     cfg = tiny_cfg("logger=wandb", "pe=t5_bias")
-    run(cfg)
+    train(cfg)
     runs = list(Path(cfg.paths.output_dir, "wandb").glob("offline-run-*"))
     assert len(runs) == 1 and any(runs[0].glob("*.wandb"))
     record = read_results(cfg)
@@ -64,7 +64,7 @@ def test_wandb_logs_offline_into_the_run_directory(tiny_cfg):
 @pytest.mark.integration
 def test_the_learning_rate_of_every_step_is_logged(tiny_cfg):
     cfg = tiny_cfg("trainer.log_every_n_steps=1")
-    run(cfg)
+    train(cfg)
     [csv] = Path(cfg.paths.output_dir, "csv").glob("*/metrics.csv")
     lr = pd.read_csv(csv).dropna(subset=["lr-AdamW"])["lr-AdamW"]
     assert len(lr) == cfg.trainer.max_steps and lr.is_monotonic_increasing  # in the warm-up
@@ -77,7 +77,7 @@ def test_the_loss_is_logged_at_every_logging_step_and_at_a_stop_off_it(tiny_cfg)
     stops the trainer off the validation interval, each with its own step's loss (not the one
     logged before, repeated)."""
     cfg = tiny_cfg("trainer.max_steps=5", "trainer.log_every_n_steps=2")
-    run(cfg)
+    train(cfg)
     [csv] = Path(cfg.paths.output_dir, "csv").glob("*/metrics.csv")
     losses = pd.read_csv(csv).dropna(subset=["train/loss"])
     assert losses["step"].tolist() == [1, 3, 4]
@@ -87,7 +87,7 @@ def test_the_loss_is_logged_at_every_logging_step_and_at_a_stop_off_it(tiny_cfg)
 @pytest.mark.integration
 def test_encoder_runs_end_to_end(tiny_cfg):
     cfg = tiny_cfg("model=encoder", "pe=sinusoidal")
-    run(cfg)
+    train(cfg)
     res = read_results(cfg)
     assert res["status"] == "completed" and res["choices"]["model"] == "encoder"
 

@@ -28,7 +28,7 @@ def sweep_resume_command(
 ) -> str:
     """The command that resumes a whole sweep (``-m``) of ``script`` launched with the
     ``task`` and ``hydra`` overrides (its own, not a job's) into ``sweep_dir``
-    (``SWEEP_RESUMES``: ``pelab.train.run``)."""
+    (``SWEEP_RESUMES``: ``pelab.train.train``)."""
     hydra = [o for o in hydra if not o.startswith(("hydra.sweep.dir=", "hydra.mode="))]
     task = [o for o in task if not o.startswith("skip_completed=")]
     words = ["python", script, "-m", *hydra, *task, f"hydra.sweep.dir={sweep_dir}"]

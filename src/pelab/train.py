@@ -2,11 +2,13 @@
 (``pelab.members.Job``; a plain run is K = 1) trained as one network (``pelab.lit_module``),
 each member's run leaving its own ``results.json``.
 
-``scripts/train.py`` -> ``main(cfg)`` -> ``run(job)`` -> ``train(job)`` -> ``trainer.fit``:
-``main`` is a job of the script (``hydra_job.sweep_task``: in a sweep a failure is recorded and the
-sweep goes on); ``run`` holds the job's directory and writes its records around ``train``
-(``pelab.recorder``); ``train`` builds everything from the config (``pelab.assembly``), fits the
-members and tests each on its best checkpoint, named in its record (``checkpoint``)."""
+``scripts/train.py`` -> ``main(cfg)`` -> ``train(job)`` -> ``fit_and_test(job)`` ->
+``trainer.fit``: ``main`` is a job of the script (``hydra_job.sweep_task``: in a sweep a failure
+is recorded and the sweep goes on); ``train`` holds the job's directory and writes its records
+around ``fit_and_test`` (``pelab.recorder``), which builds everything from the config
+(``pelab.assembly``), fits the members and tests each on its best checkpoint, named in its record
+(``checkpoint``). *Train* is the verb over a job; a *run* is what each member trains and
+records."""
 
 from __future__ import annotations
 
@@ -106,7 +108,7 @@ def prepare(job: Job) -> Prepared:
     return Prepared(model, ckpt_path, step)
 
 
-def train(job: Job, prepared: Prepared | None = None) -> Fitted:
+def fit_and_test(job: Job, prepared: Prepared | None = None) -> Fitted:
     """Fit the members (``prepare(job)`` unless ``prepared``), then test each on every
     evaluation length with the weights of its best validation."""
     cfg = job.config
@@ -164,10 +166,10 @@ def member_outcome(fitted: Fitted, member: Member) -> Outcome:
     )
 
 
-def run(job: Job | DictConfig) -> list[dict[str, Any]]:
-    """``train(job)`` inside its members' run records (``pelab.recorder``), with the per-length
-    table, and ``wandb.finish()`` so the next job of a multirun opens its own W&B run. Returns
-    the records, one per member: a plain run's one, or a stack's (``seeds=[...]`` and/or
+def train(job: Job | DictConfig) -> list[dict[str, Any]]:
+    """``fit_and_test(job)`` inside its members' run records (``pelab.recorder``), with the
+    per-length table, and ``wandb.finish()`` so the next job of a multirun opens its own W&B run.
+    Returns the records, one per member: a plain run's one, or a stack's (``seeds=[...]`` and/or
     ``learning_rates=[...]``), each in ``record.member_dir``, naming its stack in ``member_of``.
     A job whose directory already holds the completed records of the same config (up to the
     settings that change neither training nor test, ``record.RUN_ONLY``) returns them as they
@@ -195,7 +197,7 @@ def run(job: Job | DictConfig) -> list[dict[str, Any]]:
             with TrainingRecorder(job) as recorder:
                 prepared = prepare(job)  # a refusal writes no record
                 recorder.started()
-                fitted = train(job, prepared)
+                fitted = fit_and_test(job, prepared)
                 return recorder.completed(lambda k: member_outcome(fitted, job.members[k]))
         finally:  # every record is written: SLURM's requeue signal is ignored from here on
             requeue.finished()
@@ -203,5 +205,5 @@ def run(job: Job | DictConfig) -> list[dict[str, Any]]:
 
 @sweep_task
 def main(cfg: DictConfig) -> None:
-    """One job of ``scripts/train.py``: ``run(Job.of(cfg))``."""
-    run(Job.of(cfg))
+    """One job of ``scripts/train.py``: ``train(Job.of(cfg))``."""
+    train(Job.of(cfg))

@@ -12,7 +12,7 @@ from wandb.sdk.wandb_summary import SummaryDict
 from pelab.analysis.frames import lengths_frame, runs_frame
 from pelab.analysis.table import ablation
 from pelab.analysis.wandb_records import wandb_record
-from pelab.train import run
+from pelab.train import train
 
 
 def plain(value):
@@ -40,7 +40,7 @@ def test_a_run_of_a_wandb_sweep_agent_is_tabulated(tiny_cfg, tmp_path, monkeypat
         finish(*args, **kwargs)
 
     monkeypatch.setattr(wandb, "finish", capture)
-    [record] = run(tiny_cfg("logger=wandb", "pe=rope", "task=copy"))
+    [record] = train(tiny_cfg("logger=wandb", "pe=rope", "task=copy"))
     seen = SimpleNamespace(  # as wandb.Api returns it
         config=seen["config"],
         summary=seen["summary"],

@@ -4,7 +4,7 @@ import lightning as L
 import pytest
 import wandb
 
-from pelab.train import run
+from pelab.train import train
 
 
 @pytest.fixture
@@ -35,7 +35,7 @@ def test_a_run_that_fails_after_wandb_started_is_marked_failed(tiny_cfg, monkeyp
 
     monkeypatch.setattr(L.Trainer, "fit", broken_fit)
     with pytest.raises(RuntimeError, match="boom"):
-        run(tiny_cfg("logger=wandb"))
+        train(tiny_cfg("logger=wandb"))
     assert finished == [
         {"exit_code": 1, "status": "failed", "error": "RuntimeError: boom in training"}
     ]
@@ -44,7 +44,9 @@ def test_a_run_that_fails_after_wandb_started_is_marked_failed(tiny_cfg, monkeyp
 @pytest.mark.integration
 def test_a_completed_run_ends_with_exit_code_0_and_its_chance_levels(tiny_cfg, finished):
     finished, chance = finished
-    [record] = run(tiny_cfg("logger=wandb", "trainer.max_steps=1", "trainer.val_check_interval=1"))
+    [record] = train(
+        tiny_cfg("logger=wandb", "trainer.max_steps=1", "trainer.val_check_interval=1")
+    )
     assert finished == [{"exit_code": 0, "status": "completed", "error": ""}]
     # the chance levels of the ID and OOD means, beside the metrics in W&B and results.json
     levels = {

@@ -10,7 +10,7 @@ from omegaconf import DictConfig
 from pelab.errors import ConfigError
 from pelab.inspect import encoding_figures, inspect_pe, pe_figures
 from pelab.load import load_run
-from pelab.train import run
+from pelab.train import train
 from tests.conftest import TINY, compose_config
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -228,7 +228,7 @@ def test_a_trained_checkpoint_is_drawn_with_its_trained_encoding_and_attention_m
         ],
         tmp_path / "train",
     )
-    run(trained)
+    train(trained)
     ckpt = Path(trained.paths.output_dir) / "checkpoints" / "best.ckpt"
     paths = draw(tmp_path / "trained", f"ckpt_path={ckpt}")
     assert {p.stem for p in paths} == {"relative_logit_bias", "attention_len8", "attention_len32"}
@@ -246,7 +246,7 @@ def test_attention_maps_are_drawn_per_layer_and_head_from_the_recorded_probabili
     tmp_path, monkeypatch
 ):
     trained = compose_config([*TINY, "logger=csv", "model.net.n_layers=2"], tmp_path / "train")
-    run(trained)
+    train(trained)
     drawn, marked = [], []
     monkeypatch.setattr(
         inspect_pe,
@@ -277,7 +277,7 @@ def test_a_trained_checkpoints_figures_go_to_its_own_run_directory(tmp_path):
         trained = compose_config(
             [*TINY, "pe=alibi", "logger=csv", "trainer.max_steps=2"], tmp_path / name
         )
-        run(trained)
+        train(trained)
         run_dir = Path(trained.paths.output_dir)
         ckpt = run_dir / "checkpoints" / "best.ckpt"
         cfg = inspect_config(tmp_path / name, f"ckpt_path={ckpt}", "wandb=false")

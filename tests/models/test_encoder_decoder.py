@@ -12,7 +12,7 @@ from pelab.model_kinds import EncoderDecoderKind, greedy
 from pelab.models.encoder_decoder import EncoderDecoder
 from pelab.models.transformer import Memory
 from pelab.pe import PE_REGISTRY
-from pelab.train import run
+from pelab.train import train
 
 VOCAB = 12
 # one encoding of each hook family: none, embed, transform_qk, logit_bias, modify_* (eager)
@@ -125,7 +125,7 @@ def test_teacher_forcing_gives_the_logits_of_greedy_decoding(name, cached):
 @pytest.mark.integration
 def test_encoder_decoder_trains_and_evaluates_end_to_end(tiny_cfg, pe):
     cfg = tiny_cfg("model=encoder_decoder", f"pe={pe}", "task=copy")
-    run(cfg)
+    train(cfg)
     res = json.loads((Path(cfg.paths.output_dir) / "results.json").read_text())
     assert res["status"] == "completed" and res["choices"]["model"] == "encoder_decoder"
     for metrics in res["metrics"]["test"].values():

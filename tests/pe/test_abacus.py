@@ -16,7 +16,7 @@ from pelab.pe.base import ModelDims
 from pelab.positions import Positions
 from pelab.tasks import TASK_REGISTRY
 from pelab.tokens import BLANK, BOS, N_SPECIAL, SEP
-from pelab.train import run
+from pelab.train import train
 from tests.conftest import compose_config
 
 DIGITS = tuple(range(N_SPECIAL, N_SPECIAL + 10))  # addition's digits: token 3 + d for digit d
@@ -180,7 +180,7 @@ def test_the_model_passes_the_tasks_digits_and_decodes_without_a_cache():
 @pytest.mark.integration
 def test_a_tiny_addition_run_completes_in_every_model_kind(tiny_cfg, model):
     cfg = tiny_cfg("pe=abacus", "task=addition", f"model={model}", "seed=3")
-    run(cfg)
+    train(cfg)
     record = json.loads((Path(cfg.paths.output_dir) / "results.json").read_text())
     assert record["status"] == "completed", record.get("error")
     rows = record["model_dims"]["max_len"] + 100 + 1

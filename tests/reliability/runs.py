@@ -181,9 +181,9 @@ def fake_slurm_job(tmp_path: Path) -> tuple[dict[str, str], Path]:
 
 def uninterrupted(tmp_path: Path, *overrides: str) -> tuple[Path, dict]:
     """The uninterrupted twin (``RESUMABLE`` with ``overrides``): its directory and record."""
-    from pelab.train import run
+    from pelab.train import train
 
-    [record] = run(config(tmp_path, tmp_path / "run", *overrides))
+    [record] = train(config(tmp_path, tmp_path / "run", *overrides))
     return tmp_path / "run", record
 
 

@@ -14,7 +14,7 @@ from hydra.errors import MissingConfigException
 from pelab.errors import ConfigError
 from pelab.record import RESULTS
 from pelab.reliability.checks.validate import check_added_keys, check_types
-from pelab.train import run
+from pelab.train import train
 from tests.conftest import TINY, compose_config
 from tests.reliability.runs import results
 from tests.test_configs import options
@@ -24,7 +24,7 @@ pytestmark = pytest.mark.faults  # the fault campaign: make test-faults
 
 def assert_refused_before_training(cfg, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
-        run(cfg)
+        train(cfg)
     assert not Path(cfg.paths.output_dir, RESULTS).exists()  # no record: nothing ran
     assert not Path(cfg.paths.output_dir, "checkpoints").exists()  # nothing was trained
 
@@ -39,7 +39,7 @@ def test_a_sweeps_job_records_its_refusal(tiny_cfg, monkeypatch):
     monkeypatch.setattr("pelab.hydra_job.in_sweep", lambda: True)
     cfg = tiny_cfg("task.eval_lengths=[16,32]")
     with pytest.raises(ConfigError, match="has no in-distribution length"):
-        run(cfg)
+        train(cfg)
     record = results(Path(cfg.paths.output_dir))
     assert record["status"] == "failed" and record["error"].startswith("ConfigError")
 
@@ -122,7 +122,7 @@ def trained_checkpoint(tmp_path_factory) -> Path:
     """A checkpoint of the tiny rope decoder with d_model 16."""
     tmp = tmp_path_factory.mktemp("trained")
     cfg = compose_config([*TINY, "logger=csv", "test=false"], tmp)
-    run(cfg)
+    train(cfg)
     return Path(cfg.paths.output_dir) / "checkpoints" / "last.ckpt"
 
 

@@ -9,7 +9,7 @@ import torch
 
 from pelab.reliability.instruments.faults import InjectFault
 from pelab.reliability.resume.callbacks import ResumeState
-from pelab.train import run
+from pelab.train import train
 from tests.reliability.runs import checkpoint
 
 
@@ -23,7 +23,7 @@ def test_the_last_step_is_validated_and_saved_whatever_the_interval(
     and evaluate, and a ``last.ckpt`` at its last step."""
     interval = validated[0] if len(validated) > 1 else 10
     cfg = tiny_cfg(f"trainer.max_steps={max_steps}", f"trainer.val_check_interval={interval}")
-    [record] = run(cfg)
+    [record] = train(cfg)
     assert record["status"] == "completed" and record["metrics"]["val"]
     out = cfg.paths.output_dir
     assert checkpoint(f"{out}/checkpoints/last.ckpt")["global_step"] == max_steps

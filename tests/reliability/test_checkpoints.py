@@ -12,7 +12,7 @@ from pelab.assembly import build_model, build_task
 from pelab.errors import ConfigError
 from pelab.reliability.resume.callbacks import BestCheckpoints
 from pelab.reliability.resume.checkpoints import AtomicCheckpointIO, differences, read_checkpoint
-from pelab.train import run
+from pelab.train import train
 from pelab.trained import load_weights
 from tests.reliability.runs import checkpoint, config, fault, killed_in_the_test, results
 
@@ -61,7 +61,7 @@ def flip_one_bit(path: Path) -> None:
 def test_a_flipped_bit_in_a_checkpoint_is_refused_not_resumed_from(tmp_path):
     out = tmp_path / "run"
     cfg = config(tmp_path, out)
-    run(cfg)
+    train(cfg)
     killed_in_the_test(out)  # not completed: a re-run resumes from last.ckpt
     earlier = results(out)
     last = out / "checkpoints" / "last.ckpt"
@@ -70,7 +70,7 @@ def test_a_flipped_bit_in_a_checkpoint_is_refused_not_resumed_from(tmp_path):
     with pytest.raises(ConfigError, match=r"is corrupt: its member .* fails its CRC check"):
         read_checkpoint(last)
     with pytest.raises(ConfigError, match="fails its CRC check"):
-        run(config(tmp_path, out, "skip_completed=false", "test=true"))  # resumes from it
+        train(config(tmp_path, out, "skip_completed=false", "test=true"))  # resumes from it
     assert results(out) == earlier  # refused before any work: the earlier record stands
     best = out / "checkpoints" / "best.ckpt"
     flip_one_bit(best)
@@ -95,12 +95,12 @@ def test_the_best_checkpoints_come_along_when_a_run_resumes_in_another_directory
 
 @pytest.mark.integration
 def test_a_killed_run_resumed_into_a_new_directory_ends_as_the_uninterrupted_one(tmp_path):
-    [whole] = run(config(tmp_path, tmp_path / "whole"))
+    [whole] = train(config(tmp_path, tmp_path / "whole"))
     killed = tmp_path / "killed"
     with pytest.raises(RuntimeError, match="injected fault"):
-        run(config(tmp_path, killed, *fault("raise", 6)))
+        train(config(tmp_path, killed, *fault("raise", 6)))
     elsewhere = tmp_path / "elsewhere"
-    [resumed] = run(
+    [resumed] = train(
         config(tmp_path, elsewhere, f"ckpt_path={killed / 'checkpoints' / 'last.ckpt'}")
     )
     assert resumed["metrics"] == whole["metrics"]

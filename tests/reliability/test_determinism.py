@@ -14,7 +14,7 @@ import torch
 
 from pelab.assembly import build_model, build_task
 from pelab.data.datamodule import TaskData
-from pelab.train import run
+from pelab.train import train
 from tests.conftest import TINY, compose_config
 from tests.reliability.runs import checkpoint, same_weights
 
@@ -32,7 +32,7 @@ RANDOM_PARTS = [
 def tiny_run(tmp_path: Path, name: str, *overrides: str) -> tuple[Path, dict]:
     cfg = compose_config([*TINY, "logger=csv", *RANDOM_PARTS, *overrides], tmp_path)
     cfg.paths.output_dir = str(tmp_path / name)
-    [record] = run(cfg)
+    [record] = train(cfg)
     return tmp_path / name, record
 
 

@@ -11,7 +11,7 @@ import pytest
 import wandb
 from lightning.pytorch.loggers import WandbLogger
 
-from pelab.train import run
+from pelab.train import train
 from pelab.utils.wandb_mode import SYNC_COMMAND, SYNC_HINT
 from tests import zygote
 from tests.reliability.runs import RESUMABLE, config, results
@@ -60,7 +60,7 @@ def test_no_network_and_no_credentials_never_hang_or_prompt(tmp_path, repo_root)
         text=True,
         timeout=120,
     )
-    assert sync.returncode == 0 and "Would sync 1 run(s)" in sync.stdout + sync.stderr
+    assert sync.returncode == 0 and "Would sync 1 train(s)" in sync.stdout + sync.stderr
 
 
 @pytest.mark.integration
@@ -70,7 +70,7 @@ def test_wandb_failing_to_start_drops_the_logger_and_the_run_completes(tmp_path,
 
     monkeypatch.setattr(wandb, "init", unreachable)
     out = tmp_path / "run"
-    [record] = run(config(tmp_path, out, "logger=wandb", "trainer.max_steps=4"))
+    [record] = train(config(tmp_path, out, "logger=wandb", "trainer.max_steps=4"))
     assert record["status"] == "completed" and record["metrics"]["test"]
     assert "WandbLogger failed to start" in record["warnings"][0]
     assert "network is unreachable" in record["warnings"][0]
@@ -85,7 +85,7 @@ def test_wandb_failing_mid_run_still_leaves_the_local_results(tmp_path, monkeypa
     monkeypatch.setattr(WandbLogger, "log_metrics", lost)
     out = tmp_path / "run"
     with pytest.raises(ConnectionError):
-        run(config(tmp_path, out, "logger=wandb", "trainer.max_steps=4"))
+        train(config(tmp_path, out, "logger=wandb", "trainer.max_steps=4"))
     record = results(out)
     assert record["status"] == "failed" and "W&B connection lost" in record["error"]
     assert record["versions"]["wandb"] and record["config"]["trainer"]["max_steps"] == 4

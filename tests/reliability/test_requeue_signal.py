@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from pelab.train import run
+from pelab.train import train
 from tests import zygote
 from tests.reliability.runs import (
     RESUMABLE,
@@ -57,7 +57,7 @@ def requeued(tmp_path: Path, out: Path, monkeypatch) -> dict:
     """What the requeued job does: the same run again in its directory, under SLURM."""
     for key, value in SLURM.items():
         monkeypatch.setenv(key, value)
-    [record] = run(config(tmp_path, out))
+    [record] = train(config(tmp_path, out))
     return record
 
 

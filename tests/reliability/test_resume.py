@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from pelab.errors import ConfigError
-from pelab.train import run
+from pelab.train import train
 from tests.reliability.runs import (
     SLURM,
     SLURM_JOB,
@@ -42,10 +42,10 @@ def reference(tmp_path_factory):
 def test_an_exception_mid_interval_resumes_from_the_last_checkpoint(tmp_path, reference):
     out = tmp_path / "run"
     with pytest.raises(RuntimeError, match="injected fault at step 6"):
-        run(config(tmp_path, out, *fault("raise", 6)))
+        train(config(tmp_path, out, *fault("raise", 6)))
     assert results(out)["status"] == "failed"
     assert checkpoint(out / "checkpoints" / "last.ckpt")["global_step"] == 4
-    [record] = run(config(tmp_path, out))  # the same command again: resumes automatically
+    [record] = train(config(tmp_path, out))  # the same command again: resumes automatically
     assert record["resumed_from"] == str(out / "checkpoints" / "last.ckpt")
     assert_same_as_twin(out, record, reference)
 
@@ -63,7 +63,7 @@ def test_sigterm_saves_a_checkpoint_at_the_step_and_the_rerun_resumes_exactly(
     assert saved["stop_reason"] == "interrupted"
     # SIGTERM arrived before step 7's batch; that step finished and was saved
     assert checkpoint(out / "checkpoints" / "last.ckpt")["global_step"] == 7
-    [record] = run(config(tmp_path, out, "ckpt_path=last"))
+    [record] = train(config(tmp_path, out, "ckpt_path=last"))
     assert record["resumed_from"] == str(out / "checkpoints" / "last.ckpt")
     assert_same_as_twin(out, record, reference)
 
@@ -81,7 +81,7 @@ def test_a_killed_run_resumes_from_its_last_validation(tmp_path, repo_root, refe
         assert proc.returncode != 0
         assert "Ctrl-C" in results(out)["error"]
     assert checkpoint(out / "checkpoints" / "last.ckpt")["global_step"] == 4
-    [record] = run(config(tmp_path, out))
+    [record] = train(config(tmp_path, out))
     assert record["status"] == "completed"
     assert_same_as_twin(out, record, reference)
 
@@ -107,7 +107,7 @@ def test_sigterm_during_the_final_test_stops_at_once_and_the_rerun_only_tests_ag
         proc.kill()
         proc.wait()
     assert "interrupted by SIGTERM" in results(out)["error"]
-    [record] = run(config(tmp_path, out))
+    [record] = train(config(tmp_path, out))
     assert record["resumed_from"] == str(out / "checkpoints" / "last.ckpt")
     assert_same_as_twin(out, record, reference)
 
@@ -132,7 +132,7 @@ def test_a_slurm_requeue_resumes_from_the_step_of_the_signal(
     assert results(out)["status"] == "running"  # the requeued job finishes it
     for key, value in SLURM.items():
         monkeypatch.setenv(key, value)
-    [record] = run(config(tmp_path, out))
+    [record] = train(config(tmp_path, out))
     assert record["resumed_from"] == str(out / "checkpoints" / "last.ckpt")
     assert record["resumed_from_step"] == 7
     assert_same_as_twin(out, record, reference)
@@ -159,11 +159,11 @@ def test_a_requeue_checkpoint_left_in_the_run_directory_changes_nothing(
     own best checkpoint, and its record is the uninterrupted run's."""
     out = tmp_path / "run"
     with pytest.raises(RuntimeError, match="injected fault at step 6"):
-        run(config(tmp_path, out, *fault("raise", 6)))  # last.ckpt at step 4
+        train(config(tmp_path, out, *fault("raise", 6)))  # last.ckpt at step 4
     stray(out / "checkpoints" / "last.ckpt", out / "hpc_ckpt_1.ckpt", step=3)
     for key, value in SLURM.items():
         monkeypatch.setenv(key, value)
-    [record] = run(config(tmp_path, out, f"resume={resume}"))
+    [record] = train(config(tmp_path, out, f"resume={resume}"))
     assert not list(out.glob("hpc_ckpt_*.ckpt"))
     assert ("resumed_from" in record) == (resume == "true")
     assert_same_as_twin(out, record, reference)
@@ -178,11 +178,11 @@ def test_a_requeue_checkpoint_of_an_earlier_pelab_is_resumed_from(
     uninterrupted run."""
     out = tmp_path / "run"
     with pytest.raises(RuntimeError, match="injected fault at step 6"):
-        run(config(tmp_path, out, *fault("raise", 6)))
+        train(config(tmp_path, out, *fault("raise", 6)))
     (out / "checkpoints" / "last.ckpt").rename(out / "hpc_ckpt_1.ckpt")
     for key, value in SLURM.items():
         monkeypatch.setenv(key, value)
-    [record] = run(config(tmp_path, out))
+    [record] = train(config(tmp_path, out))
     assert not (out / "hpc_ckpt_1.ckpt").exists()
     assert (record["resumed_from"], record["resumed_from_step"]) == (
         str(out / "checkpoints" / "last.ckpt"),
@@ -196,13 +196,13 @@ def test_a_best_checkpoint_of_another_run_is_never_scored_as_this_ones(tmp_path)
     """A ``best.ckpt`` left in the run directory by a run with other settings (here another
     seed) is refused, naming what differs, rather than tested as this run's."""
     out = tmp_path / "run"
-    run(config(tmp_path, tmp_path / "other", "seed=1"))
+    train(config(tmp_path, tmp_path / "other", "seed=1"))
     (out / "checkpoints").mkdir(parents=True)
     shutil.copy(tmp_path / "other" / "checkpoints" / "best.ckpt", out / "checkpoints")
     with pytest.raises(
         ConfigError, match=r"best.ckpt comes from a run with other settings(.|\n)*seed"
     ):
-        run(config(tmp_path, out, "train=false"))
+        train(config(tmp_path, out, "train=false"))
 
 
 @pytest.mark.integration
@@ -210,9 +210,9 @@ def test_a_run_resumed_at_its_last_step_records_its_last_validation(tmp_path):
     """Killed during its final test, a run re-run resumes at its last step: nothing is left to
     train or validate, and its record still has the last validation (saved in the checkpoint)."""
     out = tmp_path / "run"
-    [first] = run(config(tmp_path, out))
+    [first] = train(config(tmp_path, out))
     killed_in_the_test(out)
-    [again] = run(config(tmp_path, out))  # what a re-run after a kill in the test does
+    [again] = train(config(tmp_path, out))  # what a re-run after a kill in the test does
     assert again["resumed_from"].endswith("last.ckpt")
     assert again["metrics"]["val"] == first["metrics"]["val"] and first["metrics"]["val"]
     assert again["metrics"]["test"] == first["metrics"]["test"]
@@ -224,10 +224,10 @@ def test_a_run_resumed_at_its_last_step_records_its_last_validation(tmp_path):
 @pytest.mark.integration
 def test_a_stack_resumed_at_its_last_step_records_each_members_last_validation(tmp_path):
     cfg = config(tmp_path, tmp_path / "stack", "seeds=[0,1]")
-    first = run(cfg)
+    first = train(cfg)
     for record in first:
         killed_in_the_test(Path(record["config"]["paths"]["output_dir"]))
-    again = run(config(tmp_path, tmp_path / "stack", "seeds=[0,1]"))
+    again = train(config(tmp_path, tmp_path / "stack", "seeds=[0,1]"))
     assert [r["metrics"]["val"] for r in again] == [r["metrics"]["val"] for r in first]
     assert all(r["metrics"]["val"] for r in again)
 
@@ -238,15 +238,15 @@ def test_a_completed_runs_command_run_again_says_so_and_leaves_its_record(tmp_pa
     again and rewrote its record (a 3 s wall time, a new start). Now it says the run is done
     and returns the record untouched, byte for byte; a stack's members alike."""
     out = tmp_path / "run"
-    [first] = run(config(tmp_path, out))
+    [first] = train(config(tmp_path, out))
     saved = (out / "results.json").read_bytes()
     with caplog.at_level("WARNING", logger="pelab.train"):
-        [again] = run(config(tmp_path, out, "logger=none"))  # a run-only setting may change
+        [again] = train(config(tmp_path, out, "logger=none"))  # a run-only setting may change
     assert again == first and (out / "results.json").read_bytes() == saved
     assert f"{out} already completed with this config: its record is left as it was" in caplog.text
     stack = config(tmp_path, tmp_path / "stack", "seeds=[0,1]")
-    members = run(stack)
+    members = train(stack)
     files = [Path(r["config"]["paths"]["output_dir"]) / "results.json" for r in members]
     before = [f.read_bytes() for f in files]
-    assert run(config(tmp_path, tmp_path / "stack", "seeds=[0,1]")) == members
+    assert train(config(tmp_path, tmp_path / "stack", "seeds=[0,1]")) == members
     assert [f.read_bytes() for f in files] == before

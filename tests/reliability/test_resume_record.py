@@ -6,7 +6,7 @@ import pytest
 from lightning.pytorch.callbacks import Callback
 
 from pelab import trainer
-from pelab.train import run
+from pelab.train import train
 from tests.reliability.runs import config, fault, results
 
 
@@ -14,10 +14,10 @@ from tests.reliability.runs import config, fault, results
 def test_a_resumed_run_records_its_total_wall_time_and_each_attempt(tmp_path, caplog):
     out = tmp_path / "run"
     with pytest.raises(RuntimeError, match="injected fault at step 6"):
-        run(config(tmp_path, out, *fault("raise", 6)))
+        train(config(tmp_path, out, *fault("raise", 6)))
     first = results(out)["wall_time_s"]
     with caplog.at_level("INFO", logger="pelab.train"):
-        [record] = run(config(tmp_path, out))  # the same command again: resumes from last.ckpt
+        [record] = train(config(tmp_path, out))  # the same command again: resumes from last.ckpt
     assert record["resumed_from"].endswith("last.ckpt")
     assert record["resumed_from_step"] == 4  # the last validation before the fault
     assert f"resuming from step 4 (checkpoint {record['resumed_from']})" in caplog.text
@@ -46,7 +46,7 @@ def test_a_resumed_runs_progress_bar_has_its_total_and_starts_where_it_resumed(
     bar += [f"+callbacks.spy._target_={__name__}.BarSpy"]
     out = tmp_path / "run"
     with pytest.raises(RuntimeError, match="injected fault at step 6"):
-        run(config(tmp_path, out, *fault("raise", 6), *bar))
+        train(config(tmp_path, out, *fault("raise", 6), *bar))
     SEEN.clear()
-    run(config(tmp_path, out, *bar))
+    train(config(tmp_path, out, *bar))
     assert SEEN[0] == (8, 5)  # resumed from the checkpoint at step 4: its 5th step of 8

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from pelab.reliability.resume.callbacks import TrainingDiverged
-from pelab.train import run
+from pelab.train import train
 from tests import zygote
 from tests.reliability.runs import (
     SWEEP_ENV,
@@ -35,7 +35,7 @@ DIVERGING = ["model.optimizer.lr=1e30", "model.schedule.warmup_steps=1"]
 def test_a_diverging_run_stops_at_the_first_nan_and_records_why(tmp_path):
     out = tmp_path / "run"
     with pytest.raises(TrainingDiverged, match=r"train/loss is (nan|inf) at step \d"):
-        run(config(tmp_path, out, *DIVERGING))
+        train(config(tmp_path, out, *DIVERGING))
     record = results(out)
     assert record["status"] == "failed"
     assert "training diverged" in record["error"] and "model.optimizer.lr" in record["error"]
@@ -55,10 +55,10 @@ def test_rerunning_a_sweep_skips_completed_jobs_resumes_killed_ones_and_records_
     done, killed, diverging = (
         sweep_job(sweep, "rope", "copy", 0, f"model.optimizer.lr={lr}", warmup) for lr in lrs
     )
-    run(config(tmp_path, done, f"model.optimizer.lr={lrs[0]}", warmup))
+    train(config(tmp_path, done, f"model.optimizer.lr={lrs[0]}", warmup))
     finished = (done / "results.json").read_bytes()
     with pytest.raises(RuntimeError, match="injected"):
-        run(config(tmp_path, killed, f"model.optimizer.lr={lrs[1]}", warmup, *fault("raise", 6)))
+        train(config(tmp_path, killed, f"model.optimizer.lr={lrs[1]}", warmup, *fault("raise", 6)))
 
     proc = sweep_cli(
         repo_root,
@@ -175,7 +175,7 @@ def test_a_killed_job_of_a_parallel_evaluation_sweep_is_recorded_through_its_lin
     and link to their record beside the checkpoint: a job killed during its test is recorded
     there as failed, by SIGKILL, and the summary names it."""
     out = tmp_path / "run"
-    run(config(tmp_path, out))
+    train(config(tmp_path, out))
     sweep = tmp_path / "eval_sweep"
     cmd = [
         "scripts/eval.py",

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pelab.train import run
+from pelab.train import train
 from tests.conftest import compose_config
 
 
@@ -37,7 +37,7 @@ def learn(
         tmp_path,
     )
     start = time.perf_counter()
-    [record] = run(cfg)
+    [record] = train(cfg)
     seconds = time.perf_counter() - start
     test_id = record["metrics"]["test_id"]
     print(f"\n{task} {overrides}: {steps} steps, {seconds:.0f} s, in-distribution {test_id}")

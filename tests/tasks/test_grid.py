@@ -12,7 +12,7 @@ from pelab.errors import ConfigError
 from pelab.tasks import TASK_REGISTRY
 from pelab.tasks.grid import GridTask
 from pelab.tokens import BOS, N_SPECIAL, SEP
-from pelab.train import run
+from pelab.train import train
 from tests.tasks.run_check import learn
 
 MODES = ["transpose", "copy"]
@@ -138,7 +138,7 @@ def test_every_2d_encoding_trains_on_the_grid_end_to_end(tiny_cfg, pe, model):
         "task.train_lengths=[2,3]",
         "task.eval_lengths=[2,4]",
     )
-    run(cfg)
+    train(cfg)
     res = json.loads((Path(cfg.paths.output_dir) / "results.json").read_text())
     assert res["status"] == "completed" and res["choices"]["task"] == "grid"
     assert list(res["metrics"]["test"]) == ["2", "4"]

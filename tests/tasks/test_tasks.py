@@ -29,7 +29,7 @@ from pelab.tasks import TASK_REGISTRY, Task
 from pelab.tasks.base import expand_lengths
 from pelab.threads import configure_threads
 from pelab.tokens import N_SPECIAL
-from pelab.train import run
+from pelab.train import train
 from tests.conftest import CONFIG_DIR, TINY, compose_config
 
 TASKS = sorted(TASK_REGISTRY)
@@ -243,7 +243,7 @@ def test_trains_and_tests_in_every_model_kind(tiny_cfg, tmp_path, name, model):
     shortest in-distribution and the longest evaluation length of the example: it completes,
     keeps the task's settings and reports both metrics and their chance level at both lengths."""
     settings = short_and_long(name, LAYOUTS[name], tmp_path)
-    [record] = run(tiny_cfg(f"model={model}", *task_overrides(name, settings)))
+    [record] = train(tiny_cfg(f"model={model}", *task_overrides(name, settings)))
     assert record["status"] == "completed"
     assert {key: record["config"]["task"][key] for key in settings} == settings
     check_metrics(record["metrics"], settings)

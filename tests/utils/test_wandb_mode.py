@@ -12,7 +12,7 @@ from lightning.pytorch.loggers import WandbLogger
 from omegaconf import OmegaConf
 from wandb.cli import cli as wandb_cli
 
-from pelab.train import run
+from pelab.train import train
 from pelab.trainer import working_loggers
 from pelab.utils import wandb_mode as wandb_mode_module
 from pelab.utils.wandb_mode import (
@@ -123,8 +123,8 @@ def test_the_printed_sync_command_finds_every_offline_run_not_yet_uploaded(tmp_p
     monkeypatch.setattr(wandb.errors.term, "_silent", False)
     result = CliRunner().invoke(wandb_cli.sync, ["--dry-run", *found])
     assert result.exit_code == 0, result.output
-    assert "Would sync 1 run(s)" in result.output and "run-fresh001.wandb" in result.output
-    assert "Skipped 1 synced run(s)" in result.output and "online01" not in result.output
+    assert "Would sync 1 train(s)" in result.output and "run-fresh001.wandb" in result.output
+    assert "Skipped 1 synced train(s)" in result.output and "online01" not in result.output
 
 
 def test_make_sync_runs_the_printed_command_with_the_venvs_wandb(repo_root):
@@ -189,7 +189,7 @@ def test_every_source_w_and_b_reads_credentials_from_counts_and_is_named(
 @pytest.mark.integration
 def test_the_run_says_which_mode_it_chose_and_why(tiny_cfg, caplog):
     with caplog.at_level("INFO", logger="pelab.trainer"):
-        run(tiny_cfg("logger=wandb"))
+        train(tiny_cfg("logger=wandb"))
     assert "W&B: offline mode (set by $WANDB_MODE)" in caplog.text
 
 

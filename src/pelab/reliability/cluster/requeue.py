@@ -4,7 +4,7 @@ first line to its exit (issue 29, item 3).
 Lightning answers the signal only inside ``fit``/``test``; anywhere else (start-up, between fit
 and test, writing the records, W&B's finish, exit) its default action ends the process and SLURM
 marks the job ``FAILED 10:0`` with nothing requeued. ``install()``, called first by
-``scripts/train.py`` and by pelab's submitit launcher in the job (and by ``pelab.train.run``
+``scripts/train.py`` and by pelab's submitit launcher in the job (and by ``pelab.train.train``
 for a run started from Python), makes the signal:
 
 - before the run's records are final: requeue the job (``scontrol requeue <job id>``) and end

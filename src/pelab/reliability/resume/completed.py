@@ -1,5 +1,5 @@
 """Re-running without repeating finished work: with ``skip_completed=true`` (or ``resume=true``,
-the default, ``pelab.train.run``), a job whose
+the default, ``pelab.train.train``), a job whose
 output directory already holds a ``completed`` ``results.json`` of the same config returns that
 record without training. Hydra names each job's directory after its choices and overrides
 (``record.job_key``), so a sweep re-run, or grown, with the same fixed ``hydra.sweep.dir`` finds

@@ -1,4 +1,4 @@
-"""The shared pieces of a job: its trainer, callbacks and loggers, and its records' life."""
+"""A job's pieces: its trainer, callbacks and loggers, its refusals, and its records' life."""
 
 from pathlib import Path
 from types import SimpleNamespace
@@ -10,7 +10,7 @@ from pelab import hydra_job, trainer
 from pelab.errors import ConfigError
 from pelab.record import read_record
 from pelab.recorder import Planned, Recorder
-from pelab.train import run
+from pelab.train import train
 from pelab.trainer import configured_callbacks
 from tests.conftest import TINY, compose_config
 
@@ -22,7 +22,7 @@ def test_no_logger_and_no_progress_bar_train_a_complete_run(tmp_path):
     quiet = ["logger=none", "trainer.enable_progress_bar=false"]
     cfg = compose_config([*TINY, *quiet], tmp_path)
     assert not any(isinstance(c, ProgressBar) for c in configured_callbacks(cfg))
-    [record] = run(cfg)
+    [record] = train(cfg)
     out = Path(cfg.paths.output_dir)
     assert record["status"] == "completed", record.get("error")
     assert (out / "checkpoints" / "best.ckpt").is_file()
