@@ -60,7 +60,7 @@ def test_no_network_and_no_credentials_never_hang_or_prompt(tmp_path, repo_root)
         text=True,
         timeout=120,
     )
-    assert sync.returncode == 0 and "Would sync 1 train(s)" in sync.stdout + sync.stderr
+    assert sync.returncode == 0 and "Would sync 1 run(s)" in sync.stdout + sync.stderr
 
 
 @pytest.mark.integration

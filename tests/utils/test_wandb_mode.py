@@ -123,8 +123,8 @@ def test_the_printed_sync_command_finds_every_offline_run_not_yet_uploaded(tmp_p
     monkeypatch.setattr(wandb.errors.term, "_silent", False)
     result = CliRunner().invoke(wandb_cli.sync, ["--dry-run", *found])
     assert result.exit_code == 0, result.output
-    assert "Would sync 1 train(s)" in result.output and "run-fresh001.wandb" in result.output
-    assert "Skipped 1 synced train(s)" in result.output and "online01" not in result.output
+    assert "Would sync 1 run(s)" in result.output and "run-fresh001.wandb" in result.output
+    assert "Skipped 1 synced run(s)" in result.output and "online01" not in result.output
 
 
 def test_make_sync_runs_the_printed_command_with_the_venvs_wandb(repo_root):
