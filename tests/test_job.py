@@ -145,6 +145,8 @@ def test_each_record_ends_with_its_own_outcome_and_the_first_error_goes_on_once_
         assert [read_record(p.path)["status"] for p in planned] == ["running"] * 3
         recorder.completed(outcome_of)
     assert asked == [0, 1, 2]
+    with pytest.raises(RuntimeError, match="before started"):  # nothing ends unstarted
+        Recorder("eval", planned).completed(outcome_of)
     records = [read_record(p.path) for p in planned]
     assert [r["status"] for r in records] == ["completed", "failed", "completed"]
     assert records[1]["error"] == "ValueError: no scores" and "metrics" not in records[1]

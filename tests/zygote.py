@@ -22,6 +22,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -138,6 +139,7 @@ class Zygote:
     def stop(self) -> None:
         self.process.kill()
         self.process.wait()
+        shutil.rmtree(self.directory, ignore_errors=True)
 
     def spawn(self, argv: list[str], cwd: str, env: dict[str, str], fds: list[int]) -> Spawned:
         """``argv`` forked from the zygote, with ``fds`` as its stdin, stdout and stderr."""

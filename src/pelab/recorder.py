@@ -91,6 +91,8 @@ class Recorder:
     def completed(self, outcome: Callable[[int], Outcome]) -> list[dict[str, Any]]:
         """Each record ``completed`` with ``outcome(index)``, in order; one whose outcome
         raises ends with that error, and the first such error goes on once all are written."""
+        if not self.records:
+            raise RuntimeError("Recorder.completed before started: there is no record to end")
         self.final = self.ending_fields()
         failure = None
         for index in sorted(self.open):

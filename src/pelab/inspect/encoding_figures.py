@@ -27,6 +27,10 @@ from pelab.pe.layered import LayeredPE
 from pelab.pe.scaled_sinusoidal import ScaledSinusoidalPE
 from pelab.positions import Positions
 
+# where an encoding is drawn: the host (built untrained here, or loaded by ``load_run`` onto the
+# CPU), from seeded CPU generators
+HOST = "cpu"
+
 
 def position_vectors(pe: PositionalEncoding, n: int) -> tuple[Tensor, str]:
     """``embed`` of one token vector at positions ``0..n-1``: ``[n, d_model]``, and what it fed.
@@ -38,9 +42,9 @@ def position_vectors(pe: PositionalEncoding, n: int) -> tuple[Tensor, str]:
     encoding that indexes digits (abacus), the first digit token: one number of ``n`` digits.
     """
     token = pe.dims.digit_tokens[0] if pe.needs_digit_tokens else 0
-    tokens, pos = torch.full((1, n), token), Positions.contiguous(n)
+    tokens, pos = torch.full((1, n), token, device=HOST), Positions.contiguous(n, HOST)
     generator = torch.Generator().manual_seed(0)
-    vector = torch.randn(pe.dims.d_model, generator=generator).expand(1, n, -1)
+    vector = torch.randn(pe.dims.d_model, generator=generator, device=HOST).expand(1, n, -1)
     zeros = torch.zeros_like(vector)
     added, moved = pe.embed(zeros, tokens, pos), pe.embed(vector, tokens, pos)
     if isinstance(pe, AdditivePE) or torch.allclose(moved - vector, added, atol=1e-5):
@@ -51,7 +55,7 @@ def position_vectors(pe: PositionalEncoding, n: int) -> tuple[Tensor, str]:
 def layer_signals(pe: PositionalEncoding, n: int) -> Tensor:
     """``layer_input`` of a zero residual stream at positions ``0..n-1`` entering each block:
     ``[n_layers, n, d_model]``, what an encoding injected at every block adds there."""
-    x, pos = torch.zeros(1, n, pe.dims.d_model), Positions.contiguous(n)
+    x, pos = torch.zeros(1, n, pe.dims.d_model, device=HOST), Positions.contiguous(n, HOST)
     return torch.stack([pe.layer_input(x, pos, layer)[0] for layer in range(pe.dims.n_layers)])
 
 
@@ -86,13 +90,13 @@ def relative_curves(
     dims, layer = pe.dims, drawn_layer(pe)
     n = length if dims.causal else 2 * length - 1
     c = length - 1
-    pos = Positions.contiguous(n)
+    pos = Positions.contiguous(n, HOST)
     generator = torch.Generator().manual_seed(0)
-    qk = torch.randn(2, 1, dims.n_heads, 1, dims.head_dim, generator=generator)
+    qk = torch.randn(2, 1, dims.n_heads, 1, dims.head_dim, generator=generator, device=HOST)
     q, k = (x.expand(1, dims.n_heads, n, dims.head_dim) for x in qk)  # one vector everywhere
     scale = dims.head_dim**-0.5
     if hook in ("logit_bias", "input_bias"):
-        x = torch.randn(1, n, dims.d_model, generator=generator)
+        x = torch.randn(1, n, dims.d_model, generator=generator, device=HOST)
         if hook == "logit_bias":
             bias = pe.logit_bias(pos, layer)
         else:
@@ -101,9 +105,11 @@ def relative_curves(
             return None
         response = bias.expand(1, dims.n_heads, n, n)
     elif hook == "normalize":
-        equal = torch.zeros(1, dims.n_heads, n, n)
+        equal = torch.zeros(1, dims.n_heads, n, n, device=HOST)
         if dims.causal:
-            equal = equal.masked_fill(~torch.ones(n, n, dtype=torch.bool).tril(), -torch.inf)
+            equal = equal.masked_fill(
+                ~torch.ones(n, n, dtype=torch.bool, device=HOST).tril(), -torch.inf
+            )
         response = pe.normalize(equal, pos, layer)
     elif hook == "transform_qk":
         q, k = pe.transform_qk(q, k, pos, layer)
@@ -112,7 +118,7 @@ def relative_curves(
         logits = q @ q.transpose(-1, -2) * scale  # q = k: one random vector as query and key
         response = pe.modify_logits(logits, q, q, pos, layer) - logits
     else:  # modify_probs
-        uniform = torch.full((1, dims.n_heads, n, n), 1.0 / n)
+        uniform = torch.full((1, dims.n_heads, n, n), 1.0 / n, device=HOST)
         response = pe.modify_probs(uniform, pos, layer) / uniform
     return c - torch.arange(n), response[0, :, c]
 
@@ -127,7 +133,10 @@ def grid_cells(radius: int) -> Tensor:
 def grid_cosine(pe: PositionalEncoding, radius: int) -> Tensor:
     """``[2R+1, 2R+1]``: cos(PE(row, col), PE(R, R)) for an encoding of 2-D positions."""
     cells = grid_cells(radius) + radius  # [m, 2], coordinates 0..2R
-    x, tokens = torch.zeros(1, len(cells), pe.dims.d_model), torch.zeros(1, len(cells)).long()
+    x, tokens = (
+        torch.zeros(1, len(cells), pe.dims.d_model, device=HOST),
+        torch.zeros(1, len(cells), dtype=torch.long, device=HOST),
+    )
     table = pe.embed(x, tokens, Positions.from_tensor(cells[None]))
     unit = torch.nn.functional.normalize(table[0], dim=-1)
     centre = len(cells) // 2
@@ -146,7 +155,7 @@ def grid_relative(pe: PositionalEncoding, hook: str, radius: int) -> Tensor:
         response = pe.logit_bias(pos, layer).expand(1, dims.n_heads, 1, m)
     else:  # transform_qk
         generator = torch.Generator().manual_seed(0)
-        q, k = torch.randn(2, 1, dims.n_heads, 1, dims.head_dim, generator=generator)
+        q, k = torch.randn(2, 1, dims.n_heads, 1, dims.head_dim, generator=generator, device=HOST)
         q, k = pe.transform_qk(q, k.expand(1, dims.n_heads, m, dims.head_dim), pos, layer)
         response = q @ k.transpose(-1, -2) * dims.head_dim**-0.5
     return response[0, :, 0].unflatten(-1, (2 * radius + 1, 2 * radius + 1))
