@@ -34,7 +34,9 @@ reads versions 1 and 2, which called ``job_type`` ``kind``, with ``job_type``; v
   and ``fit_time_s``, the members' shared training time; the member's own ``wall_time_s`` is its
   test); its run lies in ``member_dir(<stack dir>, seed, lr)``;
 - ``wall_time_s`` (a resumed run: the total, and ``wall_time_parts_s`` the attempts'), library
-  ``versions``, ``python``, ``git_commit`` and ``git_dirty``.
+  ``versions``, ``python``, ``git_commit`` and ``git_dirty`` (the code under ``src/``,
+  ``configs/``, ``scripts/`` differs from the commit, untracked files included), and when dirty
+  ``git_changes``, ``git_patch`` and ``git_patch_sha256``, what rebuilds it (``provenance``).
 """
 
 from __future__ import annotations
@@ -44,7 +46,6 @@ import json
 import logging
 import os
 import platform
-import subprocess
 import tempfile
 from datetime import datetime
 from importlib.metadata import PackageNotFoundError, version
@@ -52,6 +53,7 @@ from pathlib import Path
 from typing import Any
 
 from pelab.errors import causes, storage_fault
+from pelab.provenance import code_state
 
 log = logging.getLogger(__name__)
 
@@ -193,36 +195,15 @@ def _umask() -> int:
 
 
 def environment() -> dict[str, Any]:
-    """Library versions, Python, and the git commit of the working directory (if any)."""
+    """Library versions, Python, and the code that ran (``provenance.code_state``: the git
+    commit, whether the code differs from it, and what rebuilds it)."""
     versions = {}
     for name in PACKAGES:
         try:
             versions[name] = version(name)
         except PackageNotFoundError:
             versions[name] = None
-    commit = _git("rev-parse", "HEAD")
-    changes = _git("status", "--porcelain", "--untracked-files=no")
-    return {
-        "versions": versions,
-        "python": platform.python_version(),
-        "git_commit": commit,
-        "git_dirty": None if changes is None else bool(changes),  # uncommitted changes to code
-    }
-
-
-def _git(*args: str) -> str | None:
-    """``git <args>`` in pelab's source tree; None outside a git checkout."""
-    try:
-        return subprocess.run(
-            ["git", *args],
-            capture_output=True,
-            text=True,
-            timeout=5,
-            cwd=Path(__file__).parent,
-            check=True,
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return None
+    return {"versions": versions, "python": platform.python_version(), **code_state()}
 
 
 def failure_reason(error: BaseException, resume: str | None = None) -> str:

@@ -20,6 +20,7 @@ def test_a_stack_is_one_line_with_its_seeds_and_how_many_learned(tmp_path):
         job(tmp_path, "a", "rope", "copy", 1, False, "2026-11-24T10:00:00+00:00", stack),
         job(tmp_path, "b", "alibi", "sort", 0, None, "2026-11-25T09:30:00+00:00"),
     ]
+    records[0] |= {"git_commit": "abc1234567", "git_dirty": True}  # the code differed from it
     for r, where in zip(records, ("/l/a/seed_0", "/l/a/seed_1", "/l/b"), strict=True):
         r["source"], r["job"] = where, where if "seed" not in where else "/l/a"
     lines = run_list(records).splitlines()
@@ -32,6 +33,7 @@ def test_a_stack_is_one_line_with_its_seeds_and_how_many_learned(tmp_path):
         "ID",
         "OOD",
         "wall",
+        "code",
         "path",
     ]
     assert lines[2].split() == [  # newest first: the stack started a day earlier
@@ -45,6 +47,7 @@ def test_a_stack_is_one_line_with_its_seeds_and_how_many_learned(tmp_path):
         "25.0",
         "1.5",
         "min",
+        "abc1234+dirty",
         "/l/a",
     ]
     assert lines[1].split()[2:7] == ["alibi", "sort", "0", "-", "100.0"]

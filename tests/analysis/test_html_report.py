@@ -16,7 +16,11 @@ RECORDS = [
     record("alibi", "copy", 0, {8: 0.6, 32: 0.1}, learned=False),
     record("alibi", "copy", 1, status="failed"),
 ]
-RECORDS[0] |= {"versions": {"torch": "2.13.0"}, "git_commit": "abc123", "git_dirty": False}
+RECORDS[0] |= {"versions": {"torch": "2.13.0"}, "git_commit": "abc1234", "git_dirty": False}
+# a run whose code was an untracked module: its changes and patch are named
+RECORDS[1] |= {"versions": {"torch": "2.13.0"}, "git_commit": "abc1234", "git_dirty": True}
+RECORDS[1] |= {"git_changes": ["?? src/pelab/pe/mine.py"], "git_patch": "diff ..."}
+RECORDS[1] |= {"git_patch_sha256": "0123456789abcdef"}
 
 
 def test_the_report_is_one_file_with_tables_figures_failures_commands_and_versions(tmp_path):
@@ -39,7 +43,9 @@ def test_the_report_is_one_file_with_tables_figures_failures_commands_and_versio
     assert "alibi · copy · seed 1: failed: ConfigError: deliberately broken" in page
     assert "alibi · copy · seed 0: ID exact match 60.0%" in page  # completed, not learned
     assert "python scripts/train.py pe=rope seed=0" in page
-    assert "torch 2.13.0; commit abc123" in page
+    assert "torch 2.13.0; commit abc1234 clean" in page
+    dirty = "commit abc1234 + 1 changes (?? src/pelab/pe/mine.py); patch kept, sha256 01234567"
+    assert dirty in page
 
 
 class Page(HTMLParser):

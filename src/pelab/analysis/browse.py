@@ -3,7 +3,8 @@
 One line per job (a stack of members, ``seeds=[...]``, is one line with its seeds), newest
 first: when it started, the encoding and task, the seeds, how many learned their task
 (``k/n``; ``-`` without a criterion), the in- and out-of-distribution exact match (%, mean over
-the seeds that completed), the wall time and the job's directory. Runs that did not complete
+the seeds that completed), the wall time, the code that ran (its commit, ``+dirty`` when it
+differed from it: ``provenance``) and the job's directory. Runs that did not complete
 show their status in place of the scores."""
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-COLUMNS = ("date", "pe", "task", "seeds", "learned", "ID", "OOD", "wall", "path")
+COLUMNS = ("date", "pe", "task", "seeds", "learned", "ID", "OOD", "wall", "code", "path")
 
 
 def run_list(records: list[dict[str, Any]]) -> str:
@@ -56,6 +57,7 @@ def _row(path: str, members: list[dict[str, Any]]) -> dict[str, Any]:
         "ID": scores["id"],
         "OOD": scores["ood"],
         "wall": _wall(wall),
+        "code": _code(first),
         "path": path,
     }
 
@@ -66,3 +68,11 @@ def _wall(seconds: float) -> str:
     if seconds < 60:
         return f"{seconds:.0f} s"
     return f"{seconds / 60:.1f} min" if seconds < 3600 else f"{seconds / 3600:.1f} h"
+
+
+def _code(record: dict[str, Any]) -> str:
+    """``8129362``, ``8129362+dirty`` (the record keeps the patch: ``provenance``), ``-``."""
+    commit = record.get("git_commit")
+    if not commit:
+        return "-"
+    return str(commit)[:7] + ("+dirty" if record.get("git_dirty") else "")

@@ -15,6 +15,7 @@ from typing import Any
 
 import pandas as pd
 
+from pelab import provenance
 from pelab.analysis.cells import column_header, column_notes, metric_name, pivot
 from pelab.analysis.render import LEGEND, not_completed
 from pelab.analysis.table import Ablation
@@ -83,11 +84,12 @@ def commands(records: Sequence[dict[str, Any]]) -> list[str]:
 
 
 def versions(records: Sequence[dict[str, Any]]) -> list[str]:
-    """Every distinct environment the runs recorded: library versions and git commit."""
+    """Every distinct environment the runs recorded: library versions and the code that ran
+    (its commit, and what differed from it: ``provenance.summary``)."""
     seen = {
         (
             ", ".join(f"{k} {v}" for k, v in (r.get("versions") or {}).items()),
-            str(r.get("git_commit")) + (" (dirty)" if r.get("git_dirty") else ""),
+            provenance.summary(r),
         )
         for r in records
         if r.get("versions")
