@@ -7,16 +7,16 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from pelab.analysis import sequential
 from pelab.analysis.cells import decide_text, pivot
 from pelab.analysis.frames import lengths_frame, runs_frame
 from pelab.analysis.power import (
-    MAX_SEEDS,
     POWER,
     detectable_difference,
     seeds_to_decide,
     welch_power,
 )
-from pelab.analysis.statistics import ALPHA, welch_test
+from pelab.analysis.sequential import ALPHA, LOOKS, welch_test
 from pelab.analysis.table import ablation
 from tests.analysis.records import record
 
@@ -72,23 +72,39 @@ def seeds(pe: str, scores: list[float]) -> list[dict]:
 
 
 def test_a_column_says_what_it_can_detect_and_what_would_decide_each_undecided_cell():
-    """alibi is best; rope is within noise (bold, undecided): its cell says the seeds that would
-    decide it, by ``seeds_to_decide`` at the column's Holm level for 2 comparisons; none is
-    decided (not bold) and says nothing; the column's detectable difference is its row."""
-    alibi, rope, none = [0.90, 0.84, 0.95], [0.80, 0.70, 0.88], [0.10, 0.12, 0.11]
+    """alibi is best; rope is within noise (bold, undecided): its cell names the planned look
+    that would decide it, by ``sequential.seeds_to_decide`` at the column's Holm level for 2
+    comparisons; none is decided (not bold) and says nothing; the column's detectable
+    difference (at the look its 3 seeds reached: alpha/2 x the first look's share) is its
+    row."""
+    alibi, rope, none = [0.90, 0.84, 0.95], [0.80, 0.76, 0.84], [0.10, 0.12, 0.11]
     records = seeds("alibi", alibi) + seeds("rope", rope) + seeds("none", none)
     result = ablation(runs_frame(records), lengths_frame(records))
     column = result.by_task.query("split == 'ID' and metric == 'exact_match'").set_index("pe")
     assert column["best"].to_dict() == {"alibi": True, "rope": True, "none": False}
-    expected = seeds_to_decide(rope, alibi, ALPHA / 2)
-    assert column.loc["rope", "seeds_to_decide"] == expected and 3 < expected <= MAX_SEEDS
+    expected = sequential.seeds_to_decide(rope, alibi, ALPHA / 2)
+    assert column.loc["rope", "seeds_to_decide"] == expected and expected in LOOKS[1:]
     assert column[["seeds_to_decide"]].drop(index="rope").isna().all().all()
     variance = np.mean([np.var(v, ddof=1) for v in (alibi, rope, none)])
-    assert column["detectable"].eq(detectable_difference(variance, 3, ALPHA / 2)).all()
+    first = ALPHA / 2 * sequential.shares(LOOKS)[0]
+    assert column["detectable"].eq(detectable_difference(variance, 3, first)).all()
     table, _ = pivot(
         result.by_task[result.by_task["metric"] == "exact_match"], ["pe"], ["task", "split"]
     )
     assert table.loc["rope", ("copy", "ID")].endswith(f" · {expected:.0f} seeds decide")
     assert table.loc["detectable", ("copy", "ID")] == f"±{column['detectable'].iloc[0] * 100:.1f}"
-    assert decide_text(float("inf")) == f" · >{MAX_SEEDS} seeds" and decide_text(np.nan) == ""
+    assert decide_text(float("inf")) == f" · >{LOOKS[-1]} seeds" and decide_text(np.nan) == ""
     assert pd.isna(column.loc["alibi", "seeds_to_decide"])
+
+
+def test_the_seeds_that_decide_are_the_first_planned_look_with_80_percent_power_at_its_share():
+    """The planned look (beyond those both cells reached) whose power at the Holm level times
+    its share of alpha reaches 80%, and no earlier one's does; none: beyond the last look."""
+    a, b, level = [0.80, 0.76, 0.84], [0.90, 0.84, 0.95], ALPHA / 2
+    n = sequential.seeds_to_decide(a, b, level)
+    share = dict(zip(LOOKS, sequential.shares(LOOKS), strict=True))
+    diff, var_a, var_b = np.mean(a) - np.mean(b), np.var(a, ddof=1), np.var(b, ddof=1)
+    assert welch_power(diff, var_a, var_b, int(n), level * share[n]) >= POWER
+    earlier = [k for k in LOOKS if 3 < k < n]
+    assert all(welch_power(diff, var_a, var_b, k, level * share[k]) < POWER for k in earlier)
+    assert sequential.seeds_to_decide([0.5, 0.6, 0.7], [0.5, 0.6, 0.7], level) == float("inf")

@@ -1,5 +1,6 @@
-"""Every row against a fixed reference row (``make_table.py --reference``): Welch's difference,
-Holm over the column, the seeds that would decide, checked against scipy by hand."""
+"""Rows against a fixed reference row (``make_table.py --reference``): Welch's test at the
+planned looks, Holm over the declared family, the seeds that would decide, checked against
+scipy by hand; the interval agrees with the verdict in every written form."""
 
 import re
 
@@ -10,12 +11,13 @@ from scipy import stats as scipy_stats
 
 from pelab.analysis import reference
 from pelab.analysis.frames import lengths_frame, runs_frame
+from pelab.analysis.sequential import LOOKS, shares
 from pelab.analysis.table import ablation
 from pelab.errors import ConfigError
 from tests.analysis.records import record
 
 # out of distribution (length 32), three seeds each: a far above rope, b near it, rope steady
-OOD = {"rope": (0.10, 0.11, 0.12), "a": (0.50, 0.55, 0.60), "b": (0.09, 0.13, 0.17)}
+OOD = {"rope": (0.10, 0.11, 0.12), "a": (0.50, 0.55, 0.60), "b": (0.13, 0.16, 0.19)}
 RECORDS = [
     record(pe, "copy", seed, {8: 1.0, 32: value}, train=(1, 8), chance=0.0)
     for pe, values in OOD.items()
@@ -23,43 +25,83 @@ RECORDS = [
 ]
 
 
-def compared():
+def compared(compare=None):
     result = ablation(runs_frame(RECORDS), lengths_frame(RECORDS))
     wanted = reference.parse_reference("pe=rope", result.rows, result.by_task)
-    table = reference.versus(result.by_task, result.rows, wanted)
+    family, _ = reference.compared_rows(result.by_task, result.rows, wanted, compare)
+    table = reference.versus(result.by_task, result.rows, wanted, family)
     ood = table[(table["split"] == "OOD") & (table["metric"] == "exact_match")]
     return table, ood.set_index("pe")
 
 
-def test_each_row_is_compared_with_the_reference_by_welch_and_holm():
+def test_each_row_is_compared_with_the_reference_by_welch_at_the_first_look_and_holm():
+    """Three seeds: the first look, whose p counts over its share of alpha; Holm over the
+    column's two comparisons (a and b vs rope)."""
     _, ood = compared()
     assert ood.loc["rope", "reference"] and np.isnan(ood.loc["rope", "diff"])
-    raw = {pe: scipy_stats.ttest_ind(OOD[pe], OOD["rope"], equal_var=False).pvalue for pe in "ab"}
-    smaller, larger = sorted(raw.values())
-    holm = {pe: min(1.0, p * (2 if p == smaller else 1)) for pe, p in raw.items()}
-    holm["b"] = max(holm["b"], holm["a"]) if raw["b"] > raw["a"] else holm["b"]
+    share = shares(LOOKS)[0]
+    raw = {
+        pe: min(1.0, scipy_stats.ttest_ind(OOD[pe], OOD["rope"], equal_var=False).pvalue / share)
+        for pe in "ab"
+    }
+    assert raw["a"] < raw["b"]
+    holm = {"a": min(1.0, 2 * raw["a"]), "b": min(1.0, max(2 * raw["a"], raw["b"]))}
     for pe in "ab":
         assert ood.loc[pe, "p_holm"] == pytest.approx(holm[pe])
         assert ood.loc[pe, "diff"] == pytest.approx(np.mean(OOD[pe]) - np.mean(OOD["rope"]))
+        assert ood.loc[pe, "family"] == 2 and ood.loc[pe, "seeds"] == 3
     assert ood.loc["a", "decided"] and not ood.loc["b", "decided"]
-    assert np.isnan(ood.loc["a", "seeds_to_decide"]) and ood.loc["b", "seeds_to_decide"] >= 2
-    assert reference.comparison_text(ood.loc["a"]).endswith("✓")
-    assert "seeds" in reference.comparison_text(ood.loc["b"])
+    assert np.isnan(ood.loc["a", "seeds_to_decide"]) and ood.loc["b", "seeds_to_decide"] >= 5
+    # a, decided at Holm's first step: its interval is Welch's at 1 - (alpha/2) x share
+    test = scipy_stats.ttest_ind(OOD["a"], OOD["rope"], equal_var=False)
+    level = 0.05 / 2 * share
+    interval = test.confidence_interval(confidence_level=1 - level)
+    assert (ood.loc["a", "low"], ood.loc["a", "high"]) == pytest.approx(interval)
+    assert ood.loc["a", "confidence"] == pytest.approx(1 - level)
+    assert reference.comparison_text(ood.loc["a"]).endswith("(Holm over 2) ✓")
+    assert "seeds decide" in reference.comparison_text(ood.loc["b"])
 
 
-def test_the_table_is_written_with_its_count_of_decided_comparisons(tmp_path):
+def test_a_declared_family_adjusts_over_its_own_comparisons_only():
+    """``--compare pe=a``: one comparison per column, a's p over its share alone (no Holm
+    factor), and b is not in the table at all."""
+    _, ood = compared("pe=a")
+    assert set(ood.index) == {"a", "rope"} and ood.loc["a", "family"] == 1
+    raw = scipy_stats.ttest_ind(OOD["a"], OOD["rope"], equal_var=False).pvalue
+    assert ood.loc["a", "p_holm"] == pytest.approx(raw / shares(LOOKS)[0])
+
+
+def test_the_table_is_written_with_its_family_and_count_of_decided_comparisons(tmp_path):
     table, _ = compared()
     rows = ["pe"]
-    written = reference.write(table, rows, {"pe": "rope"}, "exact_match", tmp_path)
+    written = reference.write(table, rows, {"pe": "rope"}, "exact_match", tmp_path, "every row")
     text = written[0].read_text()
     assert "| rope | reference | reference |" in re.sub(" +", " ", text)
     assert "1 of 4 comparisons decided" in text  # a and b, ID and OOD; only a OOD decides
-    assert len(pd.read_csv(written[1])) == len(table)
+    assert "The family, per column: every row vs the reference" in text
+    assert [p.suffix for p in written] == [".md", ".tex", ".csv"]
+    assert written[1].read_text().startswith("% needs \\usepackage{booktabs,graphicx}")
+    assert len(pd.read_csv(written[2])) == len(table)
 
 
-def test_a_reference_row_the_table_lacks_is_refused_naming_the_rows(tmp_path, capsys):
+def test_a_reference_row_the_table_lacks_or_cannot_single_out_is_refused():
     result = ablation(runs_frame(RECORDS), lengths_frame(RECORDS))
     with pytest.raises(ConfigError, match="no such row; the table has pe=a, pe=b, pe=rope"):
         reference.parse_reference("pe=xpos", result.rows, result.by_task)
     with pytest.raises(ConfigError, match="over the table's row settings pe"):
         reference.parse_reference("lr=3", result.rows, result.by_task)
+    with pytest.raises(ConfigError, match="name one row"):
+        reference.parse_reference("pe=rope,a", result.rows, result.by_task)
+    with pytest.raises(ConfigError, match="--compare pe=xpos: no such row"):
+        reference.compared_rows(result.by_task, result.rows, {"pe": "rope"}, "pe=xpos")
+    twice = [*RECORDS, *(dict(r, overrides=["model.net.d_model=32"]) for r in RECORDS)]
+    wide = ablation(runs_frame(twice), lengths_frame(twice))
+    with pytest.raises(ConfigError, match="matches 2 rows .* add the setting that tells them"):
+        reference.parse_reference("pe=rope", wide.rows, wide.by_task)
+
+
+@pytest.mark.parametrize(
+    "value, text", [(0.123, "+12.3"), (-0.0004, "-0.04"), (0.0, "+0.0"), (-0.25, "-25.0")]
+)
+def test_a_bound_near_zero_keeps_its_sign_and_digits(value, text):
+    assert reference.points(value) == text

@@ -3,6 +3,7 @@
 import math
 import warnings
 
+import numpy as np
 import pandas as pd
 import pytest
 from scipy import stats as scipy_stats
@@ -10,7 +11,16 @@ from scipy import stats as scipy_stats
 from pelab.analysis.cells import NO_RUNS, cell_text, column_notes, pivot
 from pelab.analysis.frames import lengths_frame, runs_frame
 from pelab.analysis.render import write_tables
-from pelab.analysis.statistics import ALPHA, significance, welch_difference, welch_test
+from pelab.analysis.sequential import (
+    ALPHA,
+    LOOKS,
+    holm,
+    sequential_test,
+    shares,
+    verdicts,
+    welch_difference,
+    welch_test,
+)
 from pelab.analysis.table import ablation, complete, row_axes
 from pelab.errors import ConfigError
 from tests.analysis.records import CHOICES, record
@@ -243,52 +253,62 @@ def five_seeds(pe: str, centre: float) -> list[dict]:
 
 def test_bold_is_the_best_and_every_cell_not_significantly_different_from_it():
     """Five seeds each: alibi 0.90 (best), rope 0.89 (within noise: bold too), none 0.50 (far
-    below: not bold); none's p-value is Welch's against alibi, Holm-corrected over the two
-    comparisons of the column."""
+    below: not bold). Five seeds reach the design's second look: each p is the sequential one,
+    min over the looks of Welch's p on the first 3 and the first 5 seeds over the look's share
+    of alpha, then Holm over the column's two comparisons with its best."""
     records = five_seeds("alibi", 0.90) + five_seeds("rope", 0.89) + five_seeds("none", 0.50)
     column = build(records).by_task.query("split == 'ID' and metric == 'exact_match'")
     column = column.set_index("pe")
     assert column["top"].to_dict() == {"alibi": True, "rope": False, "none": False}
     assert column["best"].to_dict() == {"alibi": True, "rope": True, "none": False}
-    seeds = {pe: [0.9 + d for d in (-0.02, -0.01, 0.0, 0.01, 0.02)] for pe in ("alibi",)}
-    rope = [0.89 + d for d in (-0.02, -0.01, 0.0, 0.01, 0.02)]
-    none = [0.50 + d for d in (-0.02, -0.01, 0.0, 0.01, 0.02)]
-    p_rope = scipy_stats.ttest_ind(rope, seeds["alibi"], equal_var=False).pvalue
-    p_none = scipy_stats.ttest_ind(none, seeds["alibi"], equal_var=False).pvalue
+    spread = (-0.02, -0.01, 0.0, 0.01, 0.02)
+    seeds = {
+        pe: [c + d for d in spread] for pe, c in (("alibi", 0.9), ("rope", 0.89), ("none", 0.5))
+    }
+    share = shares(LOOKS)
+    assert (LOOKS[:2], sum(share)) == ((3, 5), pytest.approx(1.0))
+
+    def sequential(pe):
+        return min(
+            min(
+                1.0,
+                scipy_stats.ttest_ind(seeds[pe][:n], seeds["alibi"][:n], equal_var=False).pvalue
+                / share[j],
+            )
+            for j, n in enumerate(LOOKS[:2])
+        )
+
+    p_rope, p_none = sequential("rope"), sequential("none")
     assert p_none < p_rope  # Holm: the smallest times 2, the next times 1 (kept monotone)
     assert column.loc["none", "p_vs_top"] == pytest.approx(2 * p_none)
-    assert column.loc["rope", "p_vs_top"] == pytest.approx(max(p_rope, 2 * p_none))
-    assert pd.isna(column.loc["alibi", "p_vs_top"])
+    assert column.loc["rope", "p_vs_top"] == pytest.approx(min(1.0, max(p_rope, 2 * p_none)))
+    assert pd.isna(column.loc["alibi", "p_vs_top"]) and column.loc["none", "family"] == 2
 
 
-def test_holm_adjusts_the_smallest_p_value_most_and_keeps_the_order():
-    cells = pd.Series(
-        {
-            "best": (1.0, 0.98, 0.99, 1.0),
-            "a": (0.2, 0.21, 0.19, 0.2),
-            "b": (0.97, 0.99, 1.0, 0.98),
-            "c": (0.9,),  # one seed: not tested
-        }
-    )
-    adjusted = significance(cells, "best")
-    raw = {k: scipy_stats.ttest_ind(cells[k], cells["best"], equal_var=False).pvalue for k in "ab"}
-    assert adjusted["a"] == pytest.approx(min(1.0, 2 * raw["a"]))
-    assert adjusted["b"] == pytest.approx(min(1.0, max(raw["b"], 2 * raw["a"])))
-    assert pd.isna(adjusted["c"]) and pd.isna(adjusted["best"])
+def test_holm_adjusts_the_smallest_p_value_most_keeps_the_order_and_gives_each_its_level():
+    """Raw p 0.001, 0.02, 0.04 (and one untested): adjusted 0.003, 0.04, 0.04, each decided at
+    its step (alpha/3, alpha/2, alpha); with 0.03 in the middle (>= alpha/2) Holm stops there,
+    and the later comparison's level is the step it stopped at."""
+    family = holm(pd.Series({"a": 0.001, "b": 0.02, "c": 0.04, "d": np.nan}))
+    assert family["adjusted"].iloc[:3].tolist() == pytest.approx([0.003, 0.04, 0.04])
+    assert family["level"].iloc[:3].tolist() == pytest.approx([ALPHA / 3, ALPHA / 2, ALPHA])
+    assert pd.isna(family.loc["d", "adjusted"]) and (family["m"] == 3).all()
+    stopped = holm(pd.Series({"a": 0.001, "b": 0.03, "c": 0.04}))  # b: 0.03 >= alpha/2
+    assert stopped["adjusted"].tolist() == pytest.approx([0.003, 0.06, 0.06])
+    assert stopped["level"].tolist() == pytest.approx([ALPHA / 3, ALPHA / 2, ALPHA / 2])
 
 
 def test_a_leader_with_the_same_score_on_every_seed_is_tested_without_a_warning():
     """100% on every seed: no spread, which Welch's test takes as it is (scipy would warn of
     precision loss, once per cell, on the user's console)."""
-    cells = pd.Series(
-        {"best": (1.0, 1.0, 1.0), "near": (0.999, 0.987, 0.995), "low": (0.1, 0.2, 0.15)}
-    )
+    cells = {"best": (1.0, 1.0, 1.0), "near": (0.999, 0.987, 0.995), "low": (0.1, 0.2, 0.15)}
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        adjusted = significance(cells, "best")
+        tests = {k: sequential_test(cells[k], cells["best"]) for k in ("near", "low")}
+        decided = verdicts(tests)
     raw = welch_test(cells["low"], cells["best"]).pvalue
-    assert adjusted["low"] == pytest.approx(2 * raw) and adjusted["low"] < ALPHA
-    assert adjusted["near"] > ALPHA
+    assert tests["low"].p == pytest.approx(raw / shares(LOOKS)[0])
+    assert decided["low"].decided and not decided["near"].decided
 
 
 def test_the_steps_to_learn_table_averages_the_seeds_that_learned(tmp_path):

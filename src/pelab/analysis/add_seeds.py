@@ -1,14 +1,17 @@
-"""Seeds added where they decide (issue 44, item 2): ``make_table.py <sources> --add-seeds
---budget 30min [--split OOD] [--run]``.
+"""Seeds added where they decide (issue 44, item 2; issue 52, items 3-4): ``make_table.py
+<sources> [--baseline NAME] [--reference pe=rope] --add-seeds --budget 30min [--split OOD]
+[--run]``.
 
-A table's undecided comparisons (a bold cell that is not its column's best, ``statistics``'
-``seeds_to_decide``: the seeds per cell at which its observed difference from the best would be
-significant with 80% power) are decided by adding seeds to both cells. The plan takes them
-cheapest first, each costed from the records' own wall times, while the budget lasts; seeds a
-comparison shares with another (the same best cell) are paid once. Each cell's new seeds are one
-job of the same protocol (the runs' fixed settings and the row's own, members stacked as usual),
-written into the first source, so the same ``make_table.py <sources>`` reads old and new seeds
-together in the same cells (a shipped baseline's too: its added runs keep its origin).
+The undecided comparisons (``reference_targets``: of ``--reference``'s declared family;
+``best_targets``: a bold cell that is not its column's best) are decided by bringing both cells
+to the planned look that would decide them (``sequential.seeds_to_decide``: 80% power at that
+look's share of alpha), so the seeds are added validly: the tests count every planned look. The
+plan takes them cheapest first, each costed from the records' own wall times, while the budget
+lasts; seeds a comparison shares with another (the same reference or best cell) are paid once.
+Each cell's new seeds are one job of the same protocol (the runs' fixed settings and the row's
+own, members stacked as usual), written beside the cell's runs (``place``): a baseline's cell
+into that baseline, every other into the first source, so the same ``make_table.py`` command
+reads old and new seeds together in the same cells. The look is recorded (``looks``).
 """
 
 from __future__ import annotations
@@ -25,7 +28,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from pelab.analysis.baseline import ORIGIN, portable, sweep_roots
+from pelab.analysis import baseline
+from pelab.analysis.baseline import ORIGIN, YOURS, portable, sweep_roots
 from pelab.analysis.frames import NOT_SET
 from pelab.analysis.table import Ablation, fixed_settings
 from pelab.errors import ConfigError
@@ -50,26 +54,37 @@ def parse_budget(text: str) -> float:
 @dataclass
 class Addition:
     """Seeds to add to one cell: its settings (``key=value`` overrides, the task included), the
-    seeds it has, the new ones, their estimated time and the comparisons they serve."""
+    seeds it has, the new ones, their estimated time, the comparisons they serve, whose runs the
+    cell holds (``origin``: a baseline's name or ``yours``) and the sweep directory its job
+    writes into (``place``)."""
 
     settings: list[str]
     have: int
     seeds: list[int]
     seconds: float
     decides: list[str] = field(default_factory=list)
+    origin: str = YOURS
+    sweep_dir: Path | None = None
 
 
-def plan(result: Ablation, budget_s: float, split: str | None = "OOD") -> list[Addition]:
-    """The seeds to add, per cell, that decide the most undecided comparisons of
-    ``result``'s first metric (in ``split`` columns; None: every column) within ``budget_s``
-    seconds, cheapest comparison first."""
-    stats = result.by_task[result.by_task["metric"] == result.metric]
-    if split is not None:
-        stats = stats[stats["split"] == split]
+@dataclass(frozen=True)
+class Target:
+    """An undecided comparison that a planned look would decide: both cells (row settings and
+    task, as ``(*rows, task)``) brought to ``seeds`` seeds; ``seen``: its p when planned."""
+
+    seeds: int
+    cell: tuple
+    other: tuple
+    name: str
+    seen: float
+
+
+def best_targets(result: Ablation, split: str | None = "OOD") -> list[Target]:
+    """The undecided comparisons with each column's best (bold cells that are not the best) of
+    ``result``'s first metric, in ``split`` columns (None: every column)."""
+    stats = _columns(result.by_task, result.metric, split)
     keys = [*result.rows, "task"]
-    target: dict[tuple, int] = {}  # cell -> seeds it will have
-    decides: dict[tuple, list[str]] = {}
-    spent, candidates = 0.0, []
+    targets = []
     for _, column in stats.groupby(["task", "split"], observed=True, sort=False):
         tops = column[column["top"]]
         if tops.empty:
@@ -79,38 +94,89 @@ def plan(result: Ablation, budget_s: float, split: str | None = "OOD") -> list[A
             if math.isinf(cell["seeds_to_decide"]):
                 continue
             name = f"{' · '.join(map(str, cell[keys]))} vs {top[0]} ({cell['split']})"
-            candidates.append((int(cell["seeds_to_decide"]), tuple(cell[keys]), top, name))
+            seeds = int(cell["seeds_to_decide"])
+            targets.append(Target(seeds, tuple(cell[keys]), top, name, cell["p_vs_top"]))
+    return targets
+
+
+def reference_targets(
+    compared: pd.DataFrame, rows: list[str], metric: str, split: str | None = "OOD"
+) -> list[Target]:
+    """The undecided comparisons of a reference table (``reference.versus``) of ``metric``, in
+    ``split`` columns (None: every column), that a planned look would decide."""
+    stats = _columns(compared, metric, split)
+    keys = [*rows, "task"]
+    targets = []
+    for _, column in stats.groupby(["task", "split"], observed=True, sort=False):
+        ref = column[column["reference"]]
+        if ref.empty:
+            continue
+        base = tuple(ref.iloc[0][keys])
+        for _, cell in column[column["seeds_to_decide"].notna()].iterrows():
+            if math.isinf(cell["seeds_to_decide"]):
+                continue
+            name = f"{' · '.join(map(str, cell[keys]))} vs {' · '.join(map(str, base))} "
+            name += f"({cell['split']})"
+            seeds = int(cell["seeds_to_decide"])
+            targets.append(Target(seeds, tuple(cell[keys]), base, name, cell["p_holm"]))
+    return targets
+
+
+def _columns(stats: pd.DataFrame, metric: str, split: str | None) -> pd.DataFrame:
+    stats = stats[stats["metric"] == metric]
+    return stats if split is None else stats[stats["split"] == split]
+
+
+def plan(result: Ablation, targets: list[Target], budget_s: float) -> list[Addition]:
+    """The seeds to add, per cell, that decide the most ``targets`` (comparisons of
+    ``result``'s cells) within ``budget_s`` seconds, cheapest comparison first; each cell to
+    the planned look its comparisons need."""
+    keys = [*result.rows, "task"]
+    target: dict[tuple, int] = {}  # cell -> seeds it will have
+    decides: dict[tuple, list[str]] = {}
+    spent = 0.0
     have = _seeds(result.runs, keys)
 
     def cost(cell: tuple, seeds: int) -> float:
         """The time to bring ``cell`` to ``seeds`` seeds, beyond what the plan already adds."""
-        now = max(target.get(cell, 0), have[cell])
+        now = max(target.get(cell, 0), have.get(cell, 0))
         return _job_seconds(result.runs, keys, cell, seeds - now) if seeds > now else 0.0
 
-    candidates.sort(key=lambda c: cost(c[1], c[0]) + cost(c[2], c[0]))
-    for seeds, cell, top, name in candidates:
-        extra = cost(cell, seeds) + cost(top, seeds)
+    ordered = sorted(targets, key=lambda t: cost(t.cell, t.seeds) + cost(t.other, t.seeds))
+    for each in ordered:
+        extra = cost(each.cell, each.seeds) + cost(each.other, each.seeds)
         if spent + extra > budget_s:
             continue
         spent += extra
-        for each in (cell, top):
-            target[each] = max(target.get(each, 0), seeds, have[each])
-            decides.setdefault(each, []).append(name)
+        for cell in (each.cell, each.other):
+            target[cell] = max(target.get(cell, 0), each.seeds, have.get(cell, 0))
+            decides.setdefault(cell, []).append(each.name)
     additions = []
     for cell, seeds in target.items():
-        if seeds <= have[cell]:
+        if seeds <= have.get(cell, 0):
             continue
         first = _next_seed(result.runs, keys, cell)
         new = list(range(first, first + seeds - have[cell]))
         settings = [f"{k}={v}" for k, v in zip(keys, cell, strict=True) if _is_setting(k, v)]
         seconds = _job_seconds(result.runs, keys, cell, len(new))
-        additions.append(Addition(settings, have[cell], new, seconds, decides[cell]))
+        origin = dict(zip(keys, cell, strict=True)).get(ORIGIN, YOURS)
+        additions.append(Addition(settings, have[cell], new, seconds, decides[cell], str(origin)))
     return additions
 
 
-def commands(result: Ablation, additions: list[Addition], sweep_dir: Path) -> list[list[str]]:
+def place(additions: list[Addition], source: str) -> list[Addition]:
+    """Each addition's sweep directory: a baseline's cell into that baseline (its added runs
+    keep its origin), every other into the first ``source``; one date for all."""
+    date = f"added_seeds_{datetime.now():%Y-%m-%d_%H-%M-%S}"
+    for addition in additions:
+        root = Path(source) if addition.origin == YOURS else baseline.find(addition.origin)
+        addition.sweep_dir = root / date
+    return additions
+
+
+def commands(result: Ablation, additions: list[Addition]) -> list[list[str]]:
     """One ``scripts/train.py`` command per addition: the runs' fixed settings, the cell's, its
-    new seeds as the members of one job, into ``sweep_dir``."""
+    new seeds as the members of one job, into its sweep directory."""
     fixed = [f"{k}={v}" for k, v in fixed_settings(result.runs).items() if _is_setting(k, v)]
     return [
         [
@@ -120,15 +186,10 @@ def commands(result: Ablation, additions: list[Addition], sweep_dir: Path) -> li
             *(f for f in fixed if f not in a.settings),  # the task is fixed in a one-task table
             *a.settings,
             f"seeds=[{','.join(map(str, a.seeds))}]",
-            f"hydra.sweep.dir={sweep_dir}",
+            f"hydra.sweep.dir={a.sweep_dir}",
         ]
         for a in additions
     ]
-
-
-def default_sweep_dir(source: str) -> Path:
-    """Inside the first source, so re-reading it reads the added seeds too."""
-    return Path(source) / f"added_seeds_{datetime.now():%Y-%m-%d_%H-%M-%S}"
 
 
 def report(additions: list[Addition], cmds: list[list[str]], budget_s: float) -> str:

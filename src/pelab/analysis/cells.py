@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from pelab.analysis.power import MAX_SEEDS
+from pelab.analysis.sequential import LOOKS
 
 NO_RUNS = "not run"  # a cell no run belongs to
 NOT_LEARNED = "not learned"  # an OOD cell whose seeds all failed to learn the task
@@ -69,12 +69,12 @@ def cell_text(cell: pd.Series, compact: bool = False) -> str:
 
 
 def decide_text(seeds: float) -> str:
-    """What would decide an undecided cell against its column's best: `` · 9 seeds decide``
-    (seeds per cell, ``power.seeds_to_decide``), `` · >100 seeds`` beyond
-    ``power.MAX_SEEDS``; nothing for a cell that is not undecided."""
+    """What would decide an undecided comparison: `` · 10 seeds decide`` (the planned look, in
+    seeds per cell, ``sequential.seeds_to_decide``), `` · >10 seeds`` when no planned look
+    would (``sequential.LOOKS``); nothing for a comparison that is not undecided."""
     if pd.isna(seeds):
         return ""
-    return f" · >{MAX_SEEDS} seeds" if np.isinf(seeds) else f" · {seeds:.0f} seeds decide"
+    return f" · >{LOOKS[-1]} seeds" if np.isinf(seeds) else f" · {seeds:.0f} seeds decide"
 
 
 def pivot(

@@ -101,7 +101,12 @@ def matches(record: dict[str, Any], filters: dict[str, str]) -> bool:
     (``config.run_name=ablation_cpu``, ``config.model.net.d_model=32``); a ``ConfigError`` for
     another key. A value may list alternatives, any of which passes: ``pe=rope,alibi`` (a
     value in brackets, ``[1,8]``, is one value)."""
-    config = OmegaConf.create(record.get("config") or {})
+    if not filters:
+        return True
+    if set(filters) <= {*CHOICES, "seed", "date"}:  # no config needed (it is slow to build)
+        config = OmegaConf.create({})
+    else:
+        config = OmegaConf.create(record.get("config") or {})
     for key, value in filters.items():
         wanted = alternatives(value)
         if key in (*CHOICES, "seed"):

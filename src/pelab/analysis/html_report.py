@@ -16,8 +16,9 @@ from typing import Any
 import pandas as pd
 
 from pelab import provenance
+from pelab.analysis import reference
 from pelab.analysis.cells import column_header, column_notes, metric_name, pivot
-from pelab.analysis.render import LEGEND, not_completed
+from pelab.analysis.render import LEGEND, LOOKS_NOTE, not_completed
 from pelab.analysis.table import Ablation
 
 STYLE = (
@@ -98,9 +99,16 @@ def versions(records: Sequence[dict[str, Any]]) -> list[str]:
 
 
 def write_html(
-    result: Ablation, records: Sequence[dict[str, Any]], figures: Sequence[Path], out: Path
+    result: Ablation,
+    records: Sequence[dict[str, Any]],
+    figures: Sequence[Path],
+    out: Path,
+    versus: tuple | None = None,
+    looks: Sequence[str] = (),
 ) -> Path:
-    """``out/report.html``: the whole report in one file (see the module docstring)."""
+    """``out/report.html``: the whole report in one file (see the module docstring); with
+    ``versus`` (``reference.versus``'s comparisons of the first metric, the rows, the
+    reference and the family in words) its table, and the ``looks`` recorded."""
 
     def items(lines: list[str]) -> str:
         listed = "".join(f"<li>{html.escape(line)}</li>" for line in lines)
@@ -114,6 +122,15 @@ def write_html(
         parts += [
             f"<h2>{heading(table.stem)}</h2>",
             table_html(table.stats, result.rows, table.cols),
+        ]
+    if versus is not None:
+        compared, rows, wanted, family = versus
+        name = ", ".join(f"{k}={v}" for k, v in wanted.items())
+        table = reference.layout(compared, rows).map(html.escape).reset_index()
+        parts += [
+            f"<h2>Against the reference ({html.escape(name)})</h2>",
+            table.to_html(escape=False, index=False),
+            f"<p>{html.escape(reference.caption(compared, wanted, family))}</p>",
         ]
     for figure in figures:
         if figure.suffix == ".png":
@@ -130,6 +147,7 @@ def write_html(
         "<h2>Runs that did not learn their task</h2>",
         items(unlearned(result.runs, result.rows)),
     ]
+    parts += [f"<h2>{html.escape(LOOKS_NOTE)}</h2>", items(list(looks))]
     parts += ["<h2>Commands</h2>", items(commands(records))]
     parts += ["<h2>Versions</h2>", items(versions(records))]
     varying = [r for r in result.rows if r != "pe"]  # the settings whose values differ

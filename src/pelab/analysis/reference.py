@@ -1,125 +1,249 @@
-"""Every row against a fixed reference row (``make_table.py --reference pe=rope``): what decides
-where the comparison with a column's best cannot. The best of a column is often a cell whose
-seeds disagree (DAPE on copy: 73.6 [41.8, 100.0]), so little can be told from it; a reference
-such as RoPE or NoPE is usually steadier, and the question "does this encoding beat RoPE?" is
-the one a reader asks.
+"""Rows against a fixed reference row (``make_table.py --reference pe=rope``): the question a
+reader asks ("does my encoding beat RoPE?"), answered the same way whatever else the table holds.
 
-Per column (task, split, metric): each row's difference of means from the reference's, with its
-95% Welch interval (``welch_difference``), Welch's p Holm-adjusted over the column's comparisons
-(``significance``), and, for an undecided one, the seeds per cell that would decide the observed
-difference with 80% power at the column's Holm level (``seeds_to_decide``). Only cells that
-compete (``mark_best``: in an out-of-distribution column, seeds that all learned) are compared.
-Written as ``table_vs_<reference>.{md,csv}``."""
+**The family is declared, not found.** Per column (task, split, metric) the family is {each
+compared row vs the reference}: the rows named by ``--compare pe=a,b``, else the user's own
+rows (``origin`` ``yours``) when a ``--baseline`` brought its zoo in, else every row of the
+sources. ``--filter pe=...`` narrows the rows shown, never the family: the comparisons are made
+before it (``pelab.analysis.report``), so adding or hiding unrelated rows changes no verdict.
+
+Each comparison is tested at the planned looks both cells reached (``sequential``: seeds may
+have been added after looking), Holm-adjusted over its column's family, and printed with
+Welch's interval at the level of its verdict, so the interval excludes 0 exactly where the
+comparison is decided (✓). An undecided one says at which planned look (seeds per cell) the
+observed difference would be decided with 80% power. Only cells that compete (``mark_best``: in
+an out-of-distribution column, seeds that all learned) are compared. Written as
+``table_vs_<reference>.{md,tex,csv}``.
+"""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from pelab.analysis.baseline import ORIGIN, YOURS
 from pelab.analysis.cells import NO_RUNS, decide_text, metric_name
-from pelab.analysis.power import seeds_to_decide
-from pelab.analysis.statistics import ALPHA, significance, welch_difference
+from pelab.analysis.collect import alternatives
+from pelab.analysis.render import for_pdflatex, latex_escape
+from pelab.analysis.sequential import (
+    ALPHA,
+    LOOKS,
+    seeds_to_decide,
+    sequential_test,
+    shares,
+    verdicts,
+)
 from pelab.errors import ConfigError
 
 COLUMNS = ["task", "split", "metric"]
 
 
-def parse_reference(text: str, rows: list[str], stats: pd.DataFrame) -> dict[str, str]:
-    """``pe=rope`` (or ``pe=rope,model.net.attn_scale=none``) -> ``{"pe": "rope", ...}``, a row
-    of the table; a ``ConfigError`` naming the rows there are otherwise."""
-    wanted = dict(part.split("=", 1) for part in text.split(",") if "=" in part)
+def row_settings(text: str, option: str, rows: list[str]) -> dict[str, list[str]]:
+    """``pe=rope`` or ``pe=a,b`` or ``pe=rope,origin=ablation_cpu`` -> ``{"pe": ["rope"], ...}``
+    over the table's row settings; a ``ConfigError`` naming them otherwise. A part without
+    ``=`` is one more value of the key before it."""
+    wanted: dict[str, list[str]] = {}
+    key = None
+    for part in alternatives(text):
+        if "=" in part:
+            key, value = part.split("=", 1)
+            wanted.setdefault(key, []).append(value)
+        elif key is not None:
+            wanted[key].append(part)
     if not wanted or set(wanted) - set(rows):
         raise ConfigError(
-            f"--reference {text}: give the reference row as <setting>=<value>[,...] over the "
-            f"table's row settings {', '.join(rows)}, e.g. --reference pe=rope"
+            f"{option} {text}: give rows as <setting>=<value>[,...] over the table's row "
+            f"settings {', '.join(rows)}, e.g. {option} pe=rope"
         )
-    match = np.logical_and.reduce([stats[k].astype(str).eq(v) for k, v in wanted.items()])
-    if not match.any():
-        have = sorted({" ".join(f"{k}={r[k]}" for k in wanted) for _, r in stats.iterrows()})
-        raise ConfigError(f"--reference {text}: no such row; the table has {', '.join(have)}")
     return wanted
 
 
-def versus(stats: pd.DataFrame, rows: list[str], reference: dict[str, str]) -> pd.DataFrame:
-    """Each competing cell of ``stats`` (``Ablation.by_task`` after ``mark_best``) against the
-    reference row's cell of its column: ``diff``, ``low``, ``high`` (fractions), ``p_holm``,
-    ``decided`` and ``seeds_to_decide``; the reference's own cells and cells that cannot be
-    compared (fewer than two seeds, not competing) have NaN."""
-    is_reference = np.logical_and.reduce(
-        [stats[k].astype(str).eq(v) for k, v in reference.items()]
+def matching(stats: pd.DataFrame, wanted: dict[str, list[str]]) -> pd.Series:
+    """Which cells of ``stats`` lie in the rows ``wanted`` names."""
+    return pd.Series(
+        np.logical_and.reduce([stats[k].astype(str).isin(v) for k, v in wanted.items()]),
+        index=stats.index,
     )
-    out = stats[[*rows, *COLUMNS, "n"]].copy()
-    for name in ("diff", "low", "high", "p_holm", "seeds_to_decide"):
+
+
+def parse_reference(text: str, rows: list[str], stats: pd.DataFrame) -> dict[str, str]:
+    """``pe=rope`` (or ``pe=rope,origin=ablation_cpu``) -> ``{"pe": "rope", ...}``: one row of
+    the table; a ``ConfigError`` naming the rows there are, or the settings that would tell
+    apart the rows it matches."""
+    wanted = row_settings(text, "--reference", rows)
+    if any(len(v) > 1 for v in wanted.values()):
+        raise ConfigError(f"--reference {text}: name one row (one value per setting)")
+    match = matching(stats, wanted)
+    if not match.any():
+        have = sorted({" ".join(f"{k}={r[k]}" for k in wanted) for _, r in stats.iterrows()})
+        raise ConfigError(f"--reference {text}: no such row; the table has {', '.join(have)}")
+    found = stats.loc[match, rows].astype(str).drop_duplicates()
+    if len(found) > 1:
+        named = "; ".join(",".join(f"{k}={r[k]}" for k in rows) for _, r in found.iterrows())
+        raise ConfigError(
+            f"--reference {text}: matches {len(found)} rows ({named}): add the setting that "
+            f"tells them apart, e.g. --reference {text},{rows[-1]}={found.iloc[0][rows[-1]]}"
+        )
+    return {k: v[0] for k, v in wanted.items()}
+
+
+def compared_rows(
+    stats: pd.DataFrame, rows: list[str], reference: dict[str, str], compare: str | None
+) -> tuple[pd.Series, str]:
+    """The cells of the family's rows, and the family in words: ``--compare``'s rows, else the
+    user's rows beside a baseline (``origin`` ``yours``), else every row; never the
+    reference."""
+    if compare:
+        mask, named = matching(stats, row_settings(compare, "--compare", rows)), compare
+        if not mask.any():
+            raise ConfigError(f"--compare {compare}: no such row in the table")
+    elif ORIGIN in rows:
+        mask, named = stats[ORIGIN].astype(str).eq(YOURS), "your rows (origin yours)"
+    else:
+        mask, named = pd.Series(True, index=stats.index), "every row"
+    return mask & ~matching(stats, {k: [v] for k, v in reference.items()}), named
+
+
+def versus(
+    stats: pd.DataFrame, rows: list[str], reference: dict[str, str], compared: pd.Series
+) -> pd.DataFrame:
+    """Each cell of the ``compared`` rows of ``stats`` (``Ablation.by_task`` after
+    ``mark_best``) against the reference row's cell of its column, Holm over the column's
+    family: ``diff``, ``low``, ``high`` (fractions; the interval at ``confidence``, the
+    verdict's level), ``p_holm``, ``family`` (the comparisons it was adjusted over),
+    ``seeds`` (per cell, at the look shown), ``decided`` and ``seeds_to_decide``. The
+    reference's own cells and cells that cannot be compared (short of the first look's seeds,
+    not competing) have NaN; rows outside the family are left out."""
+    is_reference = matching(stats, {k: [v] for k, v in reference.items()})
+    keep = stats[compared | is_reference]
+    out = keep[[*rows, *COLUMNS, "n"]].copy()
+    for name in ("diff", "low", "high", "confidence", "p_holm", "family", "seeds"):
         out[name] = np.nan
+    out["seeds_to_decide"] = np.nan
     out["decided"] = False
-    out["reference"] = is_reference
-    for _, column in stats.groupby([stats[c] for c in COLUMNS], observed=True):
+    out["reference"] = is_reference[keep.index]
+    for _, column in keep.groupby([keep[c] for c in COLUMNS], observed=True):
         ref = column.index[is_reference[column.index]]
-        usable = column[column["competes"] & column["n"].ge(2)]
-        if len(ref) != 1 or ref[0] not in usable.index:
+        if len(ref) != 1 or not column.loc[ref[0], "competes"]:
             continue
-        leader = ref[0]
-        adjusted = significance(usable["values"], leader)
-        level = ALPHA / max(1, len(usable) - 1)
-        base = np.asarray(usable["values"][leader], dtype=float)
-        for index in usable.index.drop(leader):
-            cell = np.asarray(usable["values"][index], dtype=float)
-            difference = welch_difference(cell, base)
-            p = adjusted[index]
-            if np.isnan(p):  # both without spread: equal (p 1) or apart (p 0), no test needed
-                p = difference.p_value
-            out.loc[index, ["diff", "low", "high", "p_holm"]] = [
-                difference.diff, difference.low, difference.high, p,
+        base = column["values"][ref[0]]
+        members = column[column["competes"] & ~is_reference[column.index]]
+        tests = {
+            index: test
+            for index, cell in members["values"].items()
+            if (test := sequential_test(cell, base)) is not None
+        }
+        for index, verdict in verdicts(tests).items():
+            difference = verdict.difference
+            out.loc[index, ["diff", "low", "high", "confidence", "p_holm", "family", "seeds"]] = [
+                difference.diff, difference.low, difference.high, verdict.confidence,
+                verdict.p_adjusted, verdict.m, verdict.seeds,
             ]  # fmt: skip
-            out.loc[index, "decided"] = bool(p < ALPHA)
-            if not p < ALPHA:
-                out.loc[index, "seeds_to_decide"] = seeds_to_decide(cell, base, level)
+            out.loc[index, "decided"] = verdict.decided
+            if not verdict.decided:
+                level = ALPHA / max(1, verdict.m)  # Holm's first step, as bold's hint
+                out.loc[index, "seeds_to_decide"] = seeds_to_decide(
+                    members["values"][index], base, level
+                )
     return out
 
 
+def points(value: float) -> str:
+    """A bound in points, ``+12.3``; one that rounds to zero keeps its sign and two digits
+    (``+0.04``), so whether an interval excludes 0 reads as it is."""
+    text = f"{value * 100:+.1f}"
+    if value != 0 and float(text) == 0:
+        text = f"{value * 100:+.2g}"
+    return text
+
+
 def comparison_text(cell: pd.Series) -> str:
-    """``+36.7 [+32.1, +41.2] p=0.0003 ✓``; ``-2.1 [-8.0, +3.9] p=1 · 40 seeds decide``."""
+    """``+36.7 [+30.1, +43.2] p=0.0003 (Holm over 2) ✓``; ``-2.1 [-9.0, +4.9] p=1 (Holm over
+    2) · 10 seeds decide``; ``at 5 seeds`` when a later look is shown."""
     if cell["reference"]:
         return "reference"
     if np.isnan(cell["diff"]):
         return "–"
     text = (
-        f"{cell['diff'] * 100:+.1f} [{cell['low'] * 100:+.1f}, {cell['high'] * 100:+.1f}] "
-        f"p={cell['p_holm']:.2g}"
+        f"{cell['diff'] * 100:+.1f} [{points(cell['low'])}, {points(cell['high'])}] "
+        f"p={cell['p_holm']:.2g} (Holm over {cell['family']:.0f})"
     )
+    if cell["seeds"] > LOOKS[0]:
+        text += f" at {cell['seeds']:.0f} seeds"
     return f"{text} ✓" if cell["decided"] else text + decide_text(cell["seeds_to_decide"])
 
 
-def markdown(compared: pd.DataFrame, rows: list[str], reference: dict[str, str]) -> str:
-    """The comparisons of one metric as a markdown table, rows x columns (``task split``), with
-    its caption and how many comparisons decided."""
-    shown = compared.assign(text=compared.apply(comparison_text, axis=1))
-    shown["column"] = shown[["task", "split"]].astype(str).agg(" ".join, axis=1)
-    table = shown.pivot_table(
-        index=rows, columns="column", values="text", aggfunc="first", sort=False
-    ).fillna(NO_RUNS)
-    tested = compared["diff"].notna()
+def caption(compared: pd.DataFrame, reference: dict[str, str], family: str) -> str:
+    """What a comparison table's cells mean: the family, the design, the interval's level."""
     name = ", ".join(f"{k}={v}" for k, v in reference.items())
     metric = metric_name(str(compared["metric"].iloc[0])) if len(compared) else ""
-    caption = (
-        f"Test {metric}: each row minus the reference row ({name}), in points, with the 95% "
-        "Welch interval and "
-        "Welch's p, Holm-adjusted over each column's comparisons; ✓: significant at 5%; "
-        "'k seeds decide': the seeds per cell at which the observed difference would be "
-        "significant with 80% power (both cells' observed variances taken as true). "
+    tested = compared["diff"].notna()
+    spent = ", ".join(f"{share * ALPHA:.4f}" for share in shares(LOOKS))
+    return (
+        f"Test {metric}: each row minus the reference row ({name}), in points. The family, per "
+        f"column: {family} vs the reference, adjusted by Holm's method over its m comparisons "
+        "('Holm over m', beside each p; rows shown or hidden by --filter do not change it). "
+        f"Each comparison is Welch's t-test at the planned looks both cells reached "
+        f"({', '.join(map(str, LOOKS))} seeds per cell, each cell's first seeds; alpha = "
+        f"{ALPHA} spent {spent} by Lan-DeMets' Pocock-type function), so seeds added after "
+        "looking keep the error rate; p: Holm's adjusted sequential p. The interval is Welch's "
+        "at the level of the verdict (Holm's level times the look's share of alpha), so it "
+        "excludes 0 exactly where ✓ (significant at 5%); 'at k seeds': the look shown, when "
+        "not the first; 'k seeds decide': the planned look at which the observed difference "
+        "would be significant with 80% power (both cells' observed variances taken as true). "
         f"{int(compared['decided'].sum())} of {int(tested.sum())} comparisons decided."
     )
-    body = table.reset_index().to_markdown(index=False, disable_numparse=True)
-    return f"{body}\n\n{caption}\n"
+
+
+def layout(compared: pd.DataFrame, rows: list[str]) -> pd.DataFrame:
+    """The comparisons as text, rows x columns (``task split``)."""
+    shown = compared.assign(text=compared.apply(comparison_text, axis=1))
+    shown["column"] = shown[["task", "split"]].astype(str).agg(" ".join, axis=1)
+    return shown.pivot_table(
+        index=rows, columns="column", values="text", aggfunc="first", sort=False
+    ).fillna(NO_RUNS)
+
+
+def markdown(compared: pd.DataFrame, rows: list[str], reference: dict[str, str], family: str):
+    """The comparisons of one metric as a markdown table with its caption."""
+    body = layout(compared, rows).reset_index().to_markdown(index=False, disable_numparse=True)
+    return f"{body}\n\n{caption(compared, reference, family)}\n"
+
+
+def latex(compared: pd.DataFrame, rows: list[str], reference: dict[str, str], family: str):
+    """The comparisons of one metric for pdflatex, every name escaped."""
+    table = layout(compared, rows)
+    table.index = table.index.set_names([latex_escape(str(n)) for n in table.index.names])
+    styler = table.style.format(escape="latex").format_index(escape="latex", axis=0)
+    text = styler.format_index(escape="latex", axis=1).to_latex(
+        hrules=True,
+        caption=latex_escape(caption(compared, reference, family)),
+        position_float="centering",
+        sparse_index=False,
+    )
+    return for_pdflatex(text)
+
+
+def stem(reference: dict[str, str]) -> str:
+    return "table_vs_" + "_".join(str(v) for v in reference.values())
 
 
 def write(
-    compared: pd.DataFrame, rows: list[str], reference: dict[str, str], metric: str, out_dir
-) -> list:
-    """``table_vs_<reference>.md`` (``metric``'s comparisons: the table's first metric) and
-    ``.csv`` (every metric's) in ``out_dir``."""
-    stem = "table_vs_" + "_".join(str(v) for v in reference.values())
-    md, csv = out_dir / f"{stem}.md", out_dir / f"{stem}.csv"
-    md.write_text(markdown(compared[compared["metric"] == metric], rows, reference))
-    compared.to_csv(csv, index=False)
-    return [md, csv]
+    compared: pd.DataFrame,
+    rows: list[str],
+    reference: dict[str, str],
+    metric: str,
+    out_dir: Path,
+    family: str,
+) -> list[Path]:
+    """``table_vs_<reference>.{md,tex}`` (``metric``'s comparisons: the table's first metric)
+    and ``.csv`` (every metric's) in ``out_dir``."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    mine = compared[compared["metric"] == metric]
+    paths = [out_dir / f"{stem(reference)}.{suffix}" for suffix in ("md", "tex", "csv")]
+    paths[0].write_text(markdown(mine, rows, reference, family))
+    paths[1].write_text(latex(mine, rows, reference, family))
+    compared.to_csv(paths[2], index=False)
+    return paths

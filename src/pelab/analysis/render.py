@@ -7,6 +7,7 @@ Markdown and CSV.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +21,7 @@ from pelab.analysis.cells import (
     pivot,
     steps_text,
 )
+from pelab.analysis.sequential import ALPHA, LOOKS, shares
 from pelab.analysis.table import Ablation
 
 
@@ -34,8 +36,12 @@ LATEX_PACKAGES = "booktabs,graphicx"  # \toprule..., \resizebox
 # what a .tex table's compact cells hold, in its caption
 LATEX_CELLS = (
     "Cells: mean over seeds with its 95% interval; bold: the best and every cell not "
-    "significantly below it (Welch, Holm). The seeds per cell and what would decide are in the "
-    "table's .md and .csv."
+    "significantly below it (Welch at the planned looks, Holm over the column's comparisons "
+    "with its best). The seeds per cell and what would decide are in the table's .md and .csv."
+)
+LOOKS_NOTE = (
+    "Looks recorded (seeds added after looking at a table; every test counts each planned look, "
+    "taken or not, so none changes a verdict's error rate)"
 )
 
 
@@ -84,12 +90,15 @@ def not_completed(runs: pd.DataFrame, rows: list[str]) -> list[str]:
     return lines
 
 
-def write_tables(result: Ablation, out_dir: Path) -> list[Path]:
+def write_tables(result: Ablation, out_dir: Path, looks: Sequence[str] = ()) -> list[Path]:
     """Each table (``Ablation.side_by_side``, ``Ablation.per_metric``) as ``.md`` (with its
-    caption, why a column has no bold, the legend and every run that did not complete),
-    ``.tex`` and ``.csv`` (the cell statistics, one row per cell) in ``out_dir``."""
+    caption, why a column has no bold, the legend, the ``looks`` recorded and every run that
+    did not complete), ``.tex`` and ``.csv`` (the cell statistics, one row per cell) in
+    ``out_dir``."""
     problems = not_completed(result.runs, result.rows)
     notes = [LEGEND, ""]
+    if looks:
+        notes += [f"{LOOKS_NOTE}:", "", *(f"- {line}" for line in looks), ""]
     if problems:
         notes += [f"Not completed ({len(problems)} of {len(result.runs)} runs):", ""]
         notes += [f"- {p}" for p in problems]
@@ -113,26 +122,36 @@ def write_tables(result: Ablation, out_dir: Path) -> list[Path]:
     return written
 
 
+DESIGN = (
+    f"at the planned looks ({', '.join(map(str, LOOKS))} seeds per cell, each cell's first "
+    f"seeds; alpha = {ALPHA} spent {', '.join(f'{x * ALPHA:.4f}' for x in shares(LOOKS))} by "
+    "Lan-DeMets' Pocock-type function, so seeds added after looking keep the error rate)"
+)
 LEGEND = (
     "Metrics: exact match, the whole answer right; token acc, the share of answer tokens right "
     "(both greedy). Cells: mean over seeds in percent, with its 95% confidence interval "
     "(Student's t-interval over the seeds, clipped to [0, 100]; [–]: one seed) (k/n: seeds with "
     "a result / seeds in the grid; learned k/n: seeds that learned the task in distribution, "
     "under a competence budget). **Bold**: the best mean of the column and every cell not "
-    "significantly different from it (Welch's t-test, two-sided, α = 0.05, Holm's correction "
-    "over the column; a cell or a best with one seed cannot be told apart and stays bold); in "
+    f"significantly different from it: Welch's t-test, two-sided, {DESIGN}, Holm's correction "
+    "over the column's m comparisons with its best, m the competing cells shown less one (the "
+    "CSV's family): a table of other rows ranks anew; a cell or a best short of the first "
+    "look's seeds cannot be told apart and stays bold); in "
     "an OOD column only cells whose seeds all learned the task compete; a column whose "
     "competing cells all show one value (e.g. 0.0) has no bold. ID: mean over the evaluation "
     "lengths inside the training range; OOD: over the longer ones; not learned: no seed "
     "learned the task, so its OOD score measures nothing (its ID mean is shown); not run: no "
     "run of this setting. What a column cannot tell yet: detectable, the smallest difference "
     "(points) its seeds would find with 80% power (Welch's test at the Holm level of the "
-    "column's first comparison, α/m, both cells at the column's mean observed variance); "
-    "'k seeds decide' beside a bold cell that is not the best: the seeds per cell at which its "
-    "observed difference from the best would be significant with 80% power, its and the best's "
-    "observed variances taken as true (an estimate from few seeds), '>100 seeds': not within "
-    "100. The CSV files hold every number (metric, mean, std, ci95_low, ci95_high, n, learned, "
-    "p_vs_top, seeds_to_decide, detectable)."
+    "column's first comparison, alpha/m, times the share of alpha of the look its cells "
+    "reached, both cells at the column's mean observed variance); 'k seeds decide' beside a "
+    "bold cell that is not the best: the planned look (seeds per cell) at which its observed "
+    "difference from the best would be significant with 80% power, its and the best's "
+    f"observed variances taken as true (an estimate from few seeds), '>{LOOKS[-1]} seeds': "
+    "no planned look would. A question of one row against another is answered by "
+    "--reference, whose family is declared (table_vs_<reference>). The CSV files hold every "
+    "number (metric, mean, std, ci95_low, ci95_high, n, learned, p_vs_top, family, "
+    "seeds_to_decide, detectable)."
 )
 STEPS_LEGEND = (
     "Steps to learn (competence budget, `learned_at`): the training step at which in-distribution "

@@ -34,20 +34,32 @@ their protocols agree; ``--save-baseline SWEEP_DIR NAME`` ships a sweep's record
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from pathlib import Path
 
-from pelab.analysis import add_seeds, baseline, reference
+import numpy as np
+import pandas as pd
+
+from pelab.analysis import add_seeds, baseline, looks, reference, summary
 from pelab.analysis.browse import run_list
-from pelab.analysis.collect import load_records, matches, merged_filters
+from pelab.analysis.collect import (
+    WANDB_PREFIX,
+    alternatives,
+    load_records,
+    matches,
+    merged_filters,
+)
 from pelab.analysis.frames import lengths_frame, runs_frame
 from pelab.analysis.html_report import write_html
 from pelab.analysis.plots import heatmap, length_curves, read_published, save
 from pelab.analysis.render import write_tables
 from pelab.analysis.report_options import baseline_options, default_out, parse
-from pelab.analysis.table import ablation
+from pelab.analysis.table import Ablation, ablation
 from pelab.analysis.wandb_summary import log_summary
 from pelab.errors import ConfigError
+
+DISPLAYED = ("pe",)  # --filter keys that narrow the rows shown, not the runs compared
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -63,22 +75,24 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{len(written)} records written to {baseline.BASELINES / name}")
             return 0
         if extra.baseline:
-            return compare(rest, extra.baseline)
+            return compare(rest, extra.baseline, command(argv))
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    return tabulate(rest)
+    return tabulate(rest, command(argv))
 
 
-def compare(argv: list[str], names: list[str]) -> int:
+def compare(argv: list[str], names: list[str], call: str = "") -> int:
     """The tables of the training runs of ``argv``'s sources (``--filter`` selects among them)
-    beside those of the baselines ``names``, in ``--out`` (default: beside the first source)."""
+    beside those of the baselines ``names``, in ``--out`` (default: beside the first source);
+    with ``--add-seeds``, the seeds that would decide instead (no table)."""
     args = parse(argv)
-    filters = merged_filters(args.filter)
-    records = load_records(args.sources, filters)
+    check_add_seeds(args)
+    shown, selecting = display_filters(merged_filters(args.filter))
+    records = load_records(args.sources, selecting)
     if not records:
         raise ConfigError(
-            f"no training runs (results.json) under {' '.join(args.sources)}" + filtered(filters)
+            f"no training runs (results.json) under {' '.join(args.sources)}" + filtered(selecting)
         )
     # the baseline's runs of your tasks, narrowed by --filter as yours are
     tasks = {str((r.get("choices") or {}).get("task")) for r in records}
@@ -86,42 +100,65 @@ def compare(argv: list[str], names: list[str]) -> int:
         r
         for name in names
         for r in baseline.check(records, name)
-        if str((r.get("choices") or {}).get("task")) in tasks and matches(r, filters)
+        if str((r.get("choices") or {}).get("task")) in tasks and matches(r, selecting)
     ]
+    if args.add_seeds:
+        return add_seeds_to([*records, *shipped], args, shown)
     out = args.out or default_out(args.sources[0])
-    written = tables_and_figures([*records, *shipped], out, args)
+    written = tables_and_figures([*records, *shipped], out, args, shown)
+    summary.claim(out, call, written)
     print(f"{len(written)} files written to {out}")
     return 0
 
 
-def tabulate(argv: list[str]) -> int:
+def command(argv: list[str] | None) -> str:
+    """The call as a shell line: ``make_table.py <its arguments>``."""
+    return shlex.join(["make_table.py", *(sys.argv[1:] if argv is None else argv)])
+
+
+def display_filters(filters: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+    """``--filter``'s rows shown (``pe``: ``DISPLAYED``) and the runs selected (every other
+    key): a comparison is made over the rows before the first narrows them, so hiding rows
+    changes no verdict (``reference``)."""
+    shown = {k: v for k, v in filters.items() if k in DISPLAYED}
+    return shown, {k: v for k, v in filters.items() if k not in DISPLAYED}
+
+
+def tabulate(argv: list[str], call: str = "") -> int:
     """The tables and figures of ``argv``'s sources (or, with ``--list``, their run list): the
     training runs' in ``--out``, the re-evaluations' in ``<out>/eval``; 2 when no run was
     found."""
     args = parse(argv)
     try:
+        check_add_seeds(args)
         if args.published:
             read_published(args.published)  # a bad file fails before any work
         filters = merged_filters(args.filter)
-        records = load_records(args.sources, filters)
+        shown, selecting = display_filters(filters)
+        records = load_records(args.sources, selecting)
         evaluations = load_records(args.sources, filters, job_type="eval")
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    if not records and not evaluations:
+    if not [r for r in records if matches(r, shown)] and not evaluations:
         where = " ".join(args.sources)
         print(f"error: no runs (results.json) under {where}{filtered(filters)}", file=sys.stderr)
         return 2
     if args.list:
-        print(run_list(records))
+        print(run_list([r for r in records if matches(r, shown)]))
         return 0
-    if args.add_seeds:
-        return add_seeds_to(records, args)
+    try:
+        if args.add_seeds:
+            return add_seeds_to(records, args, shown)
+    except ConfigError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     out = args.out or default_out(args.sources[0])
     written = []
-    for found, where in ((records, out), (evaluations, out / "eval")):
-        if found:
-            written += tables_and_figures(found, where, args)
+    for found, where, display in ((records, out, shown), (evaluations, out / "eval", {})):
+        if [r for r in found if matches(r, display)]:
+            written += tables_and_figures(found, where, args, display)
+    summary.claim(out, call, written)
     print(f"{len(written)} files written to {out}")
     return 0
 
@@ -134,23 +171,48 @@ def filtered(filters: dict[str, str]) -> str:
     return f" match {given} (without it: make_table.py <dirs> --list shows what is there)"
 
 
-def add_seeds_to(records: list[dict], args: argparse.Namespace) -> int:
-    """``--add-seeds``: the plan, printed (and with ``--run`` run); 1 when a job failed."""
-    try:
-        budget = add_seeds.parse_budget(args.budget)
-        result = ablation(runs_frame(records), lengths_frame(records), args.metric, args.protocol)
-    except ConfigError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    additions = add_seeds.plan(result, budget, None if args.split == "all" else args.split)
-    sweep_dir = add_seeds.default_sweep_dir(args.sources[0])
-    commands = add_seeds.commands(result, additions, sweep_dir)
+def add_seeds_to(records: list[dict], args: argparse.Namespace, shown: dict[str, str]) -> int:
+    """``--add-seeds``: the plan, printed (and with ``--run`` run), the look recorded; no table
+    is written. With ``--reference`` it decides the reference comparisons of the declared
+    family, else the comparisons with each column's best; either narrowed to the rows
+    ``shown`` (``--filter pe=...``). 1 when a job failed."""
+    check_add_seeds(args)
+    budget = add_seeds.parse_budget(args.budget)
+    split = None if args.split == "all" else args.split
+    whole = ablation(runs_frame(records), lengths_frame(records), args.metric, args.protocol)
+    if args.reference:
+        compared, _, _ = comparisons(whole, args, shown)
+        targets = add_seeds.reference_targets(compared, whole.rows, whole.metric, split)
+        result = whole
+    else:
+        visible = [r for r in records if matches(r, shown)]
+        result = ablation(runs_frame(visible), lengths_frame(visible), args.metric)
+        targets = add_seeds.best_targets(result, split)
+    additions = add_seeds.place(add_seeds.plan(result, targets, budget), args.sources[0])
+    commands = add_seeds.commands(result, additions)
     print(add_seeds.report(additions, commands, budget))
-    if not args.run or not commands:
+    if not commands:
+        return 0
+    chosen = {name for a in additions for name in a.decides}
+    seen = [
+        {"comparison": t.name, "p": t.seen, "look_seeds": t.seeds}
+        for t in targets
+        if t.name in chosen
+    ]
+    for sweep_dir in dict.fromkeys(a.sweep_dir.parent for a in additions):
+        added = [
+            {"settings": a.settings, "seeds": a.seeds, "sweep_dir": a.sweep_dir.name}
+            for a in additions
+            if a.sweep_dir.parent == sweep_dir
+        ]
+        path = looks.append(sweep_dir, looks.entry(args.metric, args.split, seen, added))
+        print(f"--add-seeds: the look is recorded in {path}")
+    if not args.run:
         return 0
     failed = add_seeds.run(commands, Path(__file__).resolve().parents[3])
-    if baseline.origin(sweep_dir) != baseline.YOURS:  # into a shipped baseline: records only
-        print(f"--add-seeds: {add_seeds.ship(sweep_dir)} records kept in {sweep_dir}")
+    for sweep_dir in dict.fromkeys(a.sweep_dir for a in additions):
+        if baseline.origin(sweep_dir) != baseline.YOURS:  # into a shipped baseline: records only
+            print(f"--add-seeds: {add_seeds.ship(sweep_dir)} records kept in {sweep_dir}")
     print(
         f"--add-seeds: {len(commands) - failed} of {len(commands)} jobs ran; then: "
         f"make_table.py {' '.join(args.sources)}"
@@ -158,24 +220,67 @@ def add_seeds_to(records: list[dict], args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-def tables_and_figures(records: list[dict], out: Path, args: argparse.Namespace) -> list[Path]:
-    """The tables and figures of ``records`` (all of one job type) in ``out``, logged to W&B with
-    ``--wandb``; prints the task table with every metric side by side."""
+def check_add_seeds(args: argparse.Namespace) -> None:
+    """``--add-seeds``'s combinations it cannot do, refused in one line before any work."""
+    if not args.add_seeds:
+        return
+    if any(str(s).startswith(WANDB_PREFIX) for s in args.sources):
+        raise ConfigError("--add-seeds: seeds are added to run directories, not to a W&B project")
+    if args.protocol != "mean":
+        raise ConfigError(
+            f"--add-seeds with --protocol {args.protocol}: it plans seeds for the mean over "
+            "seeds only (a selection over seeds or learning rates changes with every seed)"
+        )
+    if args.compare and not args.reference:
+        raise ConfigError("--compare names a --reference's family: give --reference too")
+    add_seeds.parse_budget(args.budget)
+
+
+def comparisons(
+    whole: Ablation, args: argparse.Namespace, shown: dict[str, str]
+) -> tuple[pd.DataFrame, dict[str, str], str]:
+    """``--reference``'s comparisons over ``whole`` (every row, before ``--filter pe=...``),
+    Holm over the declared family, then narrowed to the rows ``shown``; the reference row and
+    the family in words."""
+    wanted = reference.parse_reference(args.reference, whole.rows, whole.by_task)
+    family, named = reference.compared_rows(whole.by_task, whole.rows, wanted, args.compare)
+    compared = reference.versus(whole.by_task, whole.rows, wanted, family)
+    if shown:
+        keep = compared["reference"] | np.logical_and.reduce(
+            [compared[k].astype(str).isin(alternatives(v)) for k, v in shown.items()]
+        )
+        compared = compared[keep]
+    return compared, wanted, named
+
+
+def tables_and_figures(
+    records: list[dict], out: Path, args: argparse.Namespace, shown: dict[str, str]
+) -> list[Path]:
+    """The tables and figures of ``records`` (all of one job type) in ``out``, of the rows
+    ``shown``, logged to W&B with ``--wandb``; prints the task table with every metric side by
+    side. ``--reference``'s comparisons are made over every row of ``records``."""
+    visible = [r for r in records if matches(r, shown)]
     try:
-        result = ablation(runs_frame(records), lengths_frame(records), args.metric, args.protocol)
+        result = ablation(runs_frame(visible), lengths_frame(visible), args.metric, args.protocol)
+        whole = (
+            result
+            if len(visible) == len(records)
+            else ablation(runs_frame(records), lengths_frame(records), args.metric, args.protocol)
+        )
+        compared = comparisons(whole, args, shown) if args.reference else None
     except ConfigError as error:
         raise SystemExit(f"error: {error}") from None
-    written = write_tables(result, out)
-    if args.reference:
-        try:
-            wanted = reference.parse_reference(args.reference, result.rows, result.by_task)
-        except ConfigError as error:
-            raise SystemExit(f"error: {error}") from None
-        compared = reference.versus(result.by_task, result.rows, wanted)
-        written += reference.write(compared, result.rows, wanted, result.metric, out)
-        mine = compared[compared["metric"] == result.metric]
+    recorded = looks.found([s for s in args.sources if not str(s).startswith(WANDB_PREFIX)])
+    recorded += looks.found(sorted({baseline.BASELINES / o for o in origins(records)}))
+    written = write_tables(result, out, looks.lines(recorded))
+    versus = None
+    if compared is not None:
+        table, wanted, family = compared
+        written += reference.write(table, whole.rows, wanted, result.metric, out, family)
+        mine = table[table["metric"] == result.metric]
         decided, tested = int(mine["decided"].sum()), int(mine["diff"].notna().sum())
-        print(f"against {args.reference}: {decided} of {tested} comparisons decided")
+        print(f"against {args.reference}: {decided} of {tested} comparisons decided ({family})")
+        versus = (mine, whole.rows, wanted, family)
     published = read_published(args.published) if args.published else None
     figures = []
     for metric in result.metrics:  # published numbers are of --metric, the first
@@ -186,8 +291,13 @@ def tables_and_figures(records: list[dict], out: Path, args: argparse.Namespace)
     for metric in result.metrics:
         drawn = heatmap(result.by_length, result.rows, metric, dict(args.label))
         figures += save(drawn, out / f"heatmap.{metric}")
-    page = write_html(result, records, figures, out)
+    page = write_html(result, records, figures, out, versus, looks.lines(recorded))
     if args.wandb:
         log_summary(result, records, out, figures)
     print((out / "table_tasks.md").read_text())
     return [*written, *figures, page]
+
+
+def origins(records: list[dict]) -> set[str]:
+    """The baselines the records come from."""
+    return {o for r in records if (o := baseline.origin(r.get("source"))) != baseline.YOURS}

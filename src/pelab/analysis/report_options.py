@@ -49,13 +49,22 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         help="keep the runs with this value (any of several: pe=rope,alibi; a key given twice "
         "takes either): pe=rope, task=copy, seed=0, tag=cpu, group=<sweep>, date=2026-11-24, "
         "config.<key>=<value>; it narrows --baseline's runs too (W&B sources: W&B's own filter "
-        "keys, one value each, e.g. sweep=<id>)",
+        "keys, one value each, e.g. sweep=<id>); pe=... narrows the rows shown, not the rows "
+        "--reference compares",
     )
     parser.add_argument(
         "--reference",
         metavar="SETTING=VALUE[,...]",
-        help="also compare every row with this one, per column (Welch, Holm): "
-        "table_vs_<value>.{md,csv}; e.g. pe=rope or pe=none (pelab.analysis.reference)",
+        help="also compare rows with this one, per column (Welch at the planned looks, Holm "
+        "over --compare's family): table_vs_<value>.{md,tex,csv}; e.g. pe=rope or pe=none "
+        "(pelab.analysis.reference)",
+    )
+    parser.add_argument(
+        "--compare",
+        metavar="SETTING=VALUE[,...]",
+        help="--reference's family: the rows compared with it, e.g. pe=mine,alibi (default: "
+        "your rows beside a --baseline, else every row); Holm adjusts over these comparisons, "
+        "whatever --filter pe=... shows",
     )
     parser.add_argument(
         "--label",
@@ -95,9 +104,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--add-seeds",
         action="store_true",
-        help="print the jobs that add seeds where they decide an undecided comparison with a "
-        "column's best, cheapest first within --budget (pelab.analysis.add_seeds); with --run, "
-        "run them; writes no table",
+        help="print the jobs that add seeds, to the next planned look, where they decide an "
+        "undecided comparison (--reference's family, else each column's best), cheapest first "
+        "within --budget, and record the look (looks.json); with --run, run them; writes no "
+        "table (pelab.analysis.add_seeds)",
     )
     parser.add_argument("--budget", default="30min", help="--add-seeds: 30min, 2h, 90s, ...")
     parser.add_argument(

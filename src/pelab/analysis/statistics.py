@@ -5,32 +5,29 @@
   deviation (``ddof=1``), the best seed, and how many of the cell's runs have a result, failed,
   are missing or learned the task;
 - ``mark_best`` (bold): the best mean of a column and every cell not significantly different
-  from it: Welch's t-test against the best cell's seeds, two-sided, α = 0.05 (``ALPHA``), Holm's
-  correction over the column's comparisons (``significance``). A cell with fewer than two seeds,
-  or a best cell with fewer than two, cannot be told apart and stays bold with it. A column of
-  one value, or whose best competing cell is 0.0, has no bold; out of distribution only cells
-  whose seeds all learned the task compete;
+  from it: Welch's t-test against the best cell's seeds at the planned looks both reached
+  (``sequential``), two-sided, α = 0.05 (``ALPHA``), Holm's correction over the column's
+  comparisons with its best (the family: the column's competing cells as shown). A cell, or a
+  best, short of the first look's seeds cannot be told apart and stays bold with it. A column
+  of one value, or whose best competing cell is 0.0, has no bold; out of distribution only
+  cells whose seeds all learned the task compete;
 - what a column cannot tell yet (issue 44): ``detectable`` (per column), the smallest difference
-  its seeds could detect, and ``seeds_to_decide`` (per undecided cell), the seeds per cell at
-  which the observed difference from the best would be significant: both with 80% power
-  (``POWER``) for Welch's test at the column's Holm level for its first comparison (``ALPHA / m``,
-  m comparisons), from the observed variances (``pelab.analysis.power``);
-- ``welch_difference``: an effect size between two cells, with its interval and p-value;
+  its seeds could detect at the look they reached, and ``seeds_to_decide`` (per undecided
+  cell), the seeds per cell of the planned look at which the observed difference from the best
+  would be significant: both with 80% power (``POWER``) for Welch's test at the column's Holm
+  level for its first comparison (``ALPHA / m``, m comparisons) times the look's share of
+  alpha, from the observed variances (``pelab.analysis.power``);
 - ``steps_stats``: the steps each row needed to learn each task (competence budgets).
 """
 
 from __future__ import annotations
 
-import warnings
-from dataclasses import dataclass
-
 import numpy as np
 import pandas as pd
 from scipy import stats as scipy_stats
 
-from pelab.analysis.power import detectable_difference, seeds_to_decide
-
-ALPHA = 0.05  # the significance level of bold: not significantly different from the best
+from pelab.analysis.sequential import ALPHA, holm, seeds_to_decide, sequential_test
+from pelab.analysis.sequential import detectable as sequential_detectable
 
 
 def cell_stats(frame: pd.DataFrame, rows: list[str], cols: list[str], value: str) -> pd.DataFrame:
@@ -50,6 +47,8 @@ def cell_stats(frame: pd.DataFrame, rows: list[str], cols: list[str], value: str
     )
     for key in (*rows, *cols):
         data[key] = pd.Categorical(data[key], categories=_appearance(data[key]), ordered=True)
+    if "seed" in data:  # ``values`` in seed order: a look compares each cell's first seeds
+        data = data.sort_values("seed", kind="stable")
     stats = (
         data.groupby([*rows, *cols], observed=True)
         .agg(
@@ -79,63 +78,16 @@ def t_interval(mean: pd.Series, std: pd.Series, n: pd.Series) -> tuple[pd.Series
     return mean - half, mean + half
 
 
-@dataclass(frozen=True)
-class Difference:
-    """An effect size: ``mean(a) - mean(b)`` with its 95% Welch interval and Welch's p-value."""
-
-    diff: float
-    low: float
-    high: float
-    p_value: float
-    n_a: int
-    n_b: int
-
-    def __str__(self) -> str:
-        return (
-            f"{self.diff * 100:+.1f} points [{self.low * 100:+.1f}, {self.high * 100:+.1f}], "
-            f"Welch p = {self.p_value:.3g} (n = {self.n_a} vs {self.n_b})"
-        )
-
-
-def welch_test(a, b):  # noqa: ANN201 (scipy's TtestResult)
-    """``scipy.stats.ttest_ind(a, b, equal_var=False)``, without scipy's warning of "precision
-    loss" for a side whose seeds all score the same (100% on every seed): its variance is
-    exactly 0, which Welch's test takes as it is."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", "Precision loss occurred", RuntimeWarning)
-        return scipy_stats.ttest_ind(a, b, equal_var=False)
-
-
-def welch_difference(a, b) -> Difference:
-    """The difference of two means over seeds, ``a - b``, with its 95% confidence interval
-    (Welch-Satterthwaite degrees of freedom) and the two-sided p-value of Welch's t-test
-    (``scipy.stats.ttest_ind(equal_var=False)``). Two sides without any spread: the interval
-    is the difference itself, and p is 1 if it is zero, else 0."""
-    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
-    if len(a) < 2 or len(b) < 2:
-        raise ValueError(f"a difference needs two seeds on each side, got {len(a)} and {len(b)}")
-    outside = [v for v in (*a, *b) if not 0.0 <= v <= 1.0]
-    if outside:  # it prints points, x100: percents would read as thousands
-        raise ValueError(
-            f"welch_difference takes scores as fractions in [0, 1], as records hold them; got "
-            f"{outside[0]:g}: divide percents by 100"
-        )
-    diff = a.mean() - b.mean()
-    if a.var() == 0 and b.var() == 0:
-        return Difference(diff, diff, diff, float(diff == 0), len(a), len(b))
-    test = welch_test(a, b)
-    interval = test.confidence_interval(confidence_level=0.95)
-    return Difference(diff, interval.low, interval.high, float(test.pvalue), len(a), len(b))
-
-
 def mark_best(stats: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
-    """``top``: the column's best mean (at the displayed precision); ``p_vs_top``: Welch's
-    t-test of each cell against it, Holm-corrected over the column (``significance``);
-    ``best`` (bold): the top cell and every cell not significantly different from it;
+    """``top``: the column's best mean (at the displayed precision); ``p_vs_top``: the
+    sequential Welch test of each cell against it (``sequential``: at the planned looks both
+    reached), Holm-adjusted over the column's comparisons with its best (``family``: their
+    number); ``best`` (bold): the top cell and every cell not significantly different from it;
     ``competes``: the cell takes part (it has a result and may rank in its column). Only
     columns with more than one value whose best competing cell is above 0.0 rank (a column of
     0.0 has no bold); in an out-of-distribution column only cells whose seeds all learned the
-    task compete (every cell does when no run had a criterion)."""
+    task compete (every cell does when no run had a criterion). A cell, or a best, short of
+    the first look's seeds cannot be told apart and stays bold."""
     eligible = stats["split"].ne("OOD") | stats["learned"].eq(stats["judged"])
     eligible &= stats["n"].gt(0)
     shown = stats["mean"].mul(100).round(1)  # as displayed
@@ -145,56 +97,43 @@ def mark_best(stats: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
     ranks = varies & top_value.gt(0)
     top = eligible & shown.eq(top_value) & ranks
     p_values = pd.Series(np.nan, index=stats.index)
-    for _, column in stats[eligible & ranks].groupby(keys, observed=True):
-        leader = column.index[top[column.index]][0]
-        p_values[column.index] = significance(column["values"], leader)
-    best = top | (eligible & ranks & ~p_values.lt(ALPHA))
+    family = pd.Series(np.nan, index=stats.index)
     decide = pd.Series(np.nan, index=stats.index)
     detectable = pd.Series(np.nan, index=stats.index)
     for _, column in stats[eligible & ranks].groupby(keys, observed=True):
         leader = column.index[top[column.index]][0]
-        reference = np.asarray(column["values"][leader], dtype=float)
+        reference = column["values"][leader]
+        tests = {
+            index: test
+            for index, cell in column["values"].items()
+            if index != leader and (test := sequential_test(cell, reference)) is not None
+        }
+        adjusted = holm(pd.Series({i: t.p for i, t in tests.items()}, dtype=float))
+        p_values[adjusted.index] = adjusted["adjusted"]
+        family[column.index] = len(tests)
         spread = column[column["n"].ge(2)]
         level = ALPHA / max(1, len(spread) - (leader in spread.index))
         if len(spread):
             variance = float(np.mean([np.var(v, ddof=1) for v in spread["values"]]))
-            detectable[column.index] = detectable_difference(
+            detectable[column.index] = sequential_detectable(
                 variance, int(spread["n"].median()), level
             )
         if len(reference) < 2:
             continue
-        for index in column.index[best[column.index] & ~top[column.index]]:
-            cell = np.asarray(column["values"][index], dtype=float)
+        for index in column.index[~top[column.index] & ~p_values[column.index].lt(ALPHA)]:
+            cell = column["values"][index]
             if len(cell) >= 2:
                 decide[index] = seeds_to_decide(cell, reference, level)
+    best = top | (eligible & ranks & ~p_values.lt(ALPHA))
     return stats.assign(
         competes=eligible,
         top=top,
         p_vs_top=p_values,
+        family=family,
         best=best,
-        seeds_to_decide=decide,
+        seeds_to_decide=decide.where(best & ~top),
         detectable=detectable,
     )
-
-
-def significance(values: pd.Series, leader) -> pd.Series:
-    """Holm-adjusted p-values of Welch's two-sided t-test of each cell's seeds against the
-    ``leader`` cell's (NaN for the leader, and where a test is impossible: fewer than two seeds
-    on either side, or no variance in either with equal means)."""
-    reference = np.asarray(values[leader], dtype=float)
-    raw = {}
-    for index, cell in values.items():
-        cell = np.asarray(cell, dtype=float)
-        if index == leader or len(cell) < 2 or len(reference) < 2:
-            continue
-        raw[index] = welch_test(cell, reference).pvalue
-    tested = {i: p for i, p in raw.items() if not np.isnan(p)}
-    adjusted = pd.Series(np.nan, index=values.index)
-    running = 0.0  # Holm: the k-th smallest p times (m - k + 1), kept monotone, capped at 1
-    for rank, (index, p) in enumerate(sorted(tested.items(), key=lambda item: item[1])):
-        running = max(running, min(1.0, p * (len(tested) - rank)))
-        adjusted[index] = running
-    return adjusted
 
 
 def _other_statuses(statuses: pd.Series) -> str:
