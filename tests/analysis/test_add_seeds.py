@@ -11,8 +11,8 @@ import pytest
 
 from pelab.analysis import add_seeds, baseline, report
 from pelab.analysis.add_seeds import STACK_COST, best_targets, parse_budget, plan
-from pelab.analysis.sequential import LOOKS
 from pelab.analysis.frames import lengths_frame, runs_frame
+from pelab.analysis.sequential import LOOKS
 from pelab.analysis.table import ablation
 from pelab.errors import ConfigError
 from tests.analysis.records import record

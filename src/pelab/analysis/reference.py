@@ -124,6 +124,7 @@ def versus(
     out["seeds_to_decide"] = np.nan
     out["decided"] = False
     out["reference"] = is_reference[keep.index]
+    found = {}  # index -> the values of its comparison
     for _, column in keep.groupby([keep[c] for c in COLUMNS], observed=True):
         ref = column.index[is_reference[column.index]]
         if len(ref) != 1 or not column.loc[ref[0], "competes"]:
@@ -137,16 +138,24 @@ def versus(
         }
         for index, verdict in verdicts(tests).items():
             difference = verdict.difference
-            out.loc[index, ["diff", "low", "high", "confidence", "p_holm", "family", "seeds"]] = [
-                difference.diff, difference.low, difference.high, verdict.confidence,
-                verdict.p_adjusted, verdict.m, verdict.seeds,
-            ]  # fmt: skip
-            out.loc[index, "decided"] = verdict.decided
-            if not verdict.decided:
-                level = ALPHA / max(1, verdict.m)  # Holm's first step, as bold's hint
-                out.loc[index, "seeds_to_decide"] = seeds_to_decide(
-                    members["values"][index], base, level
-                )
+            undecided = ALPHA / max(1, verdict.m)  # Holm's first step, as bold's hint
+            found[index] = {
+                "diff": difference.diff,
+                "low": difference.low,
+                "high": difference.high,
+                "confidence": verdict.confidence,
+                "p_holm": verdict.p_adjusted,
+                "family": verdict.m,
+                "seeds": verdict.seeds,
+                "seeds_to_decide": np.nan
+                if verdict.decided
+                else seeds_to_decide(members["values"][index], base, undecided),
+                "decided": verdict.decided,
+            }
+    if found:
+        values = pd.DataFrame.from_dict(found, orient="index")
+        out.loc[values.index, values.columns] = values
+    out["decided"] = out["decided"].astype(bool)
     return out
 
 
@@ -166,9 +175,12 @@ def comparison_text(cell: pd.Series) -> str:
         return "reference"
     if np.isnan(cell["diff"]):
         return "–"
+    p = f"{cell['p_holm']:.2g}"
+    if (float(p) < ALPHA) != cell["decided"]:  # 0.0498 would print 0.05 beside a ✓
+        p = f"{cell['p_holm']:.4g}"
     text = (
         f"{cell['diff'] * 100:+.1f} [{points(cell['low'])}, {points(cell['high'])}] "
-        f"p={cell['p_holm']:.2g} (Holm over {cell['family']:.0f})"
+        f"p={p} (Holm over {cell['family']:.0f})"
     )
     if cell["seeds"] > LOOKS[0]:
         text += f" at {cell['seeds']:.0f} seeds"
