@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pelab.analysis import baseline, reference
+from pelab.analysis import baseline, null_simulation, reference
 from pelab.analysis.collect import load_records
 from pelab.analysis.frames import lengths_frame, runs_frame
 from pelab.analysis.html_report import write_html
@@ -118,3 +118,18 @@ def test_a_table_says_over_how_many_comparisons_each_p_was_adjusted(shipped, tmp
     )
     assert "(Holm over 2)" in text and "The family, per column: pe=alibi,dape vs the" in text
     assert np.isin(compared["pe"], ["alibi", "dape", "rope"]).all()
+
+
+def test_under_the_null_seeds_added_after_looking_keep_the_error_rate_only_sequentially(
+    shipped,
+):
+    """2000 null comparisons with the shipped baseline's variances, --add-seeds's loop run to
+    10 seeds per cell: re-testing at alpha after each addition (the naive loop) declares more
+    than alpha of them significant; the sequential design stays below alpha."""
+    _, whole = shipped
+    variances = null_simulation.variances_of(whole.by_task)
+    assert len(variances) > 50
+    found = null_simulation.rates(variances, 2000, seed=0)
+    (naive, naive_error), (planned, planned_error) = found["naive"], found["sequential"]
+    assert naive - 2 * naive_error > ALPHA  # inflated, beyond its simulation error
+    assert planned + 2 * planned_error < ALPHA
