@@ -221,14 +221,15 @@ def test_origin_names_the_baseline_a_run_lies_in(shipped, tmp_path):
 
 
 def test_every_shipped_baseline_is_described_loads_and_shares_one_protocol_per_task():
-    """What the repository ships, so a baseline cannot rot: records only, each loads, one
-    protocol per task, no absolute path, described in baselines/README.md."""
+    """What the repository ships, so a baseline cannot rot: records only (and the looks that
+    added seeds to them, ``looks.json``), each loads, one protocol per task, no absolute path,
+    described in baselines/README.md."""
     readme = (baseline.BASELINES / "README.md").read_text()
     for name in baseline.available():
         records = baseline.load(name)  # refuses a baseline without records
         assert baseline.protocols(records, f"baseline {name}"), name
         files = [p for p in baseline.find(name).rglob("*") if p.is_file()]
-        assert {p.name for p in files} == {"results.json"}, name
+        assert {p.name for p in files} <= {"results.json", "looks.json"}, name
         for path in files:
             assert not [s for s in strings(json.loads(path.read_text())) if s.startswith("/")]
         assert f"`{name}`" in readme, f"baselines/README.md does not describe {name}"

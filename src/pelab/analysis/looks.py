@@ -66,6 +66,14 @@ def lines(looks: list[tuple[Path, dict[str, Any]]]) -> list[str]:
         out.append(
             f"{str(look.get('date'))[:16].replace('T', ' ')}: {look.get('metric')} "
             f"{look.get('split')} columns, {len(look.get('seen') or [])} undecided comparisons "
-            f"seen, {seeds} seeds added to {len(added)} cells ({path})"
+            f"seen, {seeds} seeds added to {len(added)} cells ({_shown(path)})"
         )
     return out
+
+
+def _shown(path: Path) -> str:
+    """``path`` relative to the working directory when below it (tables travel)."""
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
