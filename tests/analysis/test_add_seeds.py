@@ -239,3 +239,22 @@ def test_a_second_call_into_a_summary_says_whose_it_replaces_and_leaves_nothing_
     assert (source / "summary" / "table_vs_none.md").is_file()
     assert report.main([str(source), "--reference", "pe=none"]) == 0  # the same call: quiet
     assert "note:" not in capsys.readouterr().err
+
+
+def test_beside_a_baseline_without_a_reference_only_the_users_rows_get_seeds(
+    tmp_path, monkeypatch, capsys
+):
+    """The bold comparisons of your rows with each column's best; none of the baseline's rows
+    among themselves (RoPE vs ALiBi), and no task you did not run."""
+    mine = mine_and_shipped(tmp_path, monkeypatch)
+    for path in (tmp_path / "baselines").rglob("results.json"):  # alibi best, rope undecided
+        rec = json.loads(path.read_text())
+        seed, pe = rec["choices"]["seed"], rec["choices"]["pe"]
+        value = (0.45 if pe == "alibi" else 0.33) + 0.05 * seed
+        rec["metrics"]["test"]["32"]["token_acc"] = rec["metrics"]["test_ood"]["token_acc"] = value
+        path.write_text(json.dumps(rec))
+    argv = [str(mine), "--baseline", "ablation_cpu", "--metric", "token_acc", "--add-seeds"]
+    assert report.main([*argv, "--budget", "10h", "--filter", "task=copy"]) == 0
+    out = capsys.readouterr().out
+    decides = [line for line in out.splitlines() if "decides" in line]
+    assert decides and all("mine · yours" in line for line in decides), out

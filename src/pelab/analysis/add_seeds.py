@@ -81,7 +81,9 @@ class Target:
 
 def best_targets(result: Ablation, split: str | None = "OOD") -> list[Target]:
     """The undecided comparisons with each column's best (bold cells that are not the best) of
-    ``result``'s first metric, in ``split`` columns (None: every column)."""
+    ``result``'s first metric, in ``split`` columns (None: every column); beside a baseline
+    (``origin`` a row setting), only those of the user's own rows (origin ``yours``), so no
+    time goes to the baseline's comparisons among themselves or to tasks the user never ran."""
     stats = _columns(result.by_task, result.metric, split)
     keys = [*result.rows, "task"]
     targets = []
@@ -96,6 +98,9 @@ def best_targets(result: Ablation, split: str | None = "OOD") -> list[Target]:
             name = f"{' · '.join(map(str, cell[keys]))} vs {top[0]} ({cell['split']})"
             seeds = int(cell["seeds_to_decide"])
             targets.append(Target(seeds, tuple(cell[keys]), top, name, cell["p_vs_top"]))
+    if ORIGIN in result.rows:
+        at = keys.index(ORIGIN)
+        targets = [t for t in targets if YOURS in (t.cell[at], t.other[at])]
     return targets
 
 
