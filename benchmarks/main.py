@@ -31,7 +31,9 @@
    choice and a bad value, beside a one-step run (``benchmarks.startup``).
 8. Operations (``--only operations``): aten operations and kernel launches of a 40-step run at
    K = 8 members over K = 1, for every encoding of the GPU grid (``benchmarks.operations``).
-9. With ``--ablation``: the wall time of ``experiment=ablation_cpu`` (every job, on this
+9. Validation (``--only validation``): one validation by one teacher-forced pass and by greedy
+   decoding against the 100 training steps it follows (``benchmarks.validation``).
+10. With ``--ablation``: the wall time of ``experiment=ablation_cpu`` (every job, on this
    machine) and the share of its (encoding, task) cells learned in distribution.
 
     python scripts/benchmark.py            # full: 4 layers, d_model 128, 64 tokens, batch 64
@@ -40,7 +42,7 @@
     python scripts/benchmark.py --only threads   # one section
 
 One file per section in this folder (``throughput``, ``encodings``, ``data``, ``greedy``,
-``members``, ``threads``, ``startup``, ``operations``, ``ablation``), each with
+``members``, ``threads``, ``startup``, ``operations``, ``validation``, ``ablation``), each with
 ``section(args, setup) -> dict``: its part of the JSON report, printed as a table; ``common``
 holds the shared setup and pelab's training step. This module parses the command line and runs
 the sections in order.
@@ -64,6 +66,7 @@ from benchmarks import (
     startup,
     threads,
     throughput,
+    validation,
 )
 from benchmarks.common import make_setup
 from pelab.pe import PE_REGISTRY
@@ -78,6 +81,7 @@ SECTIONS = {
     "threads": threads,
     "startup": startup,
     "operations": operations,
+    "validation": validation,
 }
 
 

@@ -133,7 +133,11 @@ def test_metrics_per_length_and_in_out_of_distribution_means():
     model = make_model(task)
     logged = {}
     model.log = lambda key, value, **k: logged.__setitem__(key, value)
-    model.kind = type("Fixed", (), {"predict": staticmethod(lambda net, p, m, pos: p.clone())})
+    copying = {  # the answer is the prompt, decoded or in one teacher-forced pass
+        "predict": staticmethod(lambda net, p, m, pos: p.clone()),
+        "answer_logits": staticmethod(lambda net, p, a, pos: torch.nn.functional.one_hot(p, 19)),
+    }
+    model.kind = type("Fixed", (), copying)
     # a "model" that copies its prompt: all right on copy, but we feed wrong answers at length 8
     for idx, length in enumerate(task.eval_lengths):
         prompt = torch.randint(3, 19, (4, length))
@@ -176,12 +180,17 @@ def test_validation_can_score_only_some_lengths():
     model = make_model(task)
     model.lengths["val"] = [2, 4]  # what a competence budget validates
     model.log = lambda *a, **k: None
-    model.kind = type("Fixed", (), {"predict": staticmethod(lambda net, p, m, pos: p.clone())})
+    copying = {  # the answer is the prompt, decoded or in one teacher-forced pass
+        "predict": staticmethod(lambda net, p, m, pos: p.clone()),
+        "answer_logits": staticmethod(lambda net, p, a, pos: torch.nn.functional.one_hot(p, 19)),
+    }
+    model.kind = type("Fixed", (), copying)
     for idx, length in enumerate(model.lengths["val"]):
         prompt = torch.randint(3, 19, (4, length))
         model._evaluate("val", {"prompt": prompt, "answer": prompt}, 0, idx)
     model._end_epoch("val")
     assert list(model.member_scores[0]["val"]) == [2, 4]
+    assert model.member_scores[0]["val"][4] == {"exact_match": 1.0, "next_token_acc": 1.0}
 
 
 @pytest.mark.integration

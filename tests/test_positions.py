@@ -82,12 +82,14 @@ def test_training_and_evaluation_see_randomized_positions(tiny_cfg):
     model.log = lambda *a, **k: None
     prompt = torch.randint(3, 10, (2, 4))
     model.training_step(((prompt, prompt),), 0)  # one member's batch
-    model._evaluate("val", {"prompt": prompt, "answer": prompt}, 0, 0)
+    for split in ("val", "test"):  # one teacher-forced pass; greedy decoding, a step per token
+        first = len(seen)
+        model._evaluate(split, {"prompt": prompt, "answer": prompt}, 0, 0)
+        again = len(seen)
+        model._evaluate(split, {"prompt": prompt, "answer": prompt}, 0, 0)
+        assert torch.equal(seen[again], seen[first])  # the same positions each time
     assert all(p.shape[0] == 2 for p in seen)
     assert seen[0].max() >= 10  # not 0..n-1
-    first_eval = seen[1]
-    model._evaluate("val", {"prompt": prompt, "answer": prompt}, 0, 0)
-    assert torch.equal(seen[1 + 4], first_eval)  # evaluation draws the same positions each time
 
 
 @pytest.mark.integration

@@ -18,7 +18,7 @@ from pelab.compiled import CompiledOrEager
 from pelab.member_checkpoint import MemberCheckpointState
 from pelab.member_log import MemberLog
 from pelab.member_optimization import MemberOptimization
-from pelab.metrics import METRICS, SELECTION_KEY, Scores, logged_values, selection_score
+from pelab.metrics import SELECTION_KEY, SPLIT_METRICS, Scores, logged_values, selection_score
 from pelab.model_kinds import ModelKind
 from pelab.models.stacked import fold, fold_positions, members_of, select
 from pelab.positions import ContiguousPositions, PositionSampler
@@ -81,7 +81,7 @@ class SequenceModel(MemberCheckpointState, MemberOptimization, L.LightningModule
                 {
                     # scores are never NaN: no check (a host sync) on every update
                     _state(metric, length): MeanMetric(nan_strategy="disable")
-                    for metric in METRICS
+                    for metric in dict.fromkeys(m for ms in SPLIT_METRICS.values() for m in ms)
                     for length in task.eval_lengths
                 }
             )
@@ -203,16 +203,39 @@ class SequenceModel(MemberCheckpointState, MemberOptimization, L.LightningModule
     def _evaluate(
         self, split: str, batch: dict[str, Tensor], batch_idx: int, dataloader_idx: int
     ) -> None:
+        """Score one evaluation batch of every member that takes part. The test decodes
+        greedily (``exact_match``, ``token_acc``); validation reads one teacher-forced pass
+        (``exact_match``, ``next_token_acc``: ``pelab.metrics.VALIDATION_METRICS``), whose
+        exact match is greedy decoding's, unless the network's outputs depend on what follows
+        (``one_pass_exact``): then its exact match is decoded greedily."""
         length = self.lengths[split][dataloader_idx]
         members = self.active if split == "val" else list(range(len(self.seeds)))
         if not members:
             return
         answer = batch["answer"]
-        correct = self.correct(batch["prompt"], answer, length, batch_idx, members)
+        if split == "val":
+            forced = self.correct(batch["prompt"], answer, length, batch_idx, members, True)
+            exact = (
+                forced
+                if self.one_pass_exact
+                else self.correct(batch["prompt"], answer, length, batch_idx, members)
+            )
+            scores = {"exact_match": exact.all(dim=-1), "next_token_acc": forced.float().mean(-1)}
+        else:
+            greedy = self.correct(batch["prompt"], answer, length, batch_idx, members)
+            scores = {"exact_match": greedy.all(dim=-1), "token_acc": greedy.float().mean(-1)}
+        b = answer.shape[0]
         for i, k in enumerate(members):
-            own = correct[i * answer.shape[0] : (i + 1) * answer.shape[0]]
-            self.metrics[k][_state("exact_match", length)].update(own.all(dim=-1).float())
-            self.metrics[k][_state("token_acc", length)].update(own.float().mean(dim=-1))
+            for metric, values in scores.items():
+                self.metrics[k][_state(metric, length)].update(values[i * b : (i + 1) * b].float())
+
+    @property
+    def one_pass_exact(self) -> bool:
+        """Whether one teacher-forced pass gives greedy decoding's exact match: every network
+        whose output at a position depends only on the tokens and positions up to it
+        (``prefix_only``; not RoPE with a length-dependent scaling, whose frequencies follow the
+        whole sequence's length)."""
+        return bool(getattr(self.net, "prefix_only", True))
 
     def correct(
         self,
@@ -221,11 +244,13 @@ class SequenceModel(MemberCheckpointState, MemberOptimization, L.LightningModule
         length: int,
         batch_idx: int,
         members: Sequence[int] = (0,),
+        one_pass: bool = False,
     ) -> Tensor:
-        """Which greedy answer tokens of each of ``members`` are right, ``[members b, m]``
+        """Which answer tokens of each of ``members`` are right, ``[members b, m]``
         (member-major), for batch ``batch_idx`` of an evaluation set at ``length`` (its positions
         are a pure function of ``(length, batch_idx)``: the same every epoch, for every member,
-        and for ``pelab.load_run``)."""
+        and for ``pelab.load_run``): decoded greedily, or with ``one_pass`` the argmax of one
+        teacher-forced pass (each token predicted from the true prefix)."""
         generator = torch.Generator().manual_seed(length * 100_003 + batch_idx)
         positions = self.sequence_positions(prompt, answer.shape[1], generator)
         n = len(members)
@@ -236,8 +261,12 @@ class SequenceModel(MemberCheckpointState, MemberOptimization, L.LightningModule
         )
         if n > 1:
             prompt, answer = prompt.repeat(n, 1), answer.repeat(n, 1)
-        with self.selected(members):
-            predicted = self.kind.predict(self.net, prompt, answer.shape[1], folded_positions)
+        with self.selected(members), torch.no_grad():
+            if one_pass:
+                logits = self.kind.answer_logits(self.net, prompt, answer, folded_positions)
+                predicted = logits.argmax(dim=-1)
+            else:
+                predicted = self.kind.predict(self.net, prompt, answer.shape[1], folded_positions)
         return predicted == answer
 
     def validation_step(
@@ -253,7 +282,7 @@ class SequenceModel(MemberCheckpointState, MemberOptimization, L.LightningModule
         ``member_scores[k][split]`` (the running states reset); returns the values to log
         (``pelab.metrics.logged_values``)."""
         scores: Scores = {length: {} for length in self.lengths[split]}
-        for metric in METRICS:
+        for metric in SPLIT_METRICS[split]:
             for length in self.lengths[split]:
                 state = self.metrics[k][_state(metric, length)]
                 scores[length][metric] = float(state.compute())

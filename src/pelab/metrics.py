@@ -9,7 +9,11 @@ that the loggers (W&B, CSV, the progress bar) show, and nothing parses them back
 Metrics (``METRICS``), for every evaluation length ``L``:
 
 - ``exact_match``: the whole greedy answer is right;
-- ``token_acc``: the share of greedy answer tokens that are right, position by position.
+- ``token_acc``: the share of greedy answer tokens that are right, position by position;
+- validation only (``VALIDATION_METRICS``): ``exact_match`` from one teacher-forced pass (equal
+  to greedy decoding's) and ``next_token_acc``, the share of answer tokens predicted right from
+  the true prefix (teacher forcing; an encoder's one pass is its prediction, so there it equals
+  ``token_acc``).
 
 Chance levels are computed in ``pelab.chance`` (torch and the evaluation sets); this module
 imports neither, so reading results (``scripts/make_table.py``) starts without them.
@@ -21,6 +25,12 @@ from collections.abc import Callable
 from typing import Any
 
 METRICS = ("exact_match", "token_acc")
+# validation scores one teacher-forced pass (issue 53): its exact match is greedy decoding's
+# (an answer is all right iff every teacher-forced argmax is right); its token accuracy is not,
+# so it has its own name: ``next_token_acc``, the share of answer tokens whose prediction from the
+# true prefix is right
+VALIDATION_METRICS = ("exact_match", "next_token_acc")
+SPLIT_METRICS = {"val": VALIDATION_METRICS, "test": METRICS}
 GROUPS = ("id", "ood")  # lengths inside / outside the training range
 Scores = dict[int, dict[str, float]]  # {length: {metric: value}}
 
@@ -68,14 +78,16 @@ def selection_score(
     scores: Scores, in_distribution: Callable[[int], bool], samples_per_length: int
 ) -> float:
     """What picks a run's best checkpoint: the in-distribution exact match, ties broken by the
-    in-distribution token accuracy (so that among validations with equal exact match, e.g. 0
-    everywhere early on, the better model wins, not the first). The exact match over ``L``
-    lengths of ``n`` samples is a multiple of ``1/(nL)``; the token accuracy enters scaled by
-    ``1/(10nL)``, below that step, so the order is lexicographic:
-    ``EM + token_acc / (10 n L)``."""
+    in-distribution next-token accuracy of the same pass (so that among validations with equal
+    exact match, e.g. 0 everywhere early on, the better model wins, not the first; scores of a
+    checkpoint from before issue 53 break ties by their greedy ``token_acc``). The exact match
+    over ``L`` lengths of ``n`` samples is a multiple of ``1/(nL)``; the tie-breaker enters
+    scaled by ``1/(10nL)``, below that step, so the order is lexicographic:
+    ``EM + next_token_acc / (10 n L)``."""
     means = group_means(scores, in_distribution)["id"]
     lengths = sum(1 for n in scores if in_distribution(n))
-    return means["exact_match"] + means["token_acc"] / (10 * samples_per_length * lengths)
+    ties = means.get("next_token_acc", means.get("token_acc", 0.0))
+    return means["exact_match"] + ties / (10 * samples_per_length * lengths)
 
 
 def as_json(scores: Scores) -> dict[str, dict[str, float]]:

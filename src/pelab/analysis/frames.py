@@ -143,13 +143,14 @@ def task_config(record: dict[str, Any]) -> dict[str, Any]:
 
 def _validation_score(val: dict[str, dict[str, float]], train: list[int]) -> float:
     """The last validation's in-distribution score, as a run's best checkpoint is chosen
-    (``pelab.metrics.selection_score``: exact match, ties broken by token accuracy, scaled
-    below the exact match's step); NaN without an in-distribution validation."""
+    (``pelab.metrics.selection_score``: exact match, ties broken by next-token accuracy, or by
+    token accuracy in a record from before issue 53, scaled below the exact match's step); NaN
+    without an in-distribution validation."""
     inside = [v for n, v in val.items() if train and train[0] <= int(n) <= train[1]]
     if not inside:
         return math.nan
     exact = sum(v["exact_match"] for v in inside) / len(inside)
-    tokens = sum(v["token_acc"] for v in inside) / len(inside)
+    tokens = sum(v.get("next_token_acc", v.get("token_acc", 0.0)) for v in inside) / len(inside)
     return exact + tokens * 1e-6
 
 

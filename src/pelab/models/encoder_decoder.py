@@ -155,6 +155,11 @@ class EncoderDecoder(nn.Module):
         """True when greedy decoding may feed the decoder one token per step."""
         return self.decoder.pe.supports_kv_cache
 
+    @property
+    def prefix_only(self) -> bool:
+        """True when the decoder's output at each position depends only on its prefix."""
+        return self.decoder.pe.prefix_only
+
     def new_cache(self, capacity: int) -> KVCache:
         """An empty decoder cache for up to ``capacity`` target tokens."""
         if not self.supports_kv_cache:

@@ -44,6 +44,7 @@ class MemberEncodings(PositionalEncoding):
         object.__setattr__(self, "encoding", first)  # the code, not the state: not registered
         self.dims, self.pe_name = first.dims, getattr(first, "pe_name", type(first).__name__)
         self.supports_kv_cache = first.supports_kv_cache
+        self.prefix_only = first.prefix_only
         self.members_at_once = first.members_at_once
         self.count = len(encodings)
         own = [dict(e.named_parameters()) for e in encodings]

@@ -231,6 +231,13 @@ class Transformer(nn.Module):
         model is causal and its encoding computes the same function from cached keys."""
         return self.dims.causal and self.pe.supports_kv_cache
 
+    @property
+    def prefix_only(self) -> bool:
+        """True when one forward's output at each position is what a forward of its prefix
+        alone gives (an encoder's one pass is its prediction anyway): one teacher-forced pass
+        then predicts what greedy decoding predicts."""
+        return not self.dims.causal or self.pe.prefix_only
+
     def new_cache(self, capacity: int) -> KVCache:
         """An empty cache for decoding up to ``capacity`` tokens."""
         if not self.supports_kv_cache:

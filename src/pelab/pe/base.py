@@ -95,6 +95,10 @@ class PositionalEncoding(nn.Module):
     causal_only = False  # True: defined for decoders only; an encoder gets a ConfigError
     position_dims: int | None = 1  # coordinates it reads per position; None: reads no positions
     supports_kv_cache = True  # False: greedy decoding re-runs full forwards (pelab.model_kinds)
+    # False: in a causal model an output depends on the whole sequence, not only on its prefix
+    # (RoPE's length-dependent scalings), so one teacher-forced pass does not predict what
+    # greedy decoding predicts: validation then decodes its exact match (``SequenceModel``)
+    prefix_only = True
     needs_digit_tokens = False  # True: reads ModelDims.digit_tokens; a model without gets an error
     # True: ``input_bias`` is part of the q.k score (PaTH's q^T (H...H - I) k), so a length scale
     # (model.net.attn_scale) scales it with the logits. False: an additive bias that keeps its

@@ -51,6 +51,7 @@ class ComposedPE(PositionalEncoding):
         built = list(self.parts.values())
         self.causal_only = any(part.causal_only for part in built)
         self.supports_kv_cache = all(part.supports_kv_cache for part in built)
+        self.prefix_only = all(part.prefix_only for part in built)
         self.members_at_once = all(part.members_at_once for part in built)
         reads = any(part.position_dims is not None for part in built)
         self.position_dims = dims.position_dims if reads else None

@@ -47,6 +47,7 @@ class DapePE(PositionalEncoding):
         self.base = PE_REGISTRY[base](dims)
         self.shift, self.causal_only = self.base.shift, self.base.causal_only
         self.supports_kv_cache = self.base.supports_kv_cache
+        self.prefix_only = self.base.prefix_only
         self.members_at_once = self.base.members_at_once
         h = dims.n_heads
         self.mlps = nn.ModuleList(

@@ -76,6 +76,7 @@ class LayeredPE(PositionalEncoding):
         self.pe_name = name
         self.causal_only = self.base.causal_only
         self.supports_kv_cache = self.base.supports_kv_cache
+        self.prefix_only = self.base.prefix_only
         self.members_at_once = self.base.members_at_once
         self.needs_digit_tokens = self.base.needs_digit_tokens
         self.position_dims = dims.position_dims if nope_temperature else self.base.position_dims

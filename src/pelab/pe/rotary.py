@@ -118,6 +118,7 @@ class RotaryPE(PositionalEncoding):
         self.layout, self.base = layout, base
         self.scaling_factor, self.original_max_len = float(scaling_factor), original_max_len
         self.supports_kv_cache = not self.scaling.length_dependent  # cached keys keep old θ
+        self.prefix_only = not self.scaling.length_dependent  # θ follows the whole length
         self.make_rotation, self.apply_rotation = LAYOUTS[layout]
         inv_freq = base ** (-torch.arange(0, self.rot_dim, 2, dtype=torch.float32) / self.rot_dim)
         self.register_buffer("inv_freq", inv_freq, persistent=False)  # unscaled theta_i, [r/2]
