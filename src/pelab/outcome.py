@@ -33,6 +33,7 @@ class Outcome:
     warnings: list[str] = field(default_factory=list)
     competence: dict[str, Any] | None = None  # training: pelab.competence.competence_fields
     attention: dict[str, str] | None = None  # the kernel and dtype it ran (pelab.kernels)
+    time_split: dict[str, Any] | None = None  # training: where its time went (pelab.phase_times)
 
 
 def scored_outcome(

@@ -200,6 +200,8 @@ def completed_fields(outcome: Outcome) -> dict[str, Any]:
         fields |= {"checkpoint": outcome.checkpoint, "checkpoint_step": outcome.checkpoint_step}
     if outcome.attention is not None:
         fields["attention"] = outcome.attention
+    if outcome.time_split is not None:
+        fields["time_split_s"] = outcome.time_split
     if outcome.resumed_from is not None:
         fields["resumed_from"] = outcome.resumed_from
         fields["resumed_from_step"] = outcome.resumed_from_step

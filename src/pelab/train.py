@@ -13,6 +13,7 @@ records."""
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,7 @@ from pelab.lengths import no_extrapolation_note
 from pelab.lit_module import SequenceModel
 from pelab.members import Job, Member
 from pelab.outcome import Outcome, scored_outcome
+from pelab.phase_times import PhaseTimes
 from pelab.recorder import TrainingRecorder
 from pelab.reliability.checks.memory import check_eval_memory
 from pelab.reliability.cluster import requeue
@@ -68,6 +70,7 @@ class Fitted:
     notes: list[str] = field(default_factory=list)
     tested: list[Tested] = field(default_factory=list)  # per member, once tested
     kernels: AttentionKernels = field(default_factory=AttentionKernels)
+    phases: PhaseTimes | None = None  # where this attempt's time went
 
 
 @dataclass
@@ -77,6 +80,7 @@ class Prepared:
     model: SequenceModel
     ckpt_path: Path | None
     ckpt_step: int | None
+    started: float = field(default_factory=time.perf_counter)  # when the job began (its startup)
 
 
 def prepare(job: Job) -> Prepared:
@@ -84,6 +88,7 @@ def prepare(job: Job) -> Prepared:
     before any work. The job resumes exactly from ``resume_path`` (``ckpt_path``, or with
     ``resume=true`` the newest checkpoint already in its output directory) once that checkpoint
     is known to come from the same settings."""
+    started = time.perf_counter()
     cfg = job.config
     check_training(cfg)
     check_gpu_present(cfg.trainer)
@@ -105,7 +110,7 @@ def prepare(job: Job) -> Prepared:
         check_compatible(checkpoint, cfg, model, ckpt_path)
         step = checkpoint.get("global_step")
         log.info("resuming from step %s (checkpoint %s)", step, ckpt_path)
-    return Prepared(model, ckpt_path, step)
+    return Prepared(model, ckpt_path, step, started)
 
 
 def fit_and_test(job: Job, prepared: Prepared | None = None) -> Fitted:
@@ -123,7 +128,9 @@ def fit_and_test(job: Job, prepared: Prepared | None = None) -> Fitted:
         stop = LearnedStop(cfg.learned_at, cfg.get("learned_patience", 2), len(job.members))
     resumed = None if ckpt_path is None else str(ckpt_path)
     fitted = Fitted(model, stop, resumed, prepared.ckpt_step)
+    fitted.phases = PhaseTimes(prepared.started)
     callbacks: list[L.Callback] = [best, ResumeState(identity(cfg)), fitted.kernels]
+    callbacks.append(fitted.phases)
     callbacks += [stop] if stop is not None else []
     note = no_extrapolation_note(model.task.train_lengths, model.task.eval_lengths)
     if note and cfg.test:  # said before the hours of training, and kept in the record
@@ -163,6 +170,7 @@ def member_outcome(fitted: Fitted, member: Member) -> Outcome:
         warnings=notes,
         competence=competence_fields(fitted.stop, member.index),
         attention=fitted.kernels.found,
+        time_split=fitted.phases and fitted.phases.split(),
     )
 
 
