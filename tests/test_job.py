@@ -129,6 +129,7 @@ def test_each_record_ends_with_its_own_outcome_and_the_first_error_goes_on_once_
         competence=None,
         checkpoint=None,
         attention=None,
+        time_split=None,
         resumed_from=None,
         warnings=[],
     )

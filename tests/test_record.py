@@ -51,7 +51,9 @@ def outcome(**notes) -> SimpleNamespace:
     """A finished run's ``Outcome``, as little as a record needs."""
     task = SimpleNamespace(train_lengths=(1, 4), in_distribution=lambda n: n <= 4)
     fields = dict(scores={}, chance=None, params={"total": 1}, model_dims={}, competence=None)
-    fields |= dict(checkpoint=None, attention=None, resumed_from=None, warnings=[])
+    fields |= dict(
+        checkpoint=None, attention=None, time_split=None, resumed_from=None, warnings=[]
+    )
     return SimpleNamespace(task=task, **fields | notes)
 
 

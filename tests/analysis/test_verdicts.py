@@ -103,7 +103,7 @@ def test_every_printed_interval_excludes_zero_exactly_where_the_comparison_is_de
         csv = csv[csv["diff"].notna()]
         assert ((csv["low"] > 0) | (csv["high"] < 0)).eq(csv["decided"]).all()
         for text in (written[0].read_text(), written[1].read_text(), page.read_text()):
-            cells = printed(text.replace("\\textasciitilde{}", "~"))
+            cells = printed(text.replace(reference.LATEX_DECIDED, reference.DECIDED))
             assert len(cells) == int(mine["diff"].notna().sum())
             for low, high, p, decided in cells:
                 assert (low > 0 or high < 0) == decided, (low, high, p, decided)

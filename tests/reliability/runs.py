@@ -115,15 +115,19 @@ def same_weights(a: Path, b: Path) -> bool:
     return sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
 
 
-# What may differ between a run and its uninterrupted twin: when and how long it ran, where,
-# from which checkout, the checkpoint it resumed from, and the hooks that interrupted it (its
-# config)
+# What may differ between a run and its uninterrupted twin: when and how long it ran (and where
+# its time went), where, from which checkout, the checkpoint it resumed from, and the hooks that
+# interrupted it (its config)
 ATTEMPT_KEYS = (
     "started",
     "git_commit",
     "git_dirty",
+    "git_changes",
+    "git_patch",
+    "git_patch_sha256",
     "wall_time_s",
     "wall_time_parts_s",
+    "time_split_s",
     "peak_rss_mb",
     "resumed_from",
     "resumed_from_step",

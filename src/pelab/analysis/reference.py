@@ -213,9 +213,11 @@ def layout(compared: pd.DataFrame, rows: list[str]) -> pd.DataFrame:
     """The comparisons as text, rows x columns (``task split``)."""
     shown = compared.assign(text=compared.apply(comparison_text, axis=1))
     shown["column"] = shown[["task", "split"]].astype(str).agg(" ".join, axis=1)
-    return shown.pivot_table(
+    table = shown.pivot_table(
         index=rows, columns="column", values="text", aggfunc="first", sort=False
     ).fillna(NO_RUNS)
+    table.columns.name = None  # no header cell of its own
+    return table
 
 
 def markdown(compared: pd.DataFrame, rows: list[str], reference: dict[str, str], family: str):
@@ -235,7 +237,10 @@ def latex(compared: pd.DataFrame, rows: list[str], reference: dict[str, str], fa
         position_float="centering",
         sparse_index=False,
     )
-    return for_pdflatex(text)
+    return for_pdflatex(text.replace(DECIDED, LATEX_DECIDED))
+
+
+DECIDED, LATEX_DECIDED = "✓", r"$\surd$"  # pdflatex has no ✓ without a package; √ it has
 
 
 def stem(reference: dict[str, str]) -> str:
