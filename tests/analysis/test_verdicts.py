@@ -14,7 +14,6 @@ from pelab.analysis import baseline, null_simulation, reference
 from pelab.analysis.collect import load_records
 from pelab.analysis.frames import lengths_frame, runs_frame
 from pelab.analysis.html_report import write_html
-from pelab.analysis.report import comparisons
 from pelab.analysis.sequential import ALPHA
 from pelab.analysis.table import ablation
 
@@ -30,6 +29,11 @@ PRINTED = re.compile(
 def shipped():
     records = load_records([baseline.find("ablation_cpu")])
     return records, ablation(runs_frame(records), lengths_frame(records), "token_acc")
+
+
+def comparisons(whole, ask, shown):
+    """``make_table.py --reference ... [--compare ...] [--filter pe=...]``'s comparisons."""
+    return reference.comparisons(whole, ask.reference, ask.compare, shown)
 
 
 def asked(reference_row="pe=rope", compare=None):

@@ -35,6 +35,7 @@ from pelab.analysis.sequential import (
     shares,
     verdicts,
 )
+from pelab.analysis.table import Ablation
 from pelab.errors import ConfigError
 
 COLUMNS = ["task", "split", "metric"]
@@ -264,3 +265,20 @@ def write(
     paths[1].write_text(latex(mine, rows, reference, family))
     compared.to_csv(paths[2], index=False)
     return paths
+
+
+def comparisons(
+    whole: Ablation, text: str, compare: str | None, shown: dict[str, str]
+) -> tuple[pd.DataFrame, dict[str, str], str]:
+    """``--reference text``'s comparisons over ``whole`` (every row, before ``--filter
+    pe=...``), Holm over the declared family (``compare``: ``--compare``), then narrowed to the
+    rows ``shown``; the reference row and the family in words."""
+    wanted = parse_reference(text, whole.rows, whole.by_task)
+    family, named = compared_rows(whole.by_task, whole.rows, wanted, compare)
+    compared = versus(whole.by_task, whole.rows, wanted, family)
+    if shown:
+        keep = compared["reference"] | np.logical_and.reduce(
+            [compared[k].astype(str).isin(alternatives(v)) for k, v in shown.items()]
+        )
+        compared = compared[keep]
+    return compared, wanted, named

@@ -17,8 +17,12 @@ Written to ``--out`` (default ``<first directory>/summary``; ``logs/summary/<pro
 - per metric, ``length_curves.<metric>.{png,pdf}`` (``--published <csv>`` overlays published
   numbers of ``--metric`` on its curves: columns pe, task, length, value, source) and
   ``heatmap.<metric>.{png,pdf}`` (encodings x lengths, coloured against the chance level);
+- with ``--reference pe=rope``, ``table_vs_rope.{md,tex,csv}``: the rows of the declared family
+  (``--compare``, else your rows beside a baseline, else every row) against it
+  (``pelab.analysis.reference``; ``--filter pe=...`` narrows the rows shown, not the family);
 - ``report.html``: all of it in one self-contained file, with the runs that did not complete or
-  did not learn, every job's command and the versions (``pelab.analysis.html_report``);
+  did not learn, the looks that added seeds, every job's command and the versions and code
+  (``pelab.analysis.html_report``); ``make_table.json``: the call and its files (``summary``);
 - the same for the re-evaluations found (``scripts/eval.py``) in ``eval/``: one row per
   training setting and evaluation setting (e.g. ``pe.scaling``), with their chance levels;
 
@@ -38,14 +42,10 @@ import shlex
 import sys
 from pathlib import Path
 
-import numpy as np
-import pandas as pd
-
 from pelab.analysis import add_seeds, baseline, looks, reference, summary
 from pelab.analysis.browse import run_list
 from pelab.analysis.collect import (
     WANDB_PREFIX,
-    alternatives,
     load_records,
     matches,
     merged_filters,
@@ -55,7 +55,7 @@ from pelab.analysis.html_report import write_html
 from pelab.analysis.plots import heatmap, length_curves, read_published, save
 from pelab.analysis.render import write_tables
 from pelab.analysis.report_options import baseline_options, default_out, parse
-from pelab.analysis.table import Ablation, ablation
+from pelab.analysis.table import ablation
 from pelab.analysis.wandb_summary import log_summary
 from pelab.errors import ConfigError
 
@@ -181,7 +181,7 @@ def add_seeds_to(records: list[dict], args: argparse.Namespace, shown: dict[str,
     split = None if args.split == "all" else args.split
     whole = ablation(runs_frame(records), lengths_frame(records), args.metric, args.protocol)
     if args.reference:
-        compared, _, _ = comparisons(whole, args, shown)
+        compared, _, _ = reference.comparisons(whole, args.reference, args.compare, shown)
         targets = add_seeds.reference_targets(compared, whole.rows, whole.metric, split)
         result = whole
     else:
@@ -236,23 +236,6 @@ def check_add_seeds(args: argparse.Namespace) -> None:
     add_seeds.parse_budget(args.budget)
 
 
-def comparisons(
-    whole: Ablation, args: argparse.Namespace, shown: dict[str, str]
-) -> tuple[pd.DataFrame, dict[str, str], str]:
-    """``--reference``'s comparisons over ``whole`` (every row, before ``--filter pe=...``),
-    Holm over the declared family, then narrowed to the rows ``shown``; the reference row and
-    the family in words."""
-    wanted = reference.parse_reference(args.reference, whole.rows, whole.by_task)
-    family, named = reference.compared_rows(whole.by_task, whole.rows, wanted, args.compare)
-    compared = reference.versus(whole.by_task, whole.rows, wanted, family)
-    if shown:
-        keep = compared["reference"] | np.logical_and.reduce(
-            [compared[k].astype(str).isin(alternatives(v)) for k, v in shown.items()]
-        )
-        compared = compared[keep]
-    return compared, wanted, named
-
-
 def tables_and_figures(
     records: list[dict], out: Path, args: argparse.Namespace, shown: dict[str, str]
 ) -> list[Path]:
@@ -267,7 +250,11 @@ def tables_and_figures(
             if len(visible) == len(records)
             else ablation(runs_frame(records), lengths_frame(records), args.metric, args.protocol)
         )
-        compared = comparisons(whole, args, shown) if args.reference else None
+        compared = (
+            reference.comparisons(whole, args.reference, args.compare, shown)
+            if args.reference
+            else None
+        )
     except ConfigError as error:
         raise SystemExit(f"error: {error}") from None
     recorded = looks.found([s for s in args.sources if not str(s).startswith(WANDB_PREFIX)])
