@@ -11,7 +11,7 @@ from scipy import stats as scipy_stats
 
 from pelab.analysis import reference
 from pelab.analysis.frames import lengths_frame, runs_frame
-from pelab.analysis.sequential import LOOKS, shares
+from pelab.analysis.sequential import LOOKS, sequential_test, shares, verdicts, welch_difference
 from pelab.analysis.table import ablation
 from pelab.errors import ConfigError
 from tests.analysis.records import record
@@ -105,3 +105,30 @@ def test_a_reference_row_the_table_lacks_or_cannot_single_out_is_refused():
 )
 def test_a_bound_near_zero_keeps_its_sign_and_digits(value, text):
     assert reference.points(value) == text
+
+
+def test_a_look_compares_the_first_seeds_never_a_later_one_in_place_of_a_missing_one():
+    """Seed 1 of a still running: seeds 0, 2, 3 have results, but look 1 needs seeds 0-2, so it
+    is not reached (no test) until seed 1 ends; then the look compares seeds 0-2 exactly."""
+    rope, a = (0.10, 0.11, 0.12, 0.11), (0.50, np.nan, 0.60, 0.58)
+    assert sequential_test(a, rope) is None
+    done = sequential_test((0.50, 0.55, 0.60, 0.58), rope)
+    assert done.p_values[0] == pytest.approx(
+        scipy_stats.ttest_ind((0.50, 0.55, 0.60), rope[:3], equal_var=False).pvalue
+    )
+
+
+def test_a_declared_family_keeps_its_size_while_a_member_waits_for_its_seeds():
+    """Holm over the declared members: one short of the first look counts as p = 1, so the
+    other's adjustment does not change when that member's seeds arrive later."""
+    tests = {"a": sequential_test((0.50, 0.55, 0.60), OOD["rope"]), "b": None}
+    verdict = verdicts(tests)
+    assert set(verdict) == {"a"} and verdict["a"].m == 2
+    assert verdict["a"].p_adjusted == pytest.approx(min(1.0, 2 * tests["a"].p))
+
+
+def test_float_noise_is_no_difference():
+    """0.1 + 0.2 against 0.3 on every seed: the same score, p = 1, not a difference without
+    spread (p = 0)."""
+    difference = welch_difference([0.1 + 0.2] * 3, [0.3] * 3)
+    assert difference.p_value == 1.0 and difference.diff == 0.0

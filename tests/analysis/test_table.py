@@ -285,16 +285,21 @@ def test_bold_is_the_best_and_every_cell_not_significantly_different_from_it():
 
 
 def test_holm_adjusts_the_smallest_p_value_most_keeps_the_order_and_gives_each_its_level():
-    """Raw p 0.001, 0.02, 0.04 (and one untested): adjusted 0.003, 0.04, 0.04, each decided at
-    its step (alpha/3, alpha/2, alpha); with 0.03 in the middle (>= alpha/2) Holm stops there,
-    and the later comparison's level is the step it stopped at."""
-    family = holm(pd.Series({"a": 0.001, "b": 0.02, "c": 0.04, "d": np.nan}))
-    assert family["adjusted"].iloc[:3].tolist() == pytest.approx([0.003, 0.04, 0.04])
-    assert family["level"].iloc[:3].tolist() == pytest.approx([ALPHA / 3, ALPHA / 2, ALPHA])
-    assert pd.isna(family.loc["d", "adjusted"]) and (family["m"] == 3).all()
-    stopped = holm(pd.Series({"a": 0.001, "b": 0.03, "c": 0.04}))  # b: 0.03 >= alpha/2
+    """Raw p 0.001, 0.02, 0.04: adjusted 0.003, 0.04, 0.04, each decided at its step (alpha/3,
+    alpha/2, alpha); with 0.03 in the middle (>= alpha/2) Holm stops there, and the later
+    comparison's level is the step it stopped at. A member not tested yet (NaN) stays in the
+    family as p = 1: m counts it, and it has no adjusted p."""
+    family = holm(pd.Series({"a": 0.001, "b": 0.02, "c": 0.04}))
+    assert family["adjusted"].tolist() == pytest.approx([0.003, 0.04, 0.04])
+    assert family["level"].tolist() == pytest.approx([ALPHA / 3, ALPHA / 2, ALPHA])
+    assert family["decided"].all() and (family["m"] == 3).all()
+    stopped = holm(pd.Series({"a": 0.001, "b": 0.03, "c": 0.04}))
     assert stopped["adjusted"].tolist() == pytest.approx([0.003, 0.06, 0.06])
     assert stopped["level"].tolist() == pytest.approx([ALPHA / 3, ALPHA / 2, ALPHA / 2])
+    assert stopped["decided"].tolist() == [True, False, False]
+    waiting = holm(pd.Series({"a": 0.001, "b": 0.02, "d": np.nan}))
+    assert (waiting["m"] == 3).all() and pd.isna(waiting.loc["d", "adjusted"])
+    assert waiting.loc["a", "adjusted"] == pytest.approx(0.003)
 
 
 def test_a_leader_with_the_same_score_on_every_seed_is_tested_without_a_warning():

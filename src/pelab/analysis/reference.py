@@ -132,10 +132,10 @@ def versus(
             continue
         base = column["values"][ref[0]]
         members = column[column["competes"] & ~is_reference[column.index]]
+        # every member of the declared family counts, tested or not yet (m stays fixed)
         tests = {
-            index: test
-            for index, cell in members["values"].items()
-            if (test := sequential_test(cell, base)) is not None
+            index: sequential_test(cell, column["ordered"][ref[0]])
+            for index, cell in members["ordered"].items()
         }
         for index, verdict in verdicts(tests).items():
             difference = verdict.difference

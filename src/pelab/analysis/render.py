@@ -111,7 +111,9 @@ def write_tables(result: Ablation, out_dir: Path, looks: Sequence[str] = ()) -> 
         written.append(_write(out_dir / f"{table.stem}.md", text + "\n"))
         latex = to_latex(table.stats, result.rows, table.cols, table.caption)
         written.append(_write(out_dir / f"{table.stem}.tex", latex))
-        table.stats.drop(columns="values").to_csv(out_dir / f"{table.stem}.csv", index=False)
+        table.stats.drop(columns=["values", "ordered"]).to_csv(
+            out_dir / f"{table.stem}.csv", index=False
+        )
         written.append(out_dir / f"{table.stem}.csv")
     if result.steps is not None:
         table = steps_markdown(result.steps, result.rows)

@@ -82,33 +82,44 @@ class Sequential:
 
 
 def sequential_test(a, b, looks: tuple[int, ...] = LOOKS) -> Sequential | None:
-    """The looks both cells reached (``a``, ``b``: seeds in seed order); None before the first."""
+    """The looks both cells reached; None before the first. ``a``, ``b``: every run of a cell
+    in seed order, NaN for one without a result (failed, still running, missing): a look is
+    reached once the cell's first ``n_j`` seeds all have one, so the seeds a look compares are
+    fixed, never a later seed standing in for one that has not finished."""
     a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
-    count = reached(min(len(a), len(b)), looks)
+    count = min(_complete(a, looks), _complete(b, looks))
     if not count:
         return None
     p_values = tuple(welch_difference(a[:n], b[:n]).p_value for n in looks[:count])
     return Sequential(a, b, looks, p_values)
 
 
+def _complete(values: np.ndarray, looks: tuple[int, ...]) -> int:
+    """How many looks a cell reached: its first ``n_j`` seeds all have a result."""
+    return sum(len(values) >= n and bool(np.isfinite(values[:n]).all()) for n in looks)
+
+
 def holm(p_values: pd.Series, alpha: float = ALPHA) -> pd.DataFrame:
-    """Holm's step-down over a family (NaN entries are not in it): per comparison ``adjusted``
-    (Holm's adjusted p: decided iff below ``alpha``), ``level`` (the level of its verdict: its
-    step's ``alpha / (m - r + 1)`` when decided, else the step at which Holm stopped) and ``m``
-    (the family's size)."""
-    tested = p_values.dropna().sort_values(kind="stable")
-    m = len(tested)
-    adjusted, level = [], []
+    """Holm's step-down over a declared family: every entry is a member, NaN for one not tested
+    yet (short of the first look: it counts as p = 1, so the family's size ``m`` stays what was
+    declared as seeds arrive). Per comparison ``adjusted`` (Holm's adjusted p; NaN untested),
+    ``decided`` (rejected by the step-down), ``level`` (the level of its verdict: its step's
+    ``alpha / (m - r + 1)`` when decided, else the step at which Holm stopped) and ``m``."""
+    m = len(p_values)
+    ordered = p_values.fillna(1.0).sort_values(kind="stable")
+    adjusted, level, decided = [], [], []
     running, stopped = 0.0, None
-    for rank, p in enumerate(tested):
+    for rank, p in enumerate(ordered):
         step = alpha / (m - rank)
         running = max(running, min(1.0, p * (m - rank)))
         if stopped is None and not p < step:
             stopped = step
         adjusted.append(running)
+        decided.append(stopped is None)
         level.append(step if stopped is None else stopped)
-    out = pd.DataFrame({"adjusted": adjusted, "level": level}, index=tested.index)
-    return out.reindex(p_values.index).assign(m=m)
+    frame = {"adjusted": adjusted, "decided": decided, "level": level}
+    out = pd.DataFrame(frame, index=ordered.index).reindex(p_values.index).assign(m=m)
+    return out.assign(adjusted=out["adjusted"].where(p_values.notna()))
 
 
 @dataclass(frozen=True)
@@ -125,16 +136,20 @@ class Verdict:
 
 
 def verdicts(tests: dict, alpha: float = ALPHA) -> dict:
-    """The verdict of each comparison of a family ``{key: Sequential}`` (Holm over all)."""
-    family = holm(pd.Series({key: test.p for key, test in tests.items()}, dtype=float), alpha)
+    """The verdict of each comparison of a declared family ``{key: Sequential, or None for a
+    member not tested yet}`` (Holm over all of them); untested members get none."""
+    p = {key: np.nan if test is None else test.p for key, test in tests.items()}
+    family = holm(pd.Series(p, dtype=float), alpha)
     rows = family.to_dict("index")
     out = {}
     for key, test in tests.items():
+        if test is None:  # a member short of the first look: in the family, not tested
+            continue
         adjusted, level, m = rows[key]["adjusted"], rows[key]["level"], rows[key]["m"]
-        decided = bool(adjusted < alpha)
+        decided = bool(rows[key]["decided"])
         share = shares(test.looks)
         deciding = [
-            j for j, p in enumerate(test.p_values) if decided and p < level * share[j]
+            j for j, q in enumerate(test.p_values) if decided and min(1.0, q / share[j]) < level
         ] or [len(test.p_values) - 1]
         look = deciding[0]
         confidence = 1 - level * share[look]
@@ -199,7 +214,9 @@ def welch_difference(a, b, confidence: float = 0.95) -> Difference:
     freedom ``se^4 / sum((s^2 / n)^2 / (n - 1))``, so the interval excludes 0 iff p < 1 -
     confidence. Two sides without any spread: the interval is the difference itself, and p is 1
     if it is zero, else 0."""
-    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    # scores are fractions of samples: rounding away float noise keeps equal scores equal
+    # (0.1 + 0.2 against 0.3 would otherwise read as a difference without spread: p = 0)
+    a, b = np.round(np.asarray(a, dtype=float), 12), np.round(np.asarray(b, dtype=float), 12)
     if len(a) < 2 or len(b) < 2:
         raise ValueError(f"a difference needs two seeds on each side, got {len(a)} and {len(b)}")
     outside = [v for v in (*a, *b) if not 0.0 <= v <= 1.0]

@@ -57,6 +57,7 @@ def cell_stats(frame: pd.DataFrame, rows: list[str], cols: list[str], value: str
             max=("_value", "max"),
             n=("_value", "count"),
             values=("_value", lambda v: tuple(v.dropna())),
+            ordered=("_value", tuple),  # every run's, in seed order, NaN without a result
             runs=("status", "size"),
             failed=("_failed", "sum"),
             missing=("_missing", "sum"),
@@ -97,34 +98,37 @@ def mark_best(stats: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
     ranks = varies & top_value.gt(0)
     top = eligible & shown.eq(top_value) & ranks
     p_values = pd.Series(np.nan, index=stats.index)
+    decided = pd.Series(False, index=stats.index)
     family = pd.Series(np.nan, index=stats.index)
     decide = pd.Series(np.nan, index=stats.index)
     detectable = pd.Series(np.nan, index=stats.index)
     for _, column in stats[eligible & ranks].groupby(keys, observed=True):
         leader = column.index[top[column.index]][0]
-        reference = column["values"][leader]
+        # the family: every other competing cell of the column shown, tested or not yet
         tests = {
-            index: test
-            for index, cell in column["values"].items()
-            if index != leader and (test := sequential_test(cell, reference)) is not None
+            index: sequential_test(cell, column["ordered"][leader])
+            for index, cell in column["ordered"].items()
+            if index != leader
         }
-        adjusted = holm(pd.Series({i: t.p for i, t in tests.items()}, dtype=float))
+        adjusted = holm(pd.Series({i: t and t.p for i, t in tests.items()}, dtype=float))
         p_values[adjusted.index] = adjusted["adjusted"]
+        decided[adjusted.index] = adjusted["decided"] & adjusted["adjusted"].notna()
         family[column.index] = len(tests)
+        level = ALPHA / max(1, len(tests))  # Holm's first step: what would decide
         spread = column[column["n"].ge(2)]
-        level = ALPHA / max(1, len(spread) - (leader in spread.index))
         if len(spread):
             variance = float(np.mean([np.var(v, ddof=1) for v in spread["values"]]))
             detectable[column.index] = sequential_detectable(
                 variance, int(spread["n"].median()), level
             )
+        reference = column["values"][leader]
         if len(reference) < 2:
             continue
-        for index in column.index[~top[column.index] & ~p_values[column.index].lt(ALPHA)]:
+        for index in column.index[~top[column.index] & ~decided[column.index]]:
             cell = column["values"][index]
             if len(cell) >= 2:
                 decide[index] = seeds_to_decide(cell, reference, level)
-    best = top | (eligible & ranks & ~p_values.lt(ALPHA))
+    best = top | (eligible & ranks & ~decided)
     return stats.assign(
         competes=eligible,
         top=top,
