@@ -65,7 +65,7 @@ def chained(net: torch.nn.Module, scale: float = 6.0) -> torch.nn.Module:
     return net
 
 
-def teacher_forcing_gives_back_greedy(kind, net, randomized: bool, name: str) -> None:
+def teacher_forcing_gives_back_greedy(kind, net, randomized: bool, name: str) -> bool:
     """Greedy answers of ``net``; one teacher-forced pass on them predicts them again, and an
     answer with one token changed is predicted right up to that token, not as a whole."""
     net = chained(net)
@@ -75,6 +75,7 @@ def teacher_forcing_gives_back_greedy(kind, net, randomized: bool, name: str) ->
     with torch.no_grad():
         forced = kind.answer_logits(net, prompt, greedy, canonical).argmax(dim=-1)
     assert torch.equal(forced, greedy), (forced, greedy)
+    return True
 
 
 def test_the_check_can_fail_an_answer_fed_one_token_late_is_not_given_back():
@@ -96,13 +97,13 @@ def test_the_check_can_fail_an_answer_fed_one_token_late_is_not_given_back():
 def test_a_decoder_teacher_forced_on_its_greedy_answer_gives_it_back(name, randomized):
     net = decoder(name)
     assert net.prefix_only
-    teacher_forcing_gives_back_greedy(DecoderKind, net, randomized, name)
+    assert teacher_forcing_gives_back_greedy(DecoderKind, net, randomized, name)
 
 
 @pytest.mark.parametrize("kind", [EncoderKind, BareEncoderKind], ids=["encoder", "bare"])
 @pytest.mark.parametrize("name", [n for n in BIDIRECTIONAL if position_dims(n) == 1])
 def test_an_encoders_one_pass_is_its_prediction(name, kind):
-    teacher_forcing_gives_back_greedy(kind, encoder(name), False, name)
+    assert teacher_forcing_gives_back_greedy(kind, encoder(name), False, name)
 
 
 @RANDOMIZED
@@ -110,7 +111,7 @@ def test_an_encoders_one_pass_is_its_prediction(name, kind):
 def test_an_encoder_decoder_teacher_forced_on_its_greedy_answer_gives_it_back(name, randomized):
     net = encoder_decoder(name)
     assert net.prefix_only
-    teacher_forcing_gives_back_greedy(EncoderDecoderKind, net, randomized, name)
+    assert teacher_forcing_gives_back_greedy(EncoderDecoderKind, net, randomized, name)
 
 
 @RANDOMIZED
@@ -119,7 +120,7 @@ def test_a_layer_schedule_gives_it_back(randomized):
     schedule = partial(LayeredPE, base=PE_REGISTRY["rope"], layers=["rope", "none"])
     net = transformer("rope", factory=schedule)
     assert net.prefix_only
-    teacher_forcing_gives_back_greedy(DecoderKind, net, randomized, "rope")
+    assert teacher_forcing_gives_back_greedy(DecoderKind, net, randomized, "rope")
 
 
 def test_a_length_dependent_scaling_breaks_it_and_says_so():
