@@ -33,7 +33,9 @@
    K = 8 members over K = 1, for every encoding of the GPU grid (``benchmarks.operations``).
 9. Validation (``--only validation``): one validation by one teacher-forced pass and by greedy
    decoding against the 100 training steps it follows (``benchmarks.validation``).
-10. With ``--ablation``: the wall time of ``experiment=ablation_cpu`` (every job, on this
+10. Time split (``--only time_split``): where one ablation job's time goes, and its step's GFLOP/s against
+   this core's matmul peak (``benchmarks.time_split``).
+11. With ``--ablation``: the wall time of ``experiment=ablation_cpu`` (every job, on this
    machine) and the share of its (encoding, task) cells learned in distribution.
 
     python scripts/benchmark.py            # full: 4 layers, d_model 128, 64 tokens, batch 64
@@ -42,7 +44,8 @@
     python scripts/benchmark.py --only threads   # one section
 
 One file per section in this folder (``throughput``, ``encodings``, ``data``, ``greedy``,
-``members``, ``threads``, ``startup``, ``operations``, ``validation``, ``ablation``), each with
+``members``, ``threads``, ``startup``, ``operations``, ``validation``, ``time_split``,
+``ablation``), each with
 ``section(args, setup) -> dict``: its part of the JSON report, printed as a table; ``common``
 holds the shared setup and pelab's training step. This module parses the command line and runs
 the sections in order.
@@ -66,6 +69,7 @@ from benchmarks import (
     startup,
     threads,
     throughput,
+    time_split,
     validation,
 )
 from benchmarks.common import make_setup
@@ -82,6 +86,7 @@ SECTIONS = {
     "startup": startup,
     "operations": operations,
     "validation": validation,
+    "time_split": time_split,
 }
 
 

@@ -67,6 +67,12 @@ def test_quick_benchmark_reports_every_measure(tmp_path, repo_root):
             assert r["stacked_encodings"] == 0  # parameter-free encodings run once, folded
     assert set(report["startup"]) == set(startup.QUICK)  # --quick: two commands, one run each
     assert all(0 < r["best_s"] <= r["median_s"] for r in report["startup"].values())
+    [row] = report["validation"].values()  # --quick: rope; one validation, each way
+    assert row["one_pass_s"] > 0 and row["greedy_s"] > 0 and row["steps_s"] > 0
+    split = report["time_split"]  # one job's phases, its step against the matmul peak
+    assert split["seconds"]["steps"] == 20 and split["seconds"]["validations"] == 2
+    assert sum(split["shares"].values()) <= 1.0 and split["step_gflop"] > 0
+    assert 0 < split["step_gflops_per_s"] < split["matmul_peak_gflops_per_s"]
 
 
 @pytest.mark.processes

@@ -43,8 +43,8 @@ def test_a_tiny_run_writes_complete_results(tiny_cfg):
     assert (checkpoints / "last.ckpt").exists() and (checkpoints / "best.ckpt").exists()
     # where its time went: 4 steps, a validation every 2 (no sanity check counted), a test
     split = res["time_split_s"]
-    assert split["validations"] == 2 and set(split) == {
-        "startup", "training", "validation", "validations", "test"
+    assert (split["steps"], split["validations"]) == (4, 2) and set(split) == {
+        "startup", "training", "steps", "validation", "validations", "test"
     }  # fmt: skip
     phases = [split[k] for k in ("startup", "training", "validation", "test")]
     assert all(t > 0 for t in phases) and sum(phases) <= res["wall_time_s"]

@@ -4,8 +4,8 @@ them as ``time_split_s``:
 
 - ``startup``: from the job's start (``train.prepare``: checks, the model, the data) to its
   first training step (or, with ``train=false``, to its test);
-- ``training``: the training steps (each batch's forward, backward and optimizer step, from
-  ``on_train_batch_start`` to ``on_train_batch_end``);
+- ``training`` (and ``steps``, how many): the training steps (each batch's forward, backward
+  and optimizer step, from ``on_train_batch_start`` to ``on_train_batch_end``);
 - ``validation`` (and ``validations``, how many): the validation loops, their checkpoint and
   criterion callbacks included;
 - ``test``: the final test of every evaluation length.
@@ -31,6 +31,7 @@ class PhaseTimes(L.Callback):
         self.started = started
         self.seconds = {"startup": None, "training": 0.0, "validation": 0.0, "test": 0.0}
         self.validations = 0
+        self.steps = 0
         self._since: dict[str, float] = {}
 
     def _begin(self, phase: str) -> None:
@@ -49,6 +50,7 @@ class PhaseTimes(L.Callback):
 
     def on_train_batch_end(self, *args: Any, **kwargs: Any) -> None:
         self._end("training")
+        self.steps += 1
 
     def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if not trainer.sanity_checking:
@@ -65,7 +67,7 @@ class PhaseTimes(L.Callback):
         self._end("test")
 
     def split(self) -> dict[str, float | int | None]:
-        """``{"startup", "training", "validation", "validations", "test"}``, seconds rounded to
-        the hundredth (``startup`` None when nothing ran)."""
+        """``{"startup", "training", "steps", "validation", "validations", "test"}``, seconds
+        rounded to the hundredth (``startup`` None when nothing ran)."""
         rounded = {k: None if v is None else round(v, 2) for k, v in self.seconds.items()}
-        return {**rounded, "validations": self.validations}
+        return {**rounded, "steps": self.steps, "validations": self.validations}

@@ -34,7 +34,8 @@ reads versions 1 and 2, which called ``job_type`` ``kind``, with ``job_type``; v
   and ``fit_time_s``, the members' shared training time; the member's own ``wall_time_s`` is its
   test); its run lies in ``member_dir(<stack dir>, seed, lr)``;
 - training runs: ``time_split_s``, where the (last attempt's) time went: ``startup``,
-  ``training``, ``validation`` (and ``validations``) and ``test`` seconds (``phase_times``);
+  ``training`` (and ``steps``), ``validation`` (and ``validations``) and ``test`` seconds
+  (``phase_times``);
 - ``wall_time_s`` (a resumed run: the total, and ``wall_time_parts_s`` the attempts'), library
   ``versions``, ``python``, ``git_commit`` and ``git_dirty`` (the code under ``src/``,
   ``configs/``, ``scripts/`` differs from the commit, untracked files included), and when dirty
