@@ -33,8 +33,8 @@
    K = 8 members over K = 1, for every encoding of the GPU grid (``benchmarks.operations``).
 9. Validation (``--only validation``): one validation by one teacher-forced pass and by greedy
    decoding against the 100 training steps it follows (``benchmarks.validation``).
-10. Time split (``--only time_split``): where one ablation job's time goes, and its step's GFLOP/s against
-   this core's matmul peak (``benchmarks.time_split``).
+10. Time split (``--only time_split``): where one ablation job's time goes, and its step's
+    GFLOP/s against this core's matmul peak (``benchmarks.time_split``).
 11. With ``--ablation``: the wall time of ``experiment=ablation_cpu`` (every job, on this
    machine) and the share of its (encoding, task) cells learned in distribution.
 
