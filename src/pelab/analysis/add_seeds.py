@@ -22,6 +22,7 @@ import re
 import shlex
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -84,20 +85,9 @@ def best_targets(result: Ablation, split: str | None = "OOD") -> list[Target]:
     ``result``'s first metric, in ``split`` columns (None: every column); beside a baseline
     (``origin`` a row setting), only those of the user's own rows (origin ``yours``), so no
     time goes to the baseline's comparisons among themselves or to tasks the user never ran."""
-    stats = _columns(result.by_task, result.metric, split)
     keys = [*result.rows, "task"]
-    targets = []
-    for _, column in stats.groupby(["task", "split"], observed=True, sort=False):
-        tops = column[column["top"]]
-        if tops.empty:
-            continue
-        top = tuple(tops.iloc[0][keys])
-        for _, cell in column[column["seeds_to_decide"].notna()].iterrows():
-            if math.isinf(cell["seeds_to_decide"]):
-                continue
-            name = f"{' · '.join(map(str, cell[keys]))} vs {top[0]} ({cell['split']})"
-            seeds = int(cell["seeds_to_decide"])
-            targets.append(Target(seeds, tuple(cell[keys]), top, name, cell["p_vs_top"]))
+    stats = _columns(result.by_task, result.metric, split)
+    targets = _targets(stats, keys, "top", "p_vs_top", lambda top: str(top[0]))
     if ORIGIN in result.rows:
         at = keys.index(ORIGIN)
         targets = [t for t in targets if YOURS in (t.cell[at], t.other[at])]
@@ -110,20 +100,27 @@ def reference_targets(
     """The undecided comparisons of a reference table (``reference.versus``) of ``metric``, in
     ``split`` columns (None: every column), that a planned look would decide."""
     stats = _columns(compared, metric, split)
-    keys = [*rows, "task"]
+    return _targets(stats, [*rows, "task"], "reference", "p_holm", " · ".join)
+
+
+def _targets(
+    stats: pd.DataFrame, keys: list[str], anchor: str, p: str, named: Callable[[tuple], str]
+) -> list[Target]:
+    """Per column, each cell with a finite ``seeds_to_decide`` against the column's ``anchor``
+    cell (its best, or the reference), named ``<cell> vs <named(anchor)> (<split>)``."""
     targets = []
     for _, column in stats.groupby(["task", "split"], observed=True, sort=False):
-        ref = column[column["reference"]]
-        if ref.empty:
+        anchors = column[column[anchor]]
+        if anchors.empty:
             continue
-        base = tuple(ref.iloc[0][keys])
+        other = tuple(anchors.iloc[0][keys])
         for _, cell in column[column["seeds_to_decide"].notna()].iterrows():
             if math.isinf(cell["seeds_to_decide"]):
                 continue
-            name = f"{' · '.join(map(str, cell[keys]))} vs {' · '.join(map(str, base))} "
+            name = f"{' · '.join(map(str, cell[keys]))} vs {named(tuple(map(str, other)))} "
             name += f"({cell['split']})"
             seeds = int(cell["seeds_to_decide"])
-            targets.append(Target(seeds, tuple(cell[keys]), base, name, cell["p_holm"]))
+            targets.append(Target(seeds, tuple(cell[keys]), other, name, cell[p]))
     return targets
 
 

@@ -22,22 +22,21 @@ from __future__ import annotations
 
 import argparse
 import math
+from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
 
-from pelab.analysis import power, sequential
+from pelab.analysis import baseline, power, sequential
+from pelab.analysis.collect import load_records
+from pelab.analysis.frames import lengths_frame, runs_frame
 from pelab.analysis.sequential import ALPHA, LOOKS
+from pelab.analysis.table import ablation
 
 
 def baseline_variances(name: str = "ablation_cpu", metric: str = "token_acc") -> np.ndarray:
     """The variances (ddof 1) of the first 3 seeds of each out-of-distribution cell of the
     shipped baseline ``name`` whose seeds all learned (the cells that are compared)."""
-    from pelab.analysis import baseline  # noqa: PLC0415 (reads the records only when asked)
-    from pelab.analysis.collect import load_records  # noqa: PLC0415
-    from pelab.analysis.frames import lengths_frame, runs_frame  # noqa: PLC0415
-    from pelab.analysis.table import ablation  # noqa: PLC0415
-
     records = load_records([baseline.find(name)])
     return variances_of(ablation(runs_frame(records), lengths_frame(records), metric).by_task)
 
@@ -53,28 +52,39 @@ def variances_of(stats: pd.DataFrame, metric: str = "token_acc") -> np.ndarray:
 def naive(seeds: np.ndarray) -> bool:
     """Welch at alpha after every addition, seeds as the fixed-sample power asks (budget:
     ``LOOKS[-1]`` per cell); ``seeds``: ``[2, LOOKS[-1]]``, each cell's stream."""
-    n = LOOKS[0]
-    while True:
-        a, b = seeds[0, :n], seeds[1, :n]
-        if sequential.welch_difference(a, b).p_value < ALPHA:
-            return True
-        wanted = power.seeds_to_decide(a, b, ALPHA)
-        if math.isinf(wanted) or wanted <= n or wanted > LOOKS[-1]:
-            return False
-        n = int(wanted)
+    return _added_until_decided(
+        seeds,
+        lambda a, b: sequential.welch_difference(a, b).p_value,
+        lambda a, b: power.seeds_to_decide(a, b, ALPHA),
+    )
 
 
 def planned(seeds: np.ndarray) -> bool:
     """The sequential test; seeds added to the planned look that would decide."""
+    return _added_until_decided(
+        seeds,
+        lambda a, b: sequential.sequential_test(a, b).p,
+        lambda a, b: sequential.seeds_to_decide(a, b, ALPHA),
+    )
+
+
+def _added_until_decided(
+    seeds: np.ndarray,
+    p_value: Callable[[np.ndarray, np.ndarray], float],
+    wanted: Callable[[np.ndarray, np.ndarray], float],
+) -> bool:
+    """``--add-seeds``'s loop on one comparison: from the first look's seeds, test (``p_value``
+    below alpha: significant); while undecided, bring both cells to the seeds ``wanted`` asks,
+    within ``LOOKS[-1]``; False once nothing more would decide."""
     n = LOOKS[0]
     while True:
         a, b = seeds[0, :n], seeds[1, :n]
-        if sequential.sequential_test(a, b).p < ALPHA:
+        if p_value(a, b) < ALPHA:
             return True
-        wanted = sequential.seeds_to_decide(a, b, ALPHA)
-        if math.isinf(wanted) or wanted <= n:
+        more = wanted(a, b)
+        if math.isinf(more) or more <= n or more > LOOKS[-1]:
             return False
-        n = int(wanted)
+        n = int(more)
 
 
 def rates(

@@ -39,6 +39,7 @@ from pelab.analysis.table import Ablation
 from pelab.errors import ConfigError
 
 COLUMNS = ["task", "split", "metric"]
+DECIDED, LATEX_DECIDED = "✓", r"$\surd$"  # pdflatex has no ✓ without a package; √ it has
 
 
 def row_settings(text: str, option: str, rows: list[str]) -> dict[str, list[str]]:
@@ -185,7 +186,7 @@ def comparison_text(cell: pd.Series) -> str:
     )
     if cell["seeds"] > LOOKS[0]:
         text += f" at {cell['seeds']:.0f} seeds"
-    return f"{text} ✓" if cell["decided"] else text + decide_text(cell["seeds_to_decide"])
+    return f"{text} {DECIDED}" if cell["decided"] else text + decide_text(cell["seeds_to_decide"])
 
 
 def caption(compared: pd.DataFrame, reference: dict[str, str], family: str) -> str:
@@ -239,9 +240,6 @@ def latex(compared: pd.DataFrame, rows: list[str], reference: dict[str, str], fa
         sparse_index=False,
     )
     return for_pdflatex(text.replace(DECIDED, LATEX_DECIDED))
-
-
-DECIDED, LATEX_DECIDED = "✓", r"$\surd$"  # pdflatex has no ✓ without a package; √ it has
 
 
 def stem(reference: dict[str, str]) -> str:

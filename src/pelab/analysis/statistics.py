@@ -34,8 +34,9 @@ def cell_stats(frame: pd.DataFrame, rows: list[str], cols: list[str], value: str
     """Per (row, column) cell: ``mean``, ``std``, ``max`` and ``n`` of ``value`` over the
     completed runs, ``runs`` (all, failed and missing included), ``failed`` (failed, crashed or
     still running), ``missing``, ``not_completed`` (those runs' statuses, e.g. ``failed,
-    running``) and ``best`` (the column's best mean). Rows and columns keep their order of
-    appearance."""
+    running``), ``values`` (the completed seeds' values) and ``ordered`` (every run's value in
+    seed order, NaN without a result: what a look compares, ``sequential``). Rows and columns
+    keep their order of appearance."""
     done = frame["status"].eq("completed")
     learned = frame["learned"] if "learned" in frame else pd.Series(None, index=frame.index)
     data = frame.assign(
