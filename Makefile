@@ -10,7 +10,7 @@ TORCH_INDEX ?=
 PYTEST_WORKERS ?= auto
 XDIST = -n $(PYTEST_WORKERS) --dist loadfile
 
-.PHONY: help install train test test-processes test-unit test-faults test-slow test-full test-slurm benchmark gpu-check sync lint clean
+.PHONY: help install train test test-processes test-unit test-encoding test-faults test-slow test-full test-slurm benchmark gpu-check sync lint clean
 
 help: ## show this help
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  %-10s %s\n", $$1, $$2}'
@@ -35,6 +35,10 @@ test-processes: install ## the tests that start Python processes: scripts end to
 
 test-unit: install ## the edit loop: no process starts, no Trainer runs (~1 min on 2 idle cores)
 	$(PY) -m pytest -m "not slow and not integration and not processes" $(XDIST)
+
+test-encoding: install ## one encoding's tests and every registry-driven test of it: make test-encoding PE=<name> (docs/encodings.md)
+	@test -f configs/pe/$(PE).yaml || { echo "make test-encoding: PE=$(PE): no configs/pe/$(PE).yaml; name a registered encoding: make test-encoding PE=<name>"; exit 2; }
+	$(PY) -m pytest -m "not slow and not processes" -k "$(PE)" $(XDIST)
 
 test-faults: install ## the fault-injection campaign alone (also part of make test)
 	$(PY) -m pytest -m "faults and not slow" $(XDIST)

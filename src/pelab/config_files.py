@@ -50,6 +50,22 @@ def added_defaults() -> dict[str, Any]:
     }
 
 
+def preset_grid(preset: str) -> dict[str, list[str]]:
+    """The encodings and tasks a preset's sweep expands to (``configs/experiment/<preset>.yaml``,
+    ``hydra.sweeper.params``: a list or a ``glob(...)`` over the config files of the group), as
+    Hydra's ``-m`` expands it: a new encoding's config file joins a globbed grid by itself."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    params = _load(f"experiment/{preset}.yaml").hydra.sweeper.params
+    parser = OverridesParser.create()
+    grid = {}
+    for group in ("pe", "task"):
+        value = parser.parse_override(f"{group}={params[group]}").value()
+        files = sorted(path.stem for path in (CONFIG_DIR / group).glob("*.yaml"))
+        grid[group] = value.filter(files) if hasattr(value, "filter") else list(value.list)
+    return grid
+
+
 def _load(path: str) -> DictConfig:
     return OmegaConf.load(CONFIG_DIR / path)
 

@@ -2,19 +2,20 @@
 them when the protocols agree, refused with the differing keys when they do not."""
 
 import json
+import warnings
 from collections import Counter
 
 import pandas as pd
 import pytest
-from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
 from pelab.analysis import baseline
 from pelab.analysis.report import main as make_table
-from pelab.config_files import CONFIG_DIR
+from pelab.config_files import preset_grid
 from pelab.errors import ConfigError
 from tests.analysis.records import record, write_job
 from tests.conftest import compose_config
+from tests.readme_rows import not_shipped, readme_names
 
 SEEDS = [0, 1, 2]
 
@@ -245,18 +246,19 @@ def test_the_shipped_ablation_is_the_protocol_its_preset_composes_now(task, tmp_
 
 
 def test_the_shipped_ablation_holds_three_seeds_of_every_cell_of_its_grid():
-    """A new encoding joins the preset's grid by its config file (the glob); this fails until
-    its runs are added to the shipped records (baselines/README.md). Seeds added where they
-    decide a comparison (``make_table.py --add-seeds``) come on top of the grid's three: seeds
-    0, 1 and 2 of every cell, and no cell beyond the grid."""
-    params = OmegaConf.load(CONFIG_DIR / "experiment" / "ablation_cpu.yaml").hydra.sweeper.params
-    glob = OverridesParser.create().parse_override(f"pe={params.pe}").value()
-    encodings = glob.filter(sorted(path.stem for path in (CONFIG_DIR / "pe").glob("*.yaml")))
-    grid = Counter(
-        (r["choices"]["pe"], r["choices"]["task"])
-        for r in baseline.load("ablation_cpu")
-        if r["choices"]["seed"] in (0, 1, 2)
-    )
-    assert grid == {(pe, task): 3 for pe in encodings for task in params.task.split(",")}
-    added = {(r["choices"]["pe"], r["choices"]["task"]) for r in baseline.load("ablation_cpu")}
-    assert added == set(grid)
+    """Every shipped encoding the preset sweeps (named in the README's Components row, or with
+    runs here) has seeds 0, 1 and 2 of every cell; seeds added where they decide a comparison
+    (``make_table.py --add-seeds``) come on top, and no cell lies beyond the grid. A new
+    encoding joins the preset's grid by its config file (the glob) before it ships: reported
+    (issue 54), not failed, until its runs are added (baselines/README.md)."""
+    grid = preset_grid("ablation_cpu")
+    records = baseline.load("ablation_cpu")
+    first = [r["choices"] for r in records if r["choices"]["seed"] in (0, 1, 2)]
+    cells = Counter((c["pe"], c["task"]) for c in first)
+    held = {pe for pe, _ in cells}
+    new = [pe for pe in grid["pe"] if pe not in held and pe not in readme_names("pe")]
+    if new:
+        warnings.warn(not_shipped(new), stacklevel=1)
+    shipped = [pe for pe in grid["pe"] if pe not in new]
+    assert cells == {(pe, task): 3 for pe in shipped for task in grid["task"]}
+    assert {(r["choices"]["pe"], r["choices"]["task"]) for r in records} == set(cells)

@@ -11,6 +11,7 @@ from hydra.core.plugins import Plugins
 from hydra.types import HydraContext
 
 from pelab.analysis.sweep_grid import sweep_jobs
+from pelab.config_files import preset_grid
 from pelab.errors import ConfigError
 from tests.conftest import CONFIG_DIR, TINY
 
@@ -80,6 +81,7 @@ def test_a_presets_grid_is_checked_as_the_sweeps_record_expands_it(tmp_path):
     checked = sweeper(tmp_path, "experiment=ablation_cpu")
     command_line = list(checked.config.hydra.overrides.task)  # what Hydra passes to sweep
     jobs = checked.jobs(command_line)
-    assert len(jobs) == 75 and jobs == sweep_jobs(checked.config)  # 25 encodings x 3 tasks
+    grid = preset_grid("ablation_cpu")  # every registered 1-D encoding x copy, reverse, sort
+    assert len(jobs) == len(grid["pe"]) * len(grid["task"]) and jobs == sweep_jobs(checked.config)
     narrowed = checked.jobs([*command_line, "pe=rope,alibi"])
     assert sorted(narrowed) == [j for j in jobs if j[0] in ("pe=alibi", "pe=rope")]

@@ -185,9 +185,27 @@ class MemberEncodings(PositionalEncoding):
             return answer, shared.new()
 
         vmapped = torch.func.vmap(member, in_dims=(0, 0, *dims), randomness="error")
-        answers, new = vmapped(state, carried, *args)
+        try:
+            answers, new = vmapped(state, carried, *args)
+        except RuntimeError as error:
+            if "vmap" not in str(error):
+                raise
+            raise RuntimeError(not_at_once(self.pe_name, hook, error)) from error
         carried.update(new)
         return None if returned_none else _unfold(answers, self.batch // n)
+
+
+def not_at_once(name: str, hook: str, error: BaseException) -> str:
+    """What to change when ``torch.func.vmap`` refused an encoding's hook (``error``)."""
+    first = str(error).strip().splitlines()[0]
+    return (
+        f"pe={name}: its {hook} cannot run for a stack's members at once (torch.func.vmap: "
+        f"{first}). A hook must be a pure function of its inputs and parameters: no in-place "
+        "write to a parameter (do it in `constrain`), no host read of a parameter's value "
+        "(`.item()`, `float()`, `if` on it), no random numbers. Or declare `members_at_once = "
+        "False` on the class: the members then run it one after another (docs/encodings.md, "
+        "'Adding an encoding')."
+    )
 
 
 class _SharedMemo(Positions):
