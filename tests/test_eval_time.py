@@ -6,8 +6,9 @@ import logging
 import pytest
 
 from pelab import eval_time
-from pelab.assembly import build_model, build_task
+from pelab.assembly import build_members, build_model, build_task
 from pelab.eval_time import TestTime, check_test_time
+from pelab.members import member_configs
 from pelab.train import train
 from tests.conftest import TINY, compose_config
 
@@ -67,3 +68,22 @@ def test_many_lengths_are_timed_at_a_few_and_interpolated(tmp_path, monkeypatch)
     assert list(found.by_length) == list(range(2, 17))
     lengths = sorted(set(timed))
     assert len(lengths) == eval_time.TIMED_LENGTHS and lengths[0] == 2 and lengths[-1] == 16
+
+
+@pytest.mark.parametrize("seeds", ["[0]", "[0,1,2]"])
+def test_a_stacks_estimate_counts_the_calls_the_test_makes(tmp_path, monkeypatch, seeds):
+    """Issue 54: a 3-member test was estimated at 23 min for 20 s. The test decodes each batch
+    of ``batch_size`` for every member in one call: ``ceil(n_test / batch_size)`` calls per
+    length of ``K batch_size`` sequences. With a decode that costs ``o + s c`` for ``s``
+    sequences, the estimate is exactly ``calls o + K n_test c`` at each length."""
+    cfg = compose_config([*TINY, f"seeds={seeds}", "task.eval_lengths=[4,8]"], tmp_path)
+    model = build_members(member_configs(cfg), task := build_task(cfg))
+    members, overhead, each = len(model.seeds), 0.5, 0.01
+    monkeypatch.setattr(
+        eval_time, "_timed", lambda m, t, n, b, d: overhead + n * each * b * len(m.seeds)
+    )
+    found = eval_time.estimate(model, task, batch_size=100)
+    calls = -(-task.n_test // 100)
+    for n in (4, 8):
+        expected = calls * overhead + members * task.n_test * n * each
+        assert found.by_length[n] == pytest.approx(expected)

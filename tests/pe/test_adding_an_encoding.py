@@ -1,7 +1,10 @@
 """The worked example of docs/encodings.md ("Adding an encoding") runs as written: its module
-registers an encoding that a model runs on the fused kernel, with the formula it states."""
+registers an encoding that a model runs on the fused kernel, with the formula it states; its
+example test passes; the command it gives for an encoding's tests is a make target."""
 
 import re
+import sys
+import types
 from functools import partial
 from pathlib import Path
 
@@ -21,12 +24,14 @@ def example_blocks() -> list[tuple[str, str]]:
 
 
 def test_the_documented_example_encoding_runs_as_written(monkeypatch):
-    (lang, module), (config_lang, config) = example_blocks()
-    assert (lang, config_lang) == ("python", "yaml")
+    blocks = example_blocks()
+    assert [lang for lang, _ in blocks] == ["python", "yaml", "python", "bash"]
+    (_, source), (_, config), (_, test), (_, command) = blocks
     monkeypatch.setattr("pelab.pe.base.PE_REGISTRY", dict(PE_REGISTRY))  # register temporarily
-    namespace: dict = {}
-    exec(compile(module, "log_bias.py", "exec"), namespace)
-    cls = namespace["LogBiasPE"]
+    module = types.ModuleType("pelab.pe.log_bias")
+    exec(compile(source, "log_bias.py", "exec"), module.__dict__)
+    monkeypatch.setitem(sys.modules, "pelab.pe.log_bias", module)
+    cls = module.LogBiasPE
     assert "_target_: pelab.pe.log_bias.LogBiasPE" in config and cls.shift == "relative"
     net = Transformer(12, 16, True, partial(cls), d_model=8, n_heads=2)
     assert net.blocks[0].attn.attend == net.blocks[0].attn.attend_fused
@@ -34,3 +39,10 @@ def test_the_documented_example_encoding_runs_as_written(monkeypatch):
     bias = net.pe.logit_bias(Positions.contiguous(3), 0)  # [1, 1, i, j]
     distance = torch.tensor([[0.0, 1, 2], [1, 0, 1], [2, 1, 0]])
     assert torch.allclose(bias[0, 0], -torch.log1p(distance))
+    tests: dict = {}
+    exec(compile(test, "test_log_bias.py", "exec"), tests)
+    [example] = [f for name, f in tests.items() if name.startswith("test_")]
+    example()  # the documented test passes on the documented module
+    assert command.startswith("make test-encoding PE=log_bias")
+    makefile = (DOC.parents[1] / "Makefile").read_text()
+    assert "\ntest-encoding:" in makefile and '-k "$(PE)"' in makefile
