@@ -445,7 +445,8 @@ def test_the_latex_table_compiles_in_an_article_with_the_packages_it_names(tmp_p
     """Issue 45: a setting column's name kept raw underscores (``run_name``: pdflatex stops with
     "Missing $ inserted"), ``\\multirow`` needed a package named nowhere, and a wide table ran
     past ``\\textwidth``. Every name is escaped, row labels repeat (no ``\\multirow``), the
-    tabular is scaled to the text width, and its first line names the packages it needs."""
+    tabular shrinks to the line where wider (issue 54: never enlarged), and its first line names
+    the packages it needs."""
     records = [
         record(
             pe, "copy", seed, {8: 0.9, 32: 0.1 * seed}, chance=0.0, overrides=[f"run_name=a_{pe}"]
@@ -460,7 +461,8 @@ def test_the_latex_table_compiles_in_an_article_with_the_packages_it_names(tmp_p
     assert latex.startswith("% needs \\usepackage{booktabs,graphicx}\n")
     assert r"pe & run\_name" in latex and r"t5\_bias & a\_t5\_bias" in latex
     assert "multirow" not in latex
-    assert "\\resizebox{\\textwidth}{!}{%\n\\begin{tabular}" in latex
+    fit = "\\resizebox{\\ifdim\\width>\\linewidth\\linewidth\\else\\width\\fi}{!}{%\n"
+    assert fit + "\\begin{tabular}" in latex
     assert latex.count("\\end{tabular}}") == 1
     body = latex.split("\\midrule", 1)[1]
     assert "_" not in body.replace("\\_", "")  # no raw underscore where pdflatex reads text
@@ -493,14 +495,46 @@ def test_every_table_compiles_with_pdflatex_and_a_missing_cell_reads_not_run(tmp
         return
     for tex in sorted(tmp_path.glob("*.tex")):
         packages = tex.read_text().splitlines()[0].removeprefix("% needs ")
-        document = tmp_path / f"doc_{tex.stem}.tex"
-        document.write_text(
-            f"\\documentclass{{article}}\n{packages}\n\\begin{{document}}\n"
-            f"\\input{{{tex.name}}}\n\\end{{document}}\n"
-        )
-        done = subprocess.run(
-            ["pdflatex", "-interaction=nonstopmode", "-halt-on-error", document.name],
-            cwd=tmp_path, capture_output=True, text=True, timeout=120,
-        )  # fmt: skip
-        assert done.returncode == 0, f"{tex.name}: {done.stdout[-800:]}"
-        assert "Overfull \\hbox" not in done.stdout, tex.name
+        for columns in ("onecolumn", "twocolumn"):  # issue 54: a two-column paper takes them
+            document = tmp_path / f"doc_{columns}_{tex.stem}.tex"
+            document.write_text(
+                f"\\documentclass[{columns}]{{article}}\n{packages}\n\\begin{{document}}\n"
+                f"See Table~\\ref{{tab:{tex.stem}}}.\n\\input{{{tex.name}}}\n\\end{{document}}\n"
+            )
+            done = subprocess.run(
+                ["pdflatex", "-interaction=nonstopmode", "-halt-on-error", document.name],
+                cwd=tmp_path, capture_output=True, text=True, timeout=120,
+            )  # fmt: skip
+            assert done.returncode == 0, f"{tex.name}: {done.stdout[-800:]}"
+            assert "Overfull \\hbox" not in done.stdout, (columns, tex.name)
+
+
+def test_a_tex_table_spans_a_column_or_both_by_its_width_labelled_in_a_papers_words(tmp_path):
+    """Issue 54: every table was scaled to ``\\textwidth`` in a one-column ``table`` (258 pt
+    too wide for a two-column paper; a 3-row table enlarged to twice the body font), had no
+    ``\\label`` and a caption of config names. Now a narrow table stays in one column at its
+    size, a wide one spans both (``table*``), ``--tex-span`` chooses for all, each has
+    ``\\label{tab:<stem>}``, and the caption leaves the settings the runs share to the .md."""
+    narrow = [record("rope", "copy", seed, {8: 0.9, 32: 0.1}) for seed in (0, 1)]
+    result = build(narrow)
+    write_tables(result, tmp_path / "auto")
+    latex = (tmp_path / "auto" / "table_tasks.exact_match.tex").read_text()
+    assert "\\begin{table}\n" in latex and "\\end{table}\n" in latex
+    assert "\\label{tab:table_tasks.exact_match}" in latex
+    caption = latex.split("\\caption{", 1)[1].split("}\n", 1)[0]
+    assert "Fixed:" not in caption and ".md" not in caption and ".csv" not in caption
+    assert "Fixed:" in (tmp_path / "auto" / "table_tasks.exact_match.md").read_text()
+    wide = [
+        record(pe, task, seed, {8: 0.9, 16: 0.5, 32: 0.1})
+        for pe in ("rope", "alibi", "t5_bias")
+        for task in ("copy", "reverse", "sort")
+        for seed in (0, 1)
+    ]
+    write_tables(build(wide), tmp_path / "wide")
+    assert "\\begin{table*}" in (tmp_path / "wide" / "table_tasks.tex").read_text()
+    write_tables(build(wide), tmp_path / "column", span="column")
+    assert "\\begin{table*}" not in (tmp_path / "column" / "table_tasks.tex").read_text()
+    write_tables(result, tmp_path / "page", span="page")
+    assert "\\begin{table*}" in (tmp_path / "page" / "table_tasks.exact_match.tex").read_text()
+    with pytest.raises(ConfigError, match="--tex-span 'wide'.*auto, column, page"):
+        write_tables(result, tmp_path / "bad", span="wide")

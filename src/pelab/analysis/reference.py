@@ -26,7 +26,7 @@ import pandas as pd
 from pelab.analysis.baseline import ORIGIN, YOURS
 from pelab.analysis.cells import NO_RUNS, decide_text, metric_name
 from pelab.analysis.collect import alternatives
-from pelab.analysis.render import for_pdflatex, latex_escape
+from pelab.analysis.latex_layout import for_pdflatex, latex_escape
 from pelab.analysis.sequential import (
     ALPHA,
     LOOKS,
@@ -211,9 +211,19 @@ def caption(compared: pd.DataFrame, reference: dict[str, str], family: str) -> s
     )
 
 
-def layout(compared: pd.DataFrame, rows: list[str]) -> pd.DataFrame:
-    """The comparisons as text, rows x columns (``task split``)."""
-    shown = compared.assign(text=compared.apply(comparison_text, axis=1))
+def compact_text(cell: pd.Series) -> str:
+    """A paper's cell: ``+36.7 [+30.1, +43.2] ✓``, ``-2.1 [-9.0, +4.9]`` (``.tex``)."""
+    if cell["reference"] or np.isnan(cell["diff"]):
+        return comparison_text(cell)
+    text = f"{cell['diff'] * 100:+.1f} [{points(cell['low'])}, {points(cell['high'])}]"
+    return f"{text} {DECIDED}" if cell["decided"] else text
+
+
+def layout(compared: pd.DataFrame, rows: list[str], compact: bool = False) -> pd.DataFrame:
+    """The comparisons as text (``compact_text`` where ``compact``), rows x columns
+    (``task split``)."""
+    text = compact_text if compact else comparison_text
+    shown = compared.assign(text=compared.apply(text, axis=1))
     shown["column"] = shown[["task", "split"]].astype(str).agg(" ".join, axis=1)
     table = shown.pivot_table(
         index=rows, columns="column", values="text", aggfunc="first", sort=False
@@ -228,18 +238,37 @@ def markdown(compared: pd.DataFrame, rows: list[str], reference: dict[str, str],
     return f"{body}\n\n{caption(compared, reference, family)}\n"
 
 
-def latex(compared: pd.DataFrame, rows: list[str], reference: dict[str, str], family: str):
-    """The comparisons of one metric for pdflatex, every name escaped."""
-    table = layout(compared, rows)
+def paper_caption(compared: pd.DataFrame, reference: dict[str, str]) -> str:
+    """``caption`` in a paper's words: what a cell holds and how it was tested, briefly."""
+    name = ", ".join(f"{k}={v}" for k, v in reference.items())
+    metric = metric_name(str(compared["metric"].iloc[0])) if len(compared) else ""
+    tested = compared["diff"].notna()
+    return (
+        f"Test {metric}: each row minus the reference ({name}), in points, with its interval at "
+        f"the level of its verdict. {DECIDED}: significantly different at 5% (Welch's t-test "
+        f"at the planned looks of {', '.join(map(str, LOOKS))} seeds per cell, alpha spent by "
+        "Lan-DeMets' Pocock-type function, Holm's correction over each column's comparisons "
+        "with the reference); the interval excludes 0 exactly there. "
+        f"{int(compared['decided'].sum())} of {int(tested.sum())} comparisons decided."
+    )
+
+
+def latex(
+    compared: pd.DataFrame, rows: list[str], reference: dict[str, str], span: str = "auto"
+) -> str:
+    """The comparisons of one metric for pdflatex, every name escaped, labelled
+    ``tab:table_vs_<reference>``, laid out by ``render.for_pdflatex``."""
+    table = layout(compared, rows, compact=True)
     table.index = table.index.set_names([latex_escape(str(n)) for n in table.index.names])
     styler = table.style.format(escape="latex").format_index(escape="latex", axis=0)
     text = styler.format_index(escape="latex", axis=1).to_latex(
         hrules=True,
-        caption=latex_escape(caption(compared, reference, family)),
+        caption=latex_escape(paper_caption(compared, reference)),
+        label=f"tab:{stem(reference)}",
         position_float="centering",
         sparse_index=False,
     )
-    return for_pdflatex(text.replace(DECIDED, LATEX_DECIDED))
+    return for_pdflatex(text.replace(DECIDED, LATEX_DECIDED), table, span)
 
 
 def stem(reference: dict[str, str]) -> str:
@@ -253,14 +282,15 @@ def write(
     metric: str,
     out_dir: Path,
     family: str,
+    span: str = "auto",
 ) -> list[Path]:
-    """``table_vs_<reference>.{md,tex}`` (``metric``'s comparisons: the table's first metric)
-    and ``.csv`` (every metric's) in ``out_dir``."""
+    """``table_vs_<reference>.{md,tex}`` (``metric``'s comparisons: the table's first metric;
+    ``span``: ``render.SPANS``) and ``.csv`` (every metric's) in ``out_dir``."""
     out_dir.mkdir(parents=True, exist_ok=True)
     mine = compared[compared["metric"] == metric]
     paths = [out_dir / f"{stem(reference)}.{suffix}" for suffix in ("md", "tex", "csv")]
     paths[0].write_text(markdown(mine, rows, reference, family))
-    paths[1].write_text(latex(mine, rows, reference, family))
+    paths[1].write_text(latex(mine, rows, reference, span))
     compared.to_csv(paths[2], index=False)
     return paths
 

@@ -21,6 +21,7 @@ from pelab.analysis.cells import (
     pivot,
     steps_text,
 )
+from pelab.analysis.latex_layout import for_pdflatex, latex_escape
 from pelab.analysis.sequential import ALPHA, LOOKS, shares
 from pelab.analysis.table import Ablation
 
@@ -32,12 +33,11 @@ def to_markdown(stats: pd.DataFrame, rows: list[str], cols: list[str]) -> str:
     return table.reset_index().to_markdown(index=False, disable_numparse=True)
 
 
-LATEX_PACKAGES = "booktabs,graphicx"  # \toprule..., \resizebox
 # what a .tex table's compact cells hold, in its caption
 LATEX_CELLS = (
     "Cells: mean over seeds with its 95% interval; bold: the best and every cell not "
-    "significantly below it (Welch at the planned looks, Holm over the column's comparisons "
-    "with its best). The seeds per cell and what would decide are in the table's .md and .csv."
+    "significantly below it (Welch's t-test at the planned looks of 3, 5 and 10 seeds, Holm's "
+    "correction over the column's comparisons with its best)."
 )
 LOOKS_NOTE = (
     "Looks recorded (seeds added after looking at a table; every test counts each planned look, "
@@ -45,10 +45,12 @@ LOOKS_NOTE = (
 )
 
 
-def to_latex(stats: pd.DataFrame, rows: list[str], cols: list[str], caption: str) -> str:
+def to_latex(
+    stats: pd.DataFrame, rows: list[str], cols: list[str], caption: str, label: str, span: str
+) -> str:
     r"""The table for pdflatex: every name escaped (``run_name``, ``model.net.attn_scale``), the
     row labels repeated rather than ``\multirow`` (no package beyond ``LATEX_PACKAGES``, named
-    in its first line), scaled to ``\textwidth`` (a 25-row baseline is 921 pt wider)."""
+    in its first line), laid out by ``for_pdflatex``."""
     table, best = pivot(stats, rows, cols, compact=True)
     table.columns = pd.MultiIndex.from_tuples([column_header(c, stats) for c in table.columns])
     table.index = table.index.set_names([latex_escape(str(n)) for n in table.index.names])
@@ -58,25 +60,12 @@ def to_latex(stats: pd.DataFrame, rows: list[str], cols: list[str], caption: str
     latex = styler.to_latex(
         hrules=True,
         caption=latex_escape(f"{caption} {LATEX_CELLS}"),
+        label=f"tab:{label}",
         multicol_align="c",
         position_float="centering",
         sparse_index=False,
     )
-    return for_pdflatex(latex)
-
-
-def for_pdflatex(latex: str) -> str:
-    """A ``tabular`` scaled to ``\\textwidth``, headed by the packages it needs."""
-    latex = latex.replace("\\begin{tabular}", "\\resizebox{\\textwidth}{!}{%\n\\begin{tabular}", 1)
-    latex = latex.replace("\\end{tabular}\n", "\\end{tabular}}\n", 1)
-    return f"% needs \\usepackage{{{LATEX_PACKAGES}}}\n{latex}"
-
-
-def latex_escape(text: str) -> str:
-    """Escape LaTeX's special characters in plain text (captions)."""
-    special = {"\\": r"\textbackslash{}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
-    special |= {c: "\\" + c for c in "&%$#_{}"}
-    return "".join(special.get(c, c) for c in text)
+    return for_pdflatex(latex, table, span)
 
 
 def not_completed(runs: pd.DataFrame, rows: list[str]) -> list[str]:
@@ -90,11 +79,13 @@ def not_completed(runs: pd.DataFrame, rows: list[str]) -> list[str]:
     return lines
 
 
-def write_tables(result: Ablation, out_dir: Path, looks: Sequence[str] = ()) -> list[Path]:
+def write_tables(
+    result: Ablation, out_dir: Path, looks: Sequence[str] = (), span: str = "auto"
+) -> list[Path]:
     """Each table (``Ablation.side_by_side``, ``Ablation.per_metric``) as ``.md`` (with its
     caption, why a column has no bold, the legend, the ``looks`` recorded and every run that
-    did not complete), ``.tex`` and ``.csv`` (the cell statistics, one row per cell) in
-    ``out_dir``."""
+    did not complete), ``.tex`` (``span``: ``SPANS``; labelled ``tab:<stem>``) and ``.csv``
+    (the cell statistics, one row per cell) in ``out_dir``."""
     problems = not_completed(result.runs, result.rows)
     notes = [LEGEND, ""]
     if looks:
@@ -109,7 +100,9 @@ def write_tables(result: Ablation, out_dir: Path, looks: Sequence[str] = ()) -> 
         why = column_notes(table.stats, table.cols)
         text = "\n".join([markdown, "", table.caption, "", *why, *([""] if why else []), *notes])
         written.append(_write(out_dir / f"{table.stem}.md", text + "\n"))
-        latex = to_latex(table.stats, result.rows, table.cols, table.caption)
+        latex = to_latex(
+            table.stats, result.rows, table.cols, table.paper_caption, table.stem, span
+        )
         written.append(_write(out_dir / f"{table.stem}.tex", latex))
         table.stats.drop(columns=["values", "ordered"]).to_csv(
             out_dir / f"{table.stem}.csv", index=False
@@ -118,7 +111,8 @@ def write_tables(result: Ablation, out_dir: Path, looks: Sequence[str] = ()) -> 
     if result.steps is not None:
         table = steps_markdown(result.steps, result.rows)
         written.append(_write(out_dir / "table_steps.md", f"{table}\n\n{STEPS_LEGEND}\n"))
-        written.append(_write(out_dir / "table_steps.tex", steps_latex(result.steps, result.rows)))
+        latex = steps_latex(result.steps, result.rows, span)
+        written.append(_write(out_dir / "table_steps.tex", latex))
         result.steps.to_csv(out_dir / "table_steps.csv", index=False)
         written.append(out_dir / "table_steps.csv")
     return written
@@ -173,18 +167,23 @@ def steps_markdown(steps: pd.DataFrame, rows: list[str]) -> str:
     return steps_table(steps, rows).reset_index().to_markdown(index=False, disable_numparse=True)
 
 
-def steps_latex(steps: pd.DataFrame, rows: list[str]) -> str:
+def steps_latex(steps: pd.DataFrame, rows: list[str], span: str = "auto") -> str:
     """The steps-to-learn table for pdflatex, as ``to_latex`` writes the others."""
     table = steps_table(steps, rows)
     table.index = table.index.set_names([latex_escape(str(n)) for n in table.index.names])
     styler = table.style.format(escape="latex").format_index(escape="latex", axis=0)
     latex = styler.format_index(escape="latex", axis=1).to_latex(
         hrules=True,
-        caption=latex_escape("Training steps to learn each task in distribution (mean ± std)"),
+        caption=latex_escape(
+            "Training steps to learn each task in distribution: mean ± standard deviation over "
+            "the seeds that learned it (k/n: the seeds that learned, of those with a competence "
+            "budget)."
+        ),
+        label="tab:table_steps",
         position_float="centering",
         sparse_index=False,
     )
-    return for_pdflatex(latex)
+    return for_pdflatex(latex, table, span)
 
 
 def _write(path: Path, text: str) -> Path:

@@ -259,11 +259,13 @@ def tables_and_figures(
         raise SystemExit(f"error: {error}") from None
     recorded = looks.found([s for s in args.sources if not str(s).startswith(WANDB_PREFIX)])
     recorded += looks.found(sorted({baseline.BASELINES / o for o in origins(records)}))
-    written = write_tables(result, out, looks.lines(recorded))
+    written = write_tables(result, out, looks.lines(recorded), args.tex_span)
     versus = None
     if compared is not None:
         table, wanted, family = compared
-        written += reference.write(table, whole.rows, wanted, result.metric, out, family)
+        written += reference.write(
+            table, whole.rows, wanted, result.metric, out, family, args.tex_span
+        )
         mine = table[table["metric"] == result.metric]
         decided, tested = int(mine["decided"].sum()), int(mine["diff"].notna().sum())
         print(f"against {args.reference}: {decided} of {tested} comparisons decided ({family})")

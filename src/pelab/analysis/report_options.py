@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from pelab.analysis.collect import WANDB_PREFIX
+from pelab.analysis.latex_layout import SPANS
 from pelab.analysis.protocols import PROTOCOLS
 from pelab.metrics import METRICS
 
@@ -27,12 +28,51 @@ def renaming(text: str) -> tuple[str, str]:
     return old, new
 
 
+# what ``make_table.py --help`` opens with: for a user, what the command does and its common
+# forms (this module's docstring is for developers and is not shown)
+DESCRIPTION = """\
+Tables, figures and one HTML report of trained runs: reads the results.json
+files below the directories given (or a W&B project's runs) and writes them
+into <first directory>/summary/, or into --out DIR (a second call into the
+same directory replaces its files). Common forms:
+
+  python scripts/make_table.py <sweep dir>
+      the tables of one sweep, e.g. logs/ablation_cpu/multiruns/<date>_<time>
+  python scripts/make_table.py <sweep dir> --baseline ablation_cpu
+      your runs beside the shipped runs of baselines/ablation_cpu
+  python scripts/make_table.py <sweep dir> --reference pe=rope
+      also every row against RoPE's, per column (table_vs_rope.*)
+  python scripts/make_table.py <sweep dir> --metric token_acc --out paper
+      token accuracy first, into paper/ (<sweep dir>/summary/ left as it is)
+  python scripts/make_table.py logs --list
+      the runs under logs/, one line per job; writes nothing
+
+Every file and what a cell means: docs/tables.md."""
+
+
 def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="make_table.py", description=__doc__.split("\n\n")[0], parents=[baseline_options()]
+        prog="make_table.py",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,  # the forms, one per line
+        parents=[baseline_options()],
     )
     parser.add_argument("sources", nargs="+", help="run directories or wandb:<entity>/<project>")
-    parser.add_argument("--out", type=Path, help="output directory")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        metavar="DIR",
+        help="output directory (default: <first directory>/summary, for W&B "
+        "logs/summary/<entity>_<project>); a second call into the same directory replaces "
+        "its files",
+    )
+    parser.add_argument(
+        "--tex-span",
+        choices=SPANS,
+        default="auto",
+        help="each .tex table in one column of a two-column paper (column: table), across "
+        "both (page: table*), or chosen by its width (auto); shrunk to fit, never enlarged",
+    )
     parser.add_argument(
         "--metric",
         choices=METRICS,
@@ -72,9 +112,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         default=[],
         type=renaming,
         metavar="OLD=NEW",
-        help="rename a figure label or a part of one (split at the last '='): "
-        "'rope · attn_scale=ssmax=RoPE + SSMax', 'attn_scale=logn=log n'; the figures label a "
-        "row by its encoding and the settings the rows differ in",
+        help="rename a figure label or a part of one (split at the last '='), in the legends "
+        "and heatmap rows, a --baseline's rows too: 'rope · attn_scale=ssmax=RoPE + SSMax', "
+        "'attn_scale=logn=log n'; the figures label a row by its encoding and the settings the "
+        "rows differ in, and add '(yours)' or '(<baseline>)' only where your row and a "
+        "baseline's share a label (rename it whole: 'rope (ablation_cpu)=RoPE, shipped')",
     )
     parser.add_argument(
         "--published",

@@ -160,6 +160,7 @@ class Table:
     stats: pd.DataFrame
     cols: list[str]
     caption: str
+    paper_caption: str  # the caption in a paper's words: no setting the runs share (.tex)
 
 
 @dataclass
@@ -170,7 +171,8 @@ class Ablation:
     lengths: pd.DataFrame  # frames.lengths_frame of the runs, with task and split
     rows: list[str]  # the row axes: pe, then the other varying settings
     metrics: list[str]  # every metric, the one shown first (make_table --metric) first
-    setting: str  # the settings all runs share, the protocol and the seeds per cell
+    fixed: str  # the settings all runs share (``fixed_note``)
+    design: str  # the protocol and the seeds per cell
     by_task: pd.DataFrame  # cell_stats per task, split and metric
     by_length: pd.DataFrame  # cell_stats per task, evaluation length and metric
     steps: pd.DataFrame | None = None  # steps_stats: None when no run had a competence budget
@@ -185,25 +187,34 @@ class Ablation:
         """The caption of the tables with every metric side by side."""
         return self.caption_of(self.metrics)
 
-    def caption_of(self, metrics: list[str]) -> str:
-        """``Test token acc (%). Fixed: ... Protocol: ... Seeds per cell: 3.``"""
+    def caption_of(self, metrics: list[str], fixed: bool = True) -> str:
+        """``Test token acc (%). Fixed: ... Protocol: ... Seeds per cell: 3.`` (without
+        ``Fixed: ...`` unless ``fixed``: a paper's caption)."""
         names = " and ".join(metric_name(m) for m in metrics)
         side = ", side by side" if len(metrics) > 1 else ""
-        return f"Test {names} (%){side}. {self.setting}"
+        setting = f"{self.fixed} {self.design}" if fixed else self.design
+        return f"Test {names} (%){side}. {setting}"
 
     def side_by_side(self) -> list[Table]:
         """The tables with every metric, side by side in each column: ``table_tasks``,
         ``table_lengths``."""
+        paper = self.caption_of(self.metrics, fixed=False)
         return [
-            Table("table_tasks", self.by_task, ["task", "split", "metric"], self.caption),
-            Table("table_lengths", self.by_length, ["task", "length", "metric"], self.caption),
+            Table("table_tasks", self.by_task, ["task", "split", "metric"], self.caption, paper),
+            Table(
+                "table_lengths", self.by_length, ["task", "length", "metric"], self.caption, paper
+            ),
         ]
 
     def per_metric(self) -> list[Table]:
         """Each table of one metric alone: ``table_tasks.exact_match``, ..."""
         return [
             Table(
-                f"{t.stem}.{m}", t.stats[t.stats["metric"] == m], t.cols[:-1], self.caption_of([m])
+                f"{t.stem}.{m}",
+                t.stats[t.stats["metric"] == m],
+                t.cols[:-1],
+                self.caption_of([m]),
+                self.caption_of([m], fixed=False),
             )
             for t in self.side_by_side()
             for m in self.metrics
@@ -238,7 +249,8 @@ def ablation(
         lengths=evaluated,
         rows=rows,
         metrics=metrics,
-        setting=f"{fixed_note(runs)} {PROTOCOLS[protocol]}{seeds_note(full, rows)}",
+        fixed=fixed_note(runs),
+        design=f"{PROTOCOLS[protocol]}{seeds_note(full, rows)}",
         by_task=task_stats(full, evaluated, rows, metrics),
         by_length=length_stats(full, evaluated, rows, metrics),
         steps=steps_stats(full, rows),
