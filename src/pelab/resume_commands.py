@@ -16,6 +16,16 @@ def resume_command(job_type: str, overrides: list[str], job_dir: str | Path) -> 
     return shlex.join(["python", f"scripts/{job_type}.py", *kept, f"hydra.run.dir={job_dir}"])
 
 
+# the overrides a resume adds to the command that started a job (``skip_completed``: a sweep's
+# re-run, ``resume``/``ckpt_path``: a run's), left out where that command is shown
+RESUMING = ("skip_completed", "resume", "ckpt_path")
+
+
+def started_with(overrides: list[str]) -> list[str]:
+    """``overrides`` as the job was started: without what a resume added (``RESUMING``)."""
+    return [o for o in overrides if o.lstrip("+~").split("=")[0] not in RESUMING]
+
+
 # what re-running a sweep with ``sweep_resume_command`` does, said beside the command
 SWEEP_RESUMES = (
     "its completed jobs keep their records, interrupted ones resume from their last checkpoint, "

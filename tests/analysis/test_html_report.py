@@ -5,8 +5,9 @@ import base64
 import re
 from html.parser import HTMLParser
 
+from pelab.analysis import baseline
 from pelab.analysis.frames import lengths_frame, runs_frame
-from pelab.analysis.html_report import write_html
+from pelab.analysis.html_report import commands, write_html
 from pelab.analysis.plots import length_curves, save
 from pelab.analysis.table import ablation
 from tests.analysis.records import record
@@ -112,3 +113,16 @@ def test_a_reader_sees_no_markup_no_file_names_and_only_what_varies(tmp_path):
         f"copy {s} {m}" for s in ("ID", "OOD") for m in ("exact match", "token acc")
     )
     assert f"No bold in {columns}: every cell is 0.0." in text
+
+
+def test_the_commands_are_those_that_started_each_job_also_for_a_baseline():
+    """Issue 54: the report showed a bare ``python scripts/train.py`` for the shipped baseline
+    (its records keep no Hydra files) and a sweep's re-run (``skip_completed=true``) instead of
+    the command that started the job."""
+    shipped = commands(baseline.load("ablation_cpu"))
+    assert "python scripts/train.py" not in shipped and len(shipped) >= 75
+    start = "python scripts/train.py experiment=ablation_cpu model=decoder pe=alibi task=copy"
+    assert f"{start} positions=contiguous trainer=default 'seeds=[0,1,2]'" in shipped
+    assert any(line.endswith("'seeds=[3,4]'") for line in shipped)  # seeds added later
+    resumed = [{"overrides": ["pe=rope", "task=copy", "skip_completed=true", "+resume=true"]}]
+    assert commands(resumed) == ["python scripts/train.py pe=rope task=copy"]

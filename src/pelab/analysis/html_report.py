@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import html
 import re
+import shlex
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from pelab.analysis import reference
 from pelab.analysis.cells import column_header, column_notes, metric_name, pivot
 from pelab.analysis.render import LEGEND, LOOKS_NOTE, not_completed
 from pelab.analysis.table import Ablation
+from pelab.resume_commands import started_with
 
 STYLE = (
     "body{font-family:sans-serif;margin:2em;max-width:1400px}"
@@ -73,15 +75,33 @@ def unlearned(runs: pd.DataFrame, rows: list[str]) -> list[str]:
 
 
 def commands(records: Sequence[dict[str, Any]]) -> list[str]:
-    """The command line of every job, once each (its overrides as Hydra saved them)."""
+    """The command that started every job, once each: its overrides as Hydra saved them, less
+    what a resume added (``resume_commands.started_with``); for a record without them (a
+    shipped baseline's: no Hydra files), the choices and the seeds it recorded."""
     script = {"train": "scripts/train.py", "eval": "scripts/eval.py"}
-    lines = {
-        f"python {script.get(r.get('job_type', 'train'), 'scripts/train.py')} "
-        + " ".join(r.get("overrides") or [])
-        for r in records
-        if r.get("overrides") is not None
-    }
+    lines = set()
+    for r in records:
+        overrides = r.get("overrides")
+        words = started_with(overrides) if overrides else from_record(r)
+        if words is not None:
+            name = script.get(r.get("job_type", "train"), "scripts/train.py")
+            lines.add(shlex.join(["python", name, *words]))
     return sorted(lines)
+
+
+def from_record(record: dict[str, Any]) -> list[str] | None:
+    """The overrides that start ``record``'s job again: its preset first, then every config
+    group it chose, then its seeds (a stack's, or its one seed); None for a record without
+    choices (collect's crashed or missing jobs)."""
+    choices = dict(record.get("choices") or {})
+    if not choices:
+        return None
+    seed = choices.pop("seed", None)
+    first = [f"experiment={choices.pop('experiment')}"] if "experiment" in choices else []
+    seeds = (record.get("member_of") or {}).get("seeds")
+    members = [f"seeds=[{','.join(map(str, seeds))}]"] if seeds else []
+    single = [f"seed={seed}"] if seed is not None and not seeds else []
+    return [*first, *(f"{k}={v}" for k, v in choices.items()), *members, *single]
 
 
 def versions(records: Sequence[dict[str, Any]]) -> list[str]:
