@@ -6,7 +6,7 @@ Sources: directories (a sweep directory, ``logs/``, any tree of ``results.json``
 ``--filter`` too (``pe=rope``, ``task=copy``, ``tag=cpu``, ``group=<sweep>``, ``config.<key>=..``;
 ``collect.matches``), so ``make_table.py logs --filter task=copy`` tabulates every copy run, and
 ``make_table.py logs --list`` lists the runs, one line per job (``pelab.analysis.browse``).
-Written to ``--out`` (default ``<first directory>/summary``; ``logs/summary/<project>`` for W&B):
+Written to ``--out`` (default ``<first directory>/summary``; ``logs/summary/<entity>_<project>`` for W&B):
 
 - ``table_tasks.{md,tex,csv}``: encodings x tasks, in- and out-of-distribution, exact match
   and token accuracy side by side (``--metric`` first); ``table_tasks.<metric>.{md,tex,csv}``:
