@@ -10,7 +10,7 @@ from scipy import stats as scipy_stats
 
 from pelab.analysis.cells import NO_RUNS, cell_text, column_notes, pivot
 from pelab.analysis.frames import lengths_frame, runs_frame
-from pelab.analysis.render import write_tables
+from pelab.analysis.render import paper_rows, write_tables
 from pelab.analysis.sequential import (
     ALPHA,
     LOOKS,
@@ -538,3 +538,21 @@ def test_a_tex_table_spans_a_column_or_both_by_its_width_labelled_in_a_papers_wo
     assert "\\begin{table*}" in (tmp_path / "page" / "table_tasks.exact_match.tex").read_text()
     with pytest.raises(ConfigError, match="--tex-span 'wide'.*auto, column, page"):
         write_tables(result, tmp_path / "bad", span="wide")
+
+
+def test_a_papers_rows_need_no_origin_column_unless_names_repeat_and_take_the_labels():
+    """Issue 54: the ``.tex`` rows read ``origin: yours`` and kept config names under
+    ``--label``. The origin column goes where the names alone tell the rows apart; where your
+    row and a baseline's share a name, yours reads ``ours``; ``--label`` renames a value or a
+    setting (``attn_scale=logn``), as in the figures."""
+    def table(rows):
+        index = pd.MultiIndex.from_tuples(rows, names=["pe", "origin"])
+        return pd.DataFrame({"copy": ["1"] * len(rows)}, index=index)
+
+    unique = paper_rows(table([("rope", "ablation_cpu"), ("mine", "yours")]), {"mine": "Mine"})
+    assert unique.index.names == ["pe"] and list(unique.index) == ["rope", "Mine"]
+    shared = paper_rows(table([("rope", "ablation_cpu"), ("rope", "yours")]), {})
+    assert list(shared.index) == [("rope", "ablation_cpu"), ("rope", "ours")]
+    index = pd.MultiIndex.from_tuples([("rope", "logn")], names=["pe", "model.net.attn_scale"])
+    scaled = paper_rows(pd.DataFrame({"copy": ["1"]}, index=index), {"attn_scale=logn": "log n"})
+    assert list(scaled.index) == [("rope", "log n")]

@@ -27,6 +27,7 @@ from pelab.analysis.baseline import ORIGIN, YOURS
 from pelab.analysis.cells import NO_RUNS, decide_text, metric_name
 from pelab.analysis.collect import alternatives
 from pelab.analysis.latex_layout import for_pdflatex, latex_escape
+from pelab.analysis.render import paper_rows
 from pelab.analysis.sequential import (
     ALPHA,
     LOOKS,
@@ -254,11 +255,16 @@ def paper_caption(compared: pd.DataFrame, reference: dict[str, str]) -> str:
 
 
 def latex(
-    compared: pd.DataFrame, rows: list[str], reference: dict[str, str], span: str = "auto"
+    compared: pd.DataFrame,
+    rows: list[str],
+    reference: dict[str, str],
+    span: str = "auto",
+    renames: dict[str, str] | None = None,
 ) -> str:
-    """The comparisons of one metric for pdflatex, every name escaped, labelled
-    ``tab:table_vs_<reference>``, laid out by ``render.for_pdflatex``."""
-    table = layout(compared, rows, compact=True)
+    """The comparisons of one metric for pdflatex, its rows as a paper names them
+    (``render.paper_rows``), every name escaped, labelled ``tab:table_vs_<reference>``, laid
+    out by ``latex_layout.for_pdflatex``."""
+    table = paper_rows(layout(compared, rows, compact=True), renames or {})
     table.index = table.index.set_names([latex_escape(str(n)) for n in table.index.names])
     styler = table.style.format(escape="latex").format_index(escape="latex", axis=0)
     text = styler.format_index(escape="latex", axis=1).to_latex(
@@ -283,6 +289,7 @@ def write(
     out_dir: Path,
     family: str,
     span: str = "auto",
+    renames: dict[str, str] | None = None,
 ) -> list[Path]:
     """``table_vs_<reference>.{md,tex}`` (``metric``'s comparisons: the table's first metric;
     ``span``: ``render.SPANS``) and ``.csv`` (every metric's) in ``out_dir``."""
@@ -290,7 +297,7 @@ def write(
     mine = compared[compared["metric"] == metric]
     paths = [out_dir / f"{stem(reference)}.{suffix}" for suffix in ("md", "tex", "csv")]
     paths[0].write_text(markdown(mine, rows, reference, family))
-    paths[1].write_text(latex(mine, rows, reference, span))
+    paths[1].write_text(latex(mine, rows, reference, span, renames))
     compared.to_csv(paths[2], index=False)
     return paths
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from pelab.analysis.baseline import ORIGIN, YOURS
 from pelab.analysis.cells import (
     NO_RUNS,
     column_header,
@@ -46,12 +47,20 @@ LOOKS_NOTE = (
 
 
 def to_latex(
-    stats: pd.DataFrame, rows: list[str], cols: list[str], caption: str, label: str, span: str
+    stats: pd.DataFrame,
+    rows: list[str],
+    cols: list[str],
+    caption: str,
+    label: str,
+    span: str,
+    renames: dict[str, str] | None = None,
 ) -> str:
-    r"""The table for pdflatex: every name escaped (``run_name``, ``model.net.attn_scale``), the
-    row labels repeated rather than ``\multirow`` (no package beyond ``LATEX_PACKAGES``, named
-    in its first line), laid out by ``for_pdflatex``."""
+    r"""The table for pdflatex: its rows as a paper names them (``paper_rows``), every name
+    escaped (``run_name``, ``model.net.attn_scale``), the row labels repeated rather than
+    ``\multirow`` (no package beyond ``LATEX_PACKAGES``, named in its first line), laid out by
+    ``for_pdflatex``."""
     table, best = pivot(stats, rows, cols, compact=True)
+    table = paper_rows(table, renames or {})
     table.columns = pd.MultiIndex.from_tuples([column_header(c, stats) for c in table.columns])
     table.index = table.index.set_names([latex_escape(str(n)) for n in table.index.names])
     styler = table.style.format(escape="latex")
@@ -79,8 +88,35 @@ def not_completed(runs: pd.DataFrame, rows: list[str]) -> list[str]:
     return lines
 
 
+def paper_rows(table: pd.DataFrame, renames: dict[str, str]) -> pd.DataFrame:
+    """``table`` with its rows as a paper names them: ``--label``'s ``renames`` of a row's
+    value (``rope=RoPE``) or setting (``attn_scale=logn=log n``); the ``origin`` column left
+    out where the rows are told apart without it, else the user's rows ``ours``."""
+    index = table.index.to_frame(index=False).astype(str)
+    if ORIGIN in index and len(index.columns) > 1:
+        rest = index.drop(columns=ORIGIN)
+        if not rest.duplicated().any():
+            index = rest
+        else:
+            index[ORIGIN] = index[ORIGIN].replace(YOURS, "ours")
+    for column in index:
+        short = column.rsplit(".", 1)[-1]
+        index[column] = [renames.get(f"{short}={v}", renames.get(v, v)) for v in index[column]]
+    shown = table.copy()
+    shown.index = (
+        pd.MultiIndex.from_frame(index)
+        if len(index.columns) > 1
+        else pd.Index(index.iloc[:, 0], name=index.columns[0])
+    )
+    return shown
+
+
 def write_tables(
-    result: Ablation, out_dir: Path, looks: Sequence[str] = (), span: str = "auto"
+    result: Ablation,
+    out_dir: Path,
+    looks: Sequence[str] = (),
+    span: str = "auto",
+    renames: dict[str, str] | None = None,
 ) -> list[Path]:
     """Each table (``Ablation.side_by_side``, ``Ablation.per_metric``) as ``.md`` (with its
     caption, why a column has no bold, the legend, the ``looks`` recorded and every run that
@@ -101,7 +137,7 @@ def write_tables(
         text = "\n".join([markdown, "", table.caption, "", *why, *([""] if why else []), *notes])
         written.append(_write(out_dir / f"{table.stem}.md", text + "\n"))
         latex = to_latex(
-            table.stats, result.rows, table.cols, table.paper_caption, table.stem, span
+            table.stats, result.rows, table.cols, table.paper_caption, table.stem, span, renames
         )
         written.append(_write(out_dir / f"{table.stem}.tex", latex))
         table.stats.drop(columns=["values", "ordered"]).to_csv(
@@ -111,7 +147,7 @@ def write_tables(
     if result.steps is not None:
         table = steps_markdown(result.steps, result.rows)
         written.append(_write(out_dir / "table_steps.md", f"{table}\n\n{STEPS_LEGEND}\n"))
-        latex = steps_latex(result.steps, result.rows, span)
+        latex = steps_latex(result.steps, result.rows, span, renames)
         written.append(_write(out_dir / "table_steps.tex", latex))
         result.steps.to_csv(out_dir / "table_steps.csv", index=False)
         written.append(out_dir / "table_steps.csv")
@@ -167,9 +203,11 @@ def steps_markdown(steps: pd.DataFrame, rows: list[str]) -> str:
     return steps_table(steps, rows).reset_index().to_markdown(index=False, disable_numparse=True)
 
 
-def steps_latex(steps: pd.DataFrame, rows: list[str], span: str = "auto") -> str:
+def steps_latex(
+    steps: pd.DataFrame, rows: list[str], span: str = "auto", renames: dict | None = None
+) -> str:
     """The steps-to-learn table for pdflatex, as ``to_latex`` writes the others."""
-    table = steps_table(steps, rows)
+    table = paper_rows(steps_table(steps, rows), renames or {})
     table.index = table.index.set_names([latex_escape(str(n)) for n in table.index.names])
     styler = table.style.format(escape="latex").format_index(escape="latex", axis=0)
     latex = styler.format_index(escape="latex", axis=1).to_latex(

@@ -6,7 +6,8 @@ Sources: directories (a sweep directory, ``logs/``, any tree of ``results.json``
 ``--filter`` too (``pe=rope``, ``task=copy``, ``tag=cpu``, ``group=<sweep>``, ``config.<key>=..``;
 ``collect.matches``), so ``make_table.py logs --filter task=copy`` tabulates every copy run, and
 ``make_table.py logs --list`` lists the runs, one line per job (``pelab.analysis.browse``).
-Written to ``--out`` (default ``<first directory>/summary``; ``logs/summary/<entity>_<project>`` for W&B):
+Written to ``--out`` (default ``<first directory>/summary``;
+``logs/summary/<entity>_<project>`` for W&B):
 
 - ``table_tasks.{md,tex,csv}``: encodings x tasks, in- and out-of-distribution, exact match
   and token accuracy side by side (``--metric`` first); ``table_tasks.<metric>.{md,tex,csv}``:
@@ -259,12 +260,12 @@ def tables_and_figures(
         raise SystemExit(f"error: {error}") from None
     recorded = looks.found([s for s in args.sources if not str(s).startswith(WANDB_PREFIX)])
     recorded += looks.found(sorted({baseline.BASELINES / o for o in origins(records)}))
-    written = write_tables(result, out, looks.lines(recorded), args.tex_span)
+    written = write_tables(result, out, looks.lines(recorded), args.tex_span, dict(args.label))
     versus = None
     if compared is not None:
         table, wanted, family = compared
         written += reference.write(
-            table, whole.rows, wanted, result.metric, out, family, args.tex_span
+            table, whole.rows, wanted, result.metric, out, family, args.tex_span, dict(args.label)
         )
         mine = table[table["metric"] == result.metric]
         decided, tested = int(mine["decided"].sum()), int(mine["diff"].notna().sum())
