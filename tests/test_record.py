@@ -169,6 +169,15 @@ def test_an_interruption_names_the_exact_command_that_resumes_it(tmp_path, caplo
     assert command in caplog.text  # said on the console too, not only in the record
 
 
+def test_a_stacks_interruption_and_its_resume_command_are_said_once(tmp_path, caplog):
+    planned = [Planned(tmp_path / f"seed_{k}", {"seed": k}, {"seed": k}, {}) for k in range(3)]
+    with pytest.raises(KeyboardInterrupt), Recorder("train", planned, "RESUME") as records:
+        records.started()
+        raise KeyboardInterrupt
+    assert all(results.read_record(p.path)["error"].endswith("RESUME") for p in planned)
+    assert caplog.text.count("to resume: RESUME") == 1  # not once per member
+
+
 def test_every_status_a_record_ends_with_is_one_of_the_statuses():
     assert results.ended_status(KeyboardInterrupt()) == results.INTERRUPTED
     assert results.ended_status(KeyError("boom")) == results.FAILED

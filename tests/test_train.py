@@ -71,6 +71,13 @@ def test_wandb_logs_offline_into_the_run_directory(tiny_cfg):
 
 
 @pytest.mark.integration
+def test_a_stack_says_its_wandb_mode_once(tiny_cfg, caplog):
+    with caplog.at_level("INFO", logger="pelab.trainer"):
+        train(tiny_cfg("logger=wandb", "seeds=[0,1]"))
+    assert caplog.text.count("W&B: offline mode") == 1  # not once per member
+
+
+@pytest.mark.integration
 def test_the_learning_rate_of_every_step_is_logged(tiny_cfg):
     cfg = tiny_cfg("trainer.log_every_n_steps=1")
     train(cfg)

@@ -72,6 +72,7 @@ class Recorder:
         self.earlier: list[list[float]] = []  # per record: the attempts a resume continues
         self.open: set[int] = set()
         self.final: dict[str, Any] = {}  # what each record holds at its end (``ending_fields``)
+        self.said: BaseException | None = None  # the interruption said on the console
 
     def __enter__(self) -> Recorder:
         return self
@@ -120,11 +121,13 @@ class Recorder:
             self.failed(index, error)
 
     def failed(self, index: int, error: BaseException) -> None:
-        """Record ``index`` ends ``failed`` or ``interrupted`` with ``error``."""
+        """Record ``index`` ends ``failed`` or ``interrupted`` with ``error``; an interruption and
+        its resume command are said on the console once (a stack's records all end with it)."""
         record = self.records[index]
         record.update(status=ended_status(error), error=failure_reason(error, self.resume))
         record.update(self.failure_fields(error))
-        if interrupted(error):
+        if interrupted(error) and error is not self.said:
+            self.said = error
             log.warning("%s", record["error"])
         self.close(index)
 

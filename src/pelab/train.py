@@ -47,6 +47,7 @@ from pelab.reliability.resume.checkpoints import (
     identity,
     read_checkpoint,
     resume_path,
+    resuming_in_place,
 )
 from pelab.reliability.resume.completed import completed_record
 from pelab.reliability.resume.lock import run_lock
@@ -143,7 +144,8 @@ def fit_and_test(job: Job, prepared: Prepared | None = None) -> Fitted:
     with exit_status_on_sigterm():
         if cfg.train:
             check_nothing_restored(trainer)  # fit restores ckpt_path only
-            trainer.fit(model, datamodule=data, ckpt_path=ckpt_path, weights_only=True)
+            with resuming_in_place(ckpt_path):
+                trainer.fit(model, datamodule=data, ckpt_path=ckpt_path, weights_only=True)
         if cfg.test:
             fitted.tested = best.load_best(model)
             check_nothing_restored(trainer)  # the test scores the weights just loaded
@@ -157,7 +159,8 @@ def member_outcome(fitted: Fitted, member: Member) -> Outcome:
     model, cfg = fitted.model, member.config
     notes = list(fitted.notes)
     params = model.net.num_params()
-    model.log_sink.replay(member.index, lambda: run_loggers(cfg, params, notes))
+    first = member.index == 0  # W&B's mode is said once per job
+    model.log_sink.replay(member.index, lambda: run_loggers(cfg, params, notes, say_mode=first))
     tested = fitted.tested[member.index] if fitted.tested else None
     return scored_outcome(
         cfg,

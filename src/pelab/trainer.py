@@ -38,9 +38,11 @@ def make_trainer(
     )
 
 
-def run_loggers(cfg: DictConfig, params: dict[str, int], notes: list[str]) -> list[Any]:
+def run_loggers(
+    cfg: DictConfig, params: dict[str, int], notes: list[str], say_mode: bool = True
+) -> list[Any]:
     """The loggers ``cfg`` configures that could start (``working_loggers``)."""
-    return working_loggers(instantiate_all(cfg.get("logger")), cfg, params, notes)
+    return working_loggers(instantiate_all(cfg.get("logger")), cfg, params, notes, say_mode)
 
 
 def instantiate_all(section: DictConfig | None) -> list[Any]:
@@ -63,19 +65,24 @@ def configured_callbacks(cfg: DictConfig, logged: bool = True) -> list[L.Callbac
 
 
 def working_loggers(
-    loggers: list[Any], cfg: DictConfig, params: dict[str, int], notes: list[str]
+    loggers: list[Any],
+    cfg: DictConfig,
+    params: dict[str, int],
+    notes: list[str],
+    say_mode: bool = True,
 ) -> list[Any]:
     """The loggers that could start (a W&B run starts here, at its first call): one that fails,
     e.g. W&B without a network in online mode, is dropped with a note, and the run goes on with
     its local ``results.json`` and checkpoints. A W&B run takes the id its run directory keeps
-    (``pelab.utils.wandb_mode.run_id``): a resumed run continues its W&B run."""
+    (``pelab.utils.wandb_mode.run_id``): a resumed run continues its W&B run. ``say_mode``:
+    whether to say W&B's mode and why (once per job: a stack's members start a W&B run each)."""
     hparams = {
         **OmegaConf.to_container(cfg, resolve=True),
         "params": params,
         "choices": choices(cfg),
     }
     working = []
-    if any(isinstance(logger, WandbLogger) for logger in loggers):  # say which mode, and why
+    if say_mode and any(isinstance(logger, WandbLogger) for logger in loggers):
         mode, why = wandb_choice()
         configured = OmegaConf.select(cfg, "logger.wandb.mode", default=mode)
         log.info(

@@ -109,3 +109,17 @@ def test_each_finished_job_of_a_sweep_prints_its_progress_and_an_eta(tmp_path, c
     SweepSummary().progress(tmp_path)
     err = capsys.readouterr().err
     assert "sweep progress: 2/4 jobs done (1 failed), ETA 1 min" in err
+
+
+def test_an_interrupted_job_is_not_done_until_it_resumes(tmp_path, capsys):
+    """A re-run sweep: its completed job ends (skipped) while the interrupted one waits to
+    resume, its record still saying interrupted."""
+    write_multirun(tmp_path, {}, ["pe=none", "seed=0,1"])
+    choices = {"pe": "none", "task": "copy", **CHOICES}
+    done = record("none", "copy", 0, {8: 1.0, 32: 0.0})
+    stopped = record("none", "copy", 1, status="interrupted")
+    write_job(tmp_path / "0_none_s0", done, choices, 0, ["pe=none", "seed=0"])
+    write_job(tmp_path / "1_none_s1", stopped, choices, 1, ["pe=none", "seed=1"])
+    SweepSummary().progress(tmp_path)
+    err = capsys.readouterr().err
+    assert "sweep progress: 1/2 jobs done (0 failed, 1 interrupted, to resume), ETA" in err

@@ -545,6 +545,7 @@ def test_a_papers_rows_need_no_origin_column_unless_names_repeat_and_take_the_la
     ``--label``. The origin column goes where the names alone tell the rows apart; where your
     row and a baseline's share a name, yours reads ``ours``; ``--label`` renames a value or a
     setting (``attn_scale=logn``), as in the figures."""
+
     def table(rows):
         index = pd.MultiIndex.from_tuples(rows, names=["pe", "origin"])
         return pd.DataFrame({"copy": ["1"] * len(rows)}, index=index)

@@ -3,6 +3,7 @@ weights (``torch.load`` does not check the zip CRCs)."""
 
 import multiprocessing
 import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,12 @@ import torch
 from pelab.assembly import build_model, build_task
 from pelab.errors import ConfigError
 from pelab.reliability.resume.callbacks import BestCheckpoints
-from pelab.reliability.resume.checkpoints import AtomicCheckpointIO, differences, read_checkpoint
+from pelab.reliability.resume.checkpoints import (
+    AtomicCheckpointIO,
+    differences,
+    read_checkpoint,
+    resuming_in_place,
+)
 from pelab.train import train
 from pelab.trained import load_weights
 from tests.reliability.runs import checkpoint, config, fault, killed_in_the_test, results
@@ -77,6 +83,21 @@ def test_a_flipped_bit_in_a_checkpoint_is_refused_not_resumed_from(tmp_path):
     model = build_model(cfg, build_task(cfg))
     with pytest.raises(ConfigError, match="Delete it to resume from an older checkpoint"):
         load_weights(model, best)  # re-evaluation and pelab.load_run
+
+
+def test_only_the_directory_a_run_resumes_from_is_not_warned_about_being_full(tmp_path):
+    """Lightning's "exists and is not empty" (``ModelCheckpoint.setup``), left out for the
+    directory of the checkpoint a run resumes from, and only there."""
+    own, other = tmp_path / "run" / "checkpoints", tmp_path / "other" / "checkpoints"
+    full = "Checkpoint directory {} exists and is not empty."
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        with resuming_in_place(own / "last.ckpt"):
+            warnings.warn(full.format(own), stacklevel=1)
+            warnings.warn(full.format(other), stacklevel=1)
+        with resuming_in_place(None):  # from scratch
+            warnings.warn(full.format(own), stacklevel=1)
+    assert [str(w.message) for w in said] == [full.format(other), full.format(own)]
 
 
 def test_the_best_checkpoints_come_along_when_a_run_resumes_in_another_directory(tmp_path):

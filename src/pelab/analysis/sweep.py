@@ -40,9 +40,11 @@ class SweepSummary(Callback):
                 print(f"sweep progress: unknown ({error!r})", file=sys.stderr)
 
     def progress(self, sweep_dir: Path) -> None:
-        """``sweep progress: 12/66 jobs done (4 failed), ETA 9 min`` on stderr (``(4 failed, 1
-        interrupted)`` when a job was interrupted): the jobs of the sweep's grid with a finished
-        record, timed from the sweep's start (``multirun.yaml``)."""
+        """``sweep progress: 12/66 jobs done (4 failed), ETA 9 min`` on stderr: the jobs of the
+        sweep's grid with a completed or failed record, timed from the sweep's start
+        (``multirun.yaml``). An interrupted job is not done: it resumes when the sweep runs
+        again (``(4 failed, 1 interrupted, to resume)``; a re-run sweep's job that ends before it
+        resumes sees its record still say so)."""
         from pelab.analysis.collect import directory_records
         from pelab.analysis.sweep_grid import sweep_jobs
 
@@ -56,10 +58,12 @@ class SweepSummary(Callback):
             if record["status"] in ENDED:
                 job = str(record.get("job"))
                 status[job] = min(status.get(job, COMPLETED), record["status"], key=ENDED.index)
-        done = len(status)
         failed = sum(v == FAILED for v in status.values())
         interrupted = sum(v == INTERRUPTED for v in status.values())
-        ended = f"{failed} failed" + (f", {interrupted} interrupted" if interrupted else "")
+        done = len(status) - interrupted
+        ended = f"{failed} failed" + (
+            f", {interrupted} interrupted, to resume" if interrupted else ""
+        )
         elapsed = time.time() - multirun.stat().st_mtime
         left = f", ETA {duration(elapsed / done * (total - done))}" if 0 < done < total else ""
         print(f"sweep progress: {done}/{total} jobs done ({ended}){left}", file=sys.stderr)

@@ -10,8 +10,11 @@ import logging
 import os
 import pickle
 import re
+import warnings
 import zipfile
 import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -243,6 +246,20 @@ def resume_path(cfg: DictConfig) -> Path | None:
             )
         return None
     return last
+
+
+@contextmanager
+def resuming_in_place(ckpt_path: str | Path | None) -> Iterator[None]:
+    """Without Lightning's warning "Checkpoint directory <it> exists and is not empty" for the
+    directory of ``ckpt_path``, which a run resuming from its own ``last.ckpt`` finds as it
+    left it; a directory any other run finds full (one from scratch, or resuming from
+    elsewhere) is still warned about."""
+    with warnings.catch_warnings():
+        if ckpt_path is not None:
+            directory = os.path.realpath(Path(ckpt_path).parent)  # as ModelCheckpoint says it
+            message = f"Checkpoint directory {re.escape(directory)} exists and is not empty"
+            warnings.filterwarnings("ignore", message)
+        yield
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):

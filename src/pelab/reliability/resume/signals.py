@@ -1,8 +1,8 @@
 """The signals a run answers, each at the end of a training step, so it stops at a point it can
 resume from exactly:
 
-- ``CheckpointOnSigterm``: on SIGTERM (pre-emption, a SLURM time limit, ``kill``) saves
-  ``last.ckpt`` at the end of the current step, before Lightning stops the run.
+- ``CheckpointOnSigterm``: on SIGTERM (pre-emption, a SLURM time limit, ``kill``) or Ctrl-C
+  saves ``last.ckpt`` at the end of the current step, before the run stops.
 - ``RequeueAtStepEnd``: answers SLURM's requeue signal at the end of a step: saves ``last.ckpt``
   there, then requeues the job.
 - ``exit_status_on_sigterm``: a run stopped by SIGTERM exits with 143, as a killed process does.
@@ -35,8 +35,11 @@ def validation_due(trainer: L.Trainer, batch_idx: int) -> bool:
 
 
 class CheckpointOnSigterm(Callback):
-    """Saves ``<dirpath>/last.ckpt`` at the end of the step during which SIGTERM arrived; Lightning
-    then stops the run (``SIGTERMException``) and a re-run in the same directory resumes there.
+    """Saves ``<dirpath>/last.ckpt`` at the end of the step during which SIGTERM or Ctrl-C
+    (SIGINT) arrived; the run then stops (Lightning's ``SIGTERMException``, or
+    ``KeyboardInterrupt``) and a re-run in the same directory resumes there. Ctrl-C is taken
+    over only from Python's own handler (a process that ignores SIGINT still does); a second
+    Ctrl-C stops at once.
 
     One exception: when a validation is due after that step, Lightning would skip it on resume
     (it treats a checkpoint saved at a step's end as past that step's validation), so the
@@ -44,8 +47,8 @@ class CheckpointOnSigterm(Callback):
     and still ends with the uninterrupted run's numbers.
 
     During a validation or the test, Lightning only notes SIGTERM (its loops look at it between
-    training steps), so a long evaluation would run on; there SIGTERM stops the run at once
-    (nothing is lost: the run resumes from its last checkpoint and evaluates again).
+    training steps), so a long evaluation would run on; there SIGTERM stops the run at once, as
+    Ctrl-C does (nothing is lost: the run resumes from its last checkpoint and evaluates again).
     """
 
     def __init__(self, dirpath: str | Path, filename: str = "last.ckpt") -> None:
@@ -53,6 +56,7 @@ class CheckpointOnSigterm(Callback):
         self._outside: Any = None  # the SIGTERM handler outside an evaluation
         self._lightning: Any = None  # Lightning's SIGTERM handler, called once the step is saved
         self._noted = False
+        self._ctrl_c = False  # Ctrl-C noted during training
 
     def on_train_start(self, trainer: L.Trainer, pl_module) -> None:
         """Take SIGTERM over from Lightning for training: Lightning stops right after the step
@@ -62,15 +66,41 @@ class CheckpointOnSigterm(Callback):
         if threading.current_thread() is threading.main_thread():
             self._lightning = signal.getsignal(signal.SIGTERM)
             signal.signal(signal.SIGTERM, self._note)
+        self._take_ctrl_c()
 
     def _note(self, signum: int, frame: Any) -> None:
         self._noted = True
+
+    def _take_ctrl_c(self) -> None:
+        """Note Ctrl-C for the step's end, where Python's own handler would raise at once."""
+        if threading.current_thread() is threading.main_thread():
+            if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+                signal.signal(signal.SIGINT, self._note_ctrl_c)
+
+    def _note_ctrl_c(self, signum: int, frame: Any) -> None:
+        if self._ctrl_c:  # pressed again: stop now
+            raise KeyboardInterrupt
+        self._ctrl_c = True
+
+    def _give_ctrl_c_back(self) -> None:
+        if signal.getsignal(signal.SIGINT) == self._note_ctrl_c:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    def _stop_if_ctrl_c(self) -> None:
+        if self._ctrl_c:
+            self._ctrl_c = False
+            raise KeyboardInterrupt
 
     def on_validation_start(self, trainer: L.Trainer, pl_module) -> None:
         self._stop_at_once()
 
     def on_validation_end(self, trainer: L.Trainer, pl_module) -> None:
         self._restore()
+        self._take_ctrl_c()  # training goes on
+
+    def on_train_end(self, trainer: L.Trainer, pl_module) -> None:
+        self._give_ctrl_c_back()
+        self._stop_if_ctrl_c()
 
     def on_test_start(self, trainer: L.Trainer, pl_module) -> None:
         self._stop_at_once()
@@ -80,8 +110,11 @@ class CheckpointOnSigterm(Callback):
 
     def on_exception(self, trainer: L.Trainer, pl_module, exception: BaseException) -> None:
         self._restore()
+        self._give_ctrl_c_back()
 
     def _stop_at_once(self) -> None:
+        self._give_ctrl_c_back()
+        self._stop_if_ctrl_c()  # noted since the last step's end
         if threading.current_thread() is not threading.main_thread():
             return
         self._outside = signal.getsignal(signal.SIGTERM)
@@ -98,18 +131,23 @@ class CheckpointOnSigterm(Callback):
             self._outside = None
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module, outputs, batch, batch_idx) -> None:
-        if not (self._noted or trainer.received_sigterm):
+        sigterm = self._noted or trainer.received_sigterm
+        if not (sigterm or self._ctrl_c):
             return
+        name = "SIGTERM" if sigterm else "Ctrl-C"
         if validation_due(trainer, batch_idx):
             log.warning(
-                "SIGTERM at step %d, where a validation is due: keeping %s from the previous "
+                "%s at step %d, where a validation is due: keeping %s from the previous "
                 "validation (resuming from this step would skip the validation)",
+                name,
                 trainer.global_step,
                 self.path,
             )
         else:
             trainer.save_checkpoint(self.path)
-            log.warning("SIGTERM: saved %s at step %d", self.path, trainer.global_step)
+            log.warning("%s: saved %s at step %d", name, self.path, trainer.global_step)
+        if not sigterm:
+            self._stop_if_ctrl_c()  # Lightning stops the run, exit status 1
         self._noted = False
         if callable(self._lightning):
             self._lightning(signal.SIGTERM, None)  # Lightning stops after this step
