@@ -11,7 +11,7 @@ from pelab.analysis.baseline import BASELINES
 from pelab.analysis.frames import lengths_frame, runs_frame
 from pelab.analysis.plot_styles import GREY
 from pelab.analysis.plots import heatmap, length_curves, read_published, save
-from pelab.analysis.table import ablation
+from pelab.analysis.table import Ablation, ablation
 from pelab.errors import ConfigError
 from tests.analysis.records import record
 
@@ -196,29 +196,36 @@ def test_thirty_encodings_each_point_at_its_length_in_a_style_of_its_own():
         assert handle.get_linestyle() == line.get_linestyle(), name
 
 
-def test_a_baseline_is_grey_beneath_your_rows_in_colour_with_one_legend_entry():
-    """Your mine and rope beside the baseline zoo's rope, alibi and none: yours in colour,
-    named once each with (yours); the baseline's rope, your rope's control, in its colour,
-    dashed, named with the baseline; the other two grey, drawn beneath, one legend entry."""
+def beside(zoo_rows: list[str], yours: tuple[str, ...] = ("mine", "rope")) -> Ablation:
+    """Your rows ``yours`` (at 32: 0.6, 0.2, ...) beside the baseline zoo's ``zoo_rows`` (0.1),
+    one seed each, on copy."""
     zoo = BASELINES / "zoo"
     records = [
-        record(pe, "copy", 0, {8: 1.0, 32: value}, train=(1, 8), chance=0.0)
-        for pe, value in (("mine", 0.6), ("rope", 0.2))
+        record(pe, "copy", 0, {8: 1.0, 32: 0.6 / (i + 1)}, train=(1, 8), chance=0.0)
+        for i, pe in enumerate(yours)
     ] + [
         {
             **record(pe, "copy", 0, {8: 1.0, 32: 0.1}, train=(1, 8), chance=0.0),
             "source": str(zoo / pe),
         }
-        for pe in ("rope", "alibi", "none")
+        for pe in zoo_rows
     ]
-    result = ablation(runs_frame(records), lengths_frame(records))
+    return ablation(runs_frame(records), lengths_frame(records))
+
+
+def test_a_baseline_zoo_is_grey_beneath_your_rows_in_colour_with_one_legend_entry():
+    """Your mine and rope beside 7 rows of the baseline zoo (9 rows, over ``FEW_ROWS``): yours in
+    colour, each named; the zoo's rope, your rope's control, thin in its colour, dashed, named
+    with the baseline (the label is also yours); the zoo's other 6 grey, drawn beneath, one
+    legend entry."""
+    result = beside(["rope", "alibi", "none", "t5_bias", "fire", "kerple", "xpos"])
     assert result.rows == ["pe", "origin"]
     fig = length_curves(result.runs, result.lengths, result.rows, "exact_match")
     ax = fig.axes[0]
     yours = {c.get_label(): c.lines[0] for c in ax.containers}
-    assert list(yours) == ["mine (yours)", "rope (yours)"]
-    grey = [line for line in ax.get_lines() if line.get_label() == "zoo: 2 rows (grey)"]
-    assert len(grey) == 2
+    assert list(yours) == ["mine", "rope (yours)"]
+    grey = [line for line in ax.get_lines() if line.get_label() == "zoo: 6 rows (grey)"]
+    assert len(grey) == 6
     [control] = [line for line in ax.get_lines() if line.get_label() == "rope (zoo)"]
     assert control.get_color() == yours["rope (yours)"].get_color()
     assert control.get_linestyle() == "--" and list(control.get_xdata()) == [8, 32]
@@ -232,18 +239,77 @@ def test_a_baseline_is_grey_beneath_your_rows_in_colour_with_one_legend_entry():
     [legend] = fig.legends
     names = [t.get_text() for t in legend.get_texts()]
     assert names == [
-        "mine (yours)", "rope (yours)", "rope (zoo)", "zoo: 2 rows (grey)", "chance level",
+        "mine", "rope (yours)", "rope (zoo)", "zoo: 6 rows (grey)", "chance level",
     ]  # fmt: skip
     assert same_color(legend.legend_handles[3].get_color(), GREY)
     rows = heatmap(result.by_length, result.rows, "exact_match").axes[0].get_yticklabels()
     bold = {t.get_text(): t.get_fontweight() for t in rows}
     assert bold == {
-        "mine (yours)": "bold",
+        "mine": "bold",
         "rope (yours)": "bold",
-        "rope": "normal",
-        "alibi": "normal",
-        "none": "normal",
+        "rope (zoo)": "normal",
+        **dict.fromkeys(["alibi", "none", "t5_bias", "fire", "kerple", "xpos"], "normal"),
     }
+
+
+def test_a_few_baseline_rows_are_each_named_and_coloured_like_yours():
+    """Issue 54: ``--filter pe=rope,alibi,<yours>`` beside a baseline drew its two rows as thin
+    grey lines under one entry, ``ablation_cpu: 2 rows (grey)``. Up to ``FEW_ROWS`` rows in all,
+    each baseline row has a colour, marker, error bars and a legend entry of its own, named by
+    its label alone (no name is shared, so none says whose it is)."""
+    result = beside(["rope", "alibi"], yours=("mine",))
+    fig = length_curves(result.runs, result.lengths, result.rows, "exact_match")
+    ax = fig.axes[0]
+    lines = {c.get_label(): c.lines[0] for c in ax.containers}  # each with error bars
+    assert list(lines) == ["mine", "rope", "alibi"]
+    colours = [to_rgba(line.get_color()) for line in lines.values()]
+    assert len(set(colours)) == 3 and all(not r == g == b for r, g, b, _ in colours)
+    assert len({line.get_marker() for line in lines.values()}) == 3
+    for line in lines.values():
+        assert line.get_linewidth() > 1 and list(line.get_xdata()) == [8, 32]
+    [legend] = fig.legends
+    names = [t.get_text() for t in legend.get_texts()]
+    assert names == ["mine", "rope", "alibi", "chance level"]
+    for name, handle in zip(names[:3], legend.legend_handles, strict=False):
+        assert same_color(handle.get_color(), lines[name].get_color()), name
+        assert handle.get_marker() == lines[name].get_marker(), name
+
+
+def test_label_renames_every_row_and_says_whose_only_where_a_name_is_shared():
+    """Issue 54: ``--label OLD=NEW`` renamed only your row, which always ended in ``(yours)``.
+    It renames the baseline's rows too, in the legend and the heatmap; ``(yours)`` and
+    ``(<baseline>)`` mark only a label your row and a baseline's share (your rope and its
+    control), and such a label may be renamed whole."""
+    result = beside(["rope", "alibi"], yours=("mine", "rope"))
+    renames = {"mine": "Mine", "alibi": "ALiBi", "rope": "RoPE"}
+    fig = length_curves(result.runs, result.lengths, result.rows, "exact_match", None, renames)
+    [legend] = fig.legends
+    names = ["Mine", "RoPE (yours)", "RoPE (zoo)", "ALiBi", "chance level"]
+    assert [t.get_text() for t in legend.get_texts()] == names
+    control = next(c.lines[0] for c in fig.axes[0].containers if c.get_label() == "RoPE (zoo)")
+    yours = next(c.lines[0] for c in fig.axes[0].containers if c.get_label() == "RoPE (yours)")
+    assert control.get_linestyle() == "--" and control.get_color() == yours.get_color()
+    drawn = heatmap(result.by_length, result.rows, "exact_match", renames)
+    assert [t.get_text() for t in drawn.axes[0].get_yticklabels()] == names[:4]
+    whole = {**renames, "rope (zoo)": "RoPE, shipped", "RoPE (yours)": "RoPE, ours"}
+    fig = length_curves(result.runs, result.lengths, result.rows, "exact_match", None, whole)
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == [
+        "Mine", "RoPE, ours", "RoPE, shipped", "ALiBi", "chance level",
+    ]  # fmt: skip
+    # renamed into one another's name: a shared label says whose each is
+    fig = length_curves(
+        result.runs, result.lengths, result.rows, "exact_match", None, {"mine": "alibi"}
+    )
+    assert [t.get_text() for t in fig.legends[0].get_texts()][:4] == [
+        "alibi (yours)", "rope (yours)", "rope (zoo)", "alibi (zoo)",
+    ]  # fmt: skip
+
+
+def test_a_lone_grey_row_is_one_row():
+    """Over ``FEW_ROWS`` rows, a baseline with one grey row says ``1 row``, not ``1 rows``."""
+    result = beside(["rope", "alibi"], yours=("a", "b", "c", "d", "rope"))
+    fig = length_curves(result.runs, result.lengths, result.rows, "exact_match")
+    assert "zoo: 1 row (grey)" in [t.get_text() for t in fig.legends[0].get_texts()]
 
 
 def test_labels_name_only_what_rows_differ_in_short_and_renamed():
@@ -271,10 +337,19 @@ def test_rows_on_one_point_show_as_concentric_markers_and_a_control_takes_its_ro
     from pelab.analysis.baseline import ORIGIN
     from pelab.analysis.plot_styles import BASELINE_STYLE, row_styles
 
-    runs = pd.DataFrame({"pe": ["a", "b", "c", "b", "z"], ORIGIN: ["yours"] * 3 + ["zoo", "zoo"]})
+    zoo = ["b", "w", "x", "y", "z"]  # 8 rows: over FEW_ROWS, the zoo's other rows grey
+    runs = pd.DataFrame({"pe": ["a", "b", "c", *zoo], ORIGIN: ["yours"] * 3 + ["zoo"] * 5})
     styles = row_styles(runs, ["pe", ORIGIN])
     sizes = [styles[(pe, "yours")].size for pe in "abc"]
     assert sizes == [8.0, 5.5, 3.0]  # the first largest: the later ones ring inside it
     control = styles[("b", "zoo")]
     assert control.color == styles[("b", "yours")].color and control.linestyle == "--"
-    assert styles[("z", "zoo")] == BASELINE_STYLE
+    assert control.thin and all(styles[(pe, "zoo")] == BASELINE_STYLE for pe in "wxyz")
+    # issue 54: up to FEW_ROWS rows, the zoo's rows take the next colours, markers shrinking
+    # over all of them; the control is drawn in full (error bars), still dashed in b's colour
+    few = row_styles(runs[runs["pe"] != "w"].iloc[:6], ["pe", ORIGIN])
+    coloured = [("a", "yours"), ("b", "yours"), ("c", "yours"), ("x", "zoo"), ("y", "zoo")]
+    assert [few[key].size for key in coloured] == [8.0, 6.75, 5.5, 4.25, 3.0]
+    assert not few[("b", "zoo")].thin and few[("b", "zoo")].linestyle == "--"
+    assert not any(style.thin for style in few.values())
+    assert len({few[k].color for k in few}) == 5 and GREY not in {few[k].color for k in few}

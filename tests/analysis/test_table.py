@@ -543,8 +543,8 @@ def test_a_tex_table_spans_a_column_or_both_by_its_width_labelled_in_a_papers_wo
 def test_a_papers_rows_need_no_origin_column_unless_names_repeat_and_take_the_labels():
     """Issue 54: the ``.tex`` rows read ``origin: yours`` and kept config names under
     ``--label``. The origin column goes where the names alone tell the rows apart; where your
-    row and a baseline's share a name, yours reads ``ours``; ``--label`` renames a value or a
-    setting (``attn_scale=logn``), as in the figures."""
+    row and a baseline's share a name it stays, and ``--label`` renames a value (``yours=ours``)
+    or a setting (``attn_scale=logn``), as in the figures."""
 
     def table(rows):
         index = pd.MultiIndex.from_tuples(rows, names=["pe", "origin"])
@@ -552,7 +552,7 @@ def test_a_papers_rows_need_no_origin_column_unless_names_repeat_and_take_the_la
 
     unique = paper_rows(table([("rope", "ablation_cpu"), ("mine", "yours")]), {"mine": "Mine"})
     assert unique.index.names == ["pe"] and list(unique.index) == ["rope", "Mine"]
-    shared = paper_rows(table([("rope", "ablation_cpu"), ("rope", "yours")]), {})
+    shared = paper_rows(table([("rope", "ablation_cpu"), ("rope", "yours")]), {"yours": "ours"})
     assert list(shared.index) == [("rope", "ablation_cpu"), ("rope", "ours")]
     index = pd.MultiIndex.from_tuples([("rope", "logn")], names=["pe", "model.net.attn_scale"])
     scaled = paper_rows(pd.DataFrame({"copy": ["1"]}, index=index), {"attn_scale=logn": "log n"})

@@ -231,7 +231,11 @@ def test_a_trained_checkpoint_is_drawn_with_its_trained_encoding_and_attention_m
     train(trained)
     ckpt = Path(trained.paths.output_dir) / "checkpoints" / "best.ckpt"
     paths = draw(tmp_path / "trained", f"ckpt_path={ckpt}")
-    assert {p.stem for p in paths} == {"relative_logit_bias", "attention_len8", "attention_len32"}
+    assert {p.stem for p in paths} == {
+        "relative_logit_bias",
+        "attention_len8_blocks.0.attn",
+        "attention_len32_blocks.0.attn",
+    }
     assert all(p.read_bytes().startswith(PNG_MAGIC) for p in paths)
     untrained = inspect_pe.build_model(trained, inspect_pe.build_task(trained)).net.pe
     loaded = load_run(trained.paths.output_dir).model.net.pe
@@ -247,21 +251,37 @@ def test_attention_maps_are_drawn_per_layer_and_head_from_the_recorded_probabili
 ):
     trained = compose_config([*TINY, "logger=csv", "model.net.n_layers=2"], tmp_path / "train")
     train(trained)
-    drawn, marked = [], []
+    drawn, marked = {}, []
     monkeypatch.setattr(
         inspect_pe,
         "plot_attention",
-        lambda maps, tokens, title, path, trained=0: (drawn.append(maps), marked.append(trained)),
+        lambda probs, tokens, title, path, trained=0: (
+            drawn.__setitem__(path.name, (probs, title)),
+            marked.append(trained),
+        ),
     )
     loaded = load_run(trained.paths.output_dir)
-    inspect_pe.attention_figures(loaded, tmp_path)
-    assert len(drawn) == 2  # lengths 8 (in distribution) and 32 (beyond)
+    paths = inspect_pe.attention_figures(loaded, tmp_path)
+    # lengths 8 (in distribution) and 32 (beyond), one figure per module (issue 54)
+    assert (
+        [p.name for p in paths]
+        == list(drawn)
+        == [
+            "attention_len8_blocks.0.attn.png",
+            "attention_len8_blocks.1.attn.png",
+            "attention_len32_blocks.0.attn.png",
+            "attention_len32_blocks.1.attn.png",
+        ]
+    )
     # the training length is marked: BOS, 8 prompt tokens, SEP and 8 answer tokens
-    assert marked == [loaded.task.max_train_sequence_length()] * 2 == [18, 18]
-    maps = drawn[1]
-    assert list(maps) == ["blocks.0.attn", "blocks.1.attn"]
+    assert marked == [loaded.task.max_train_sequence_length()] * 4 == [18] * 4
+    what = f"{loaded.model.net.pe.pe_name} on {loaded.task.task_name}"
+    assert drawn["attention_len32_blocks.1.attn.png"][1] == (
+        f"{what}, blocks.1.attn, length 32 (beyond training)"
+    )
     n = 1 + 32 + 1 + 32 - 1  # BOS prompt SEP answer, the last answer token not fed
-    for probs in maps.values():
+    for name in ("attention_len32_blocks.0.attn.png", "attention_len32_blocks.1.attn.png"):
+        probs = drawn[name][0]
         assert probs.shape == (trained.model.net.n_heads, n, n)
         torch.testing.assert_close(probs.sum(-1), torch.ones(probs.shape[:2]))
         assert torch.all(probs.triu(1) == 0)  # causal
@@ -286,7 +306,7 @@ def test_a_trained_checkpoints_figures_go_to_its_own_run_directory(tmp_path):
         assert paths and all(p.parent == run_dir / "inspect" for p in paths)
         dirs.append(run_dir)
     assert dirs[0] != dirs[1]
-    assert all((d / "inspect" / "attention_len32.png").exists() for d in dirs)
+    assert all((d / "inspect" / "attention_len32_blocks.0.attn.png").exists() for d in dirs)
     # issue 45: the run directory itself (its best checkpoint) was glued onto itself
     # ("ckpt_path=<dir>.ckpt does not exist"); a path that does not exist says so plainly
     cfg = inspect_config(tmp_path / "a", f"ckpt_path={dirs[0]}", "wandb=false")
@@ -302,7 +322,7 @@ def test_an_attention_map_has_a_colour_bar_and_marks_the_training_length(tmp_pat
     figures = []
     monkeypatch.setattr(pe_figures.plt, "close", figures.append)  # keep the figure to look at
     probs = torch.softmax(torch.randn(2, 12, 12), -1)
-    pe_figures.plot_attention({"blocks.0.attn": probs}, 4, "t", tmp_path / "a.png", trained=8)
+    pe_figures.plot_attention(probs, 4, "t", tmp_path / "a.png", trained=8)
     [fig] = figures
     assert (tmp_path / "a.png").read_bytes().startswith(PNG_MAGIC)
     bars = [ax for ax in fig.axes if ax.get_ylabel() == "attention probability"]
@@ -312,4 +332,4 @@ def test_an_attention_map_has_a_colour_bar_and_marks_the_training_length(tmp_pat
         assert sorted(tuple(line.get_xdata()) + tuple(line.get_ydata()) for line in red) == sorted(
             [(7.5, 7.5, 0, 1), (0, 1, 7.5, 7.5)]
         )
-    assert "longest training sequence, 8 tokens" in fig.texts[0].get_text()
+    assert "longest training sequence, 8 tokens" in fig.get_suptitle()

@@ -4,9 +4,11 @@
   of the table, every point at its measured length (never moved sideways); each row its own
   colour, marker and line style (``series_style``: distinct for up to 40 rows), markers
   shrinking row by row (rows on one point: concentric), one legend entry each, labelled by
-  ``row_labels`` (``--label`` renames); under ``--baseline`` the baseline's rows thin and grey
-  beneath the user's in colour, one legend entry per baseline, but a row of the user's
-  encoding, the user's control, dashed in that row's colour;
+  ``row_labels`` (``--label`` renames every row, the baseline's too); under ``--baseline`` a
+  baseline's row of the user's encoding, the user's control, dashed in that row's colour, and
+  the baseline's other rows, where the figure shows up to ``FEW_ROWS`` rows in all, in colours
+  of their own, each named; more (a zoo of 25) thin and grey beneath the user's, one legend
+  entry per baseline;
 - ``heatmap``: rows x evaluation lengths, one panel per task, each cell coloured by where its
   score lies between 0, the chance level (white) and 100%, annotated; a cell without a score is
   grey and named as in the tables (``not learned``, ``not run``, ``failed``, ...), the legend
@@ -72,11 +74,12 @@ def length_curves(
 ) -> Figure:
     """One panel per task: the mean ``metric`` over completed seeds at each evaluation length it
     was measured at (error bars: standard deviation), one line per row of the table
-    (``row_styles``; a baseline's rows thin and grey, without error bars, beneath), the chance
-    level dotted; the lengths seen in training are shaded. The legend has one entry per row (one
-    per baseline), drawn in any panel. ``published`` (``read_published``) numbers are drawn as
-    hollow squares in their encoding's colour, one legend entry per source. Labels:
-    ``row_labels`` (``renames``: ``--label``). Sized for a paper: 2.6 in per task."""
+    (``row_styles``; a baseline's rows among many thin and grey, without error bars, beneath),
+    the chance level dotted; the lengths seen in training are shaded. The legend has one entry
+    per row drawn in any panel (the grey rows: one per baseline). ``published``
+    (``read_published``) numbers are drawn as hollow squares in their encoding's colour, one
+    legend entry per source. Labels: ``row_labels`` (``renames``: ``--label``). Sized for a
+    paper: 2.6 in per task."""
     data = lengths.drop(columns="task", errors="ignore").merge(
         runs[[*rows, "task", "status", "train_min", "train_max"]], left_on="run", right_index=True
     )
@@ -120,15 +123,13 @@ def length_curves(
 def _legend_name(
     key: object, rows: list[str], styles: dict[object, Style], names: dict[object, str]
 ) -> str:
-    """A row's legend entry: the baseline's control of one of yours, ``rope (ablation_cpu)``;
-    the baseline's other rows share one, ``ablation_cpu: 24 rows (grey)``."""
+    """A row's legend entry: its label (``row_labels``), but the grey rows of a baseline share
+    one, ``ablation_cpu: 24 rows (grey)``."""
     name = baseline_of(key, rows)
-    if name is None:
+    if name is None or styles[key] != BASELINE_STYLE:
         return names[key]
-    if styles[key] != BASELINE_STYLE:
-        return f"{names[key]} ({name})"
     count = sum(baseline_of(k, rows) == name and v == BASELINE_STYLE for k, v in styles.items())
-    return f"{name}: {count} rows (grey)"
+    return f"{name}: {count} row{'s' if count > 1 else ''} (grey)"
 
 
 def _row_entries(
@@ -143,9 +144,9 @@ def _row_entries(
 
 
 def _draw_row(ax, curve: pd.DataFrame, style: Style, name: str) -> None:
-    """One row's line at its measured lengths: a baseline's thin and grey beneath, the user's
-    in its style with error bars above."""
-    if style == BASELINE_STYLE or style.linestyle == "--":  # the baseline's, a control too
+    """One row's line at its measured lengths: a ``thin`` style's (a baseline's among many)
+    thin beneath, every other row's in its style with error bars above."""
+    if style.thin:
         ax.plot(curve.index, curve["mean"] * 100, lw=0.8, zorder=2, label=name, **_kw(style))
         return
     ax.errorbar(

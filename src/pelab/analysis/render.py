@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from pelab.analysis.baseline import ORIGIN, YOURS
+from pelab.analysis.baseline import ORIGIN
 from pelab.analysis.cells import (
     NO_RUNS,
     column_header,
@@ -90,15 +90,14 @@ def not_completed(runs: pd.DataFrame, rows: list[str]) -> list[str]:
 
 def paper_rows(table: pd.DataFrame, renames: dict[str, str]) -> pd.DataFrame:
     """``table`` with its rows as a paper names them: ``--label``'s ``renames`` of a row's
-    value (``rope=RoPE``) or setting (``attn_scale=logn=log n``); the ``origin`` column left
-    out where the rows are told apart without it, else the user's rows ``ours``."""
+    value (``rope=RoPE``, ``yours=ours``) or setting (``attn_scale=logn=log n``); the
+    ``origin`` column left out where the rows are told apart without it (as the figures say
+    whose a row is only where a label is shared)."""
     index = table.index.to_frame(index=False).astype(str)
     if ORIGIN in index and len(index.columns) > 1:
         rest = index.drop(columns=ORIGIN)
         if not rest.duplicated().any():
             index = rest
-        else:
-            index[ORIGIN] = index[ORIGIN].replace(YOURS, "ours")
     for column in index:
         short = column.rsplit(".", 1)[-1]
         index[column] = [renames.get(f"{short}={v}", renames.get(v, v)) for v in index[column]]

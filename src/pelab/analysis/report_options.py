@@ -112,11 +112,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         default=[],
         type=renaming,
         metavar="OLD=NEW",
-        help="rename a figure label or a part of one (split at the last '='), in the legends "
-        "and heatmap rows, a --baseline's rows too: 'rope · attn_scale=ssmax=RoPE + SSMax', "
-        "'attn_scale=logn=log n'; the figures label a row by its encoding and the settings the "
-        "rows differ in, and add '(yours)' or '(<baseline>)' only where your row and a "
-        "baseline's share a label (rename it whole: 'rope (ablation_cpu)=RoPE, shipped')",
+        help="rename a row's label or a part of one (split at the last '='), a --baseline's "
+        "rows too, in the figures' legends and heatmap rows (in the .tex rows a value or a "
+        "setting): "
+        "'rope · attn_scale=ssmax=RoPE + SSMax', 'attn_scale=logn=log n'; the figures label a "
+        "row by its encoding and the settings the rows differ in, and add '(yours)' or "
+        "'(<baseline>)' only where your row and a baseline's share a label (rename it whole: "
+        "'rope (ablation_cpu)=RoPE, shipped')",
     )
     parser.add_argument(
         "--published",

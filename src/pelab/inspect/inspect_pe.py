@@ -35,11 +35,13 @@ With ``ckpt_path=<run dir>/checkpoints/best.ckpt`` the figures are those of the 
 encoding of that run (learned tables, biases and per-layer parameters as trained; the model and
 its settings come from the run's record, as ``pelab.load_run`` loads it), and two more:
 
-- ``attention_len<n>.png``: every attention module's probabilities on one test sample
-  (teacher-forced), one panel per layer and head, at the longest in-distribution evaluation
-  length and the longest one beyond it: where the model looks when it extrapolates. A colour
-  bar gives the probability; dashed red lines mark the longest training sequence. Recorded by
-  ``pelab.models.attention_maps`` on either kernel.
+- ``attention_len<n>_<module>.png`` (``attention_len32_blocks.0.attn.png``): one attention
+  module's probabilities on one test sample (teacher-forced), one panel per head, at the
+  longest in-distribution evaluation length and the longest one beyond it: where the model
+  looks when it extrapolates. Each the width of a column of a two-column paper (3.3 in, no text
+  under 7 pt), integer position ticks. A colour bar gives the probability; dashed red lines mark
+  the longest training sequence where the length passes it (the title says so only then).
+  Recorded by ``pelab.models.attention_maps`` on either kernel.
 
 A trained run's figures go to ``<run dir>/inspect/`` (``pelab.inspect.inspect_dir``), beside
 its checkpoints, so the figures of two checkpoints never overwrite each other.
@@ -168,9 +170,11 @@ def log_to_wandb(
 
 
 def attention_figures(trained: Run, out_dir: Path) -> list[Path]:
-    """``attention_len<n>.png`` of a trained model: every attention module's probabilities on
-    one test sample (teacher-forced: the prompt, then the right answer) at the longest
-    in-distribution evaluation length and at the longest length beyond it, if any."""
+    """``attention_len<n>_<module>.png`` of a trained model: one attention module's
+    probabilities on one test sample (teacher-forced: the prompt, then the right answer), one
+    panel per head, at the longest in-distribution evaluation length and at the longest length
+    beyond it, if any; one figure per module, each the width of a paper's column
+    (``plot_attention``)."""
     task, model = trained.task, trained.model
     trained_len = model.net.pe.dims.train_max_len or task.max_train_sequence_length()
     inside = [n for n in task.eval_lengths if task.in_distribution(n)]
@@ -181,12 +185,13 @@ def attention_figures(trained: Run, out_dir: Path) -> list[Path]:
         positions = model.sequence_positions(prompt, answer.shape[1])
         with torch.no_grad(), attention_maps(model.net) as maps:
             model.kind.answer_logits(model.net, prompt, answer, positions)
-        first = {name: calls[0][0] for name, calls in maps.items()}  # [h, i, j] of sample 0
         split = "in distribution" if task.in_distribution(length) else "beyond training"
-        path = out_dir / f"attention_len{length}.png"
-        title = f"{trained.model.net.pe.pe_name} on {task.task_name}, length {length} ({split})"
-        plot_attention(first, prompt.shape[1] + model.kind.markers, title, path, trained_len)
-        paths.append(path)
+        tokens, what = prompt.shape[1] + model.kind.markers, model.net.pe.pe_name
+        for name, calls in maps.items():
+            path = out_dir / f"attention_len{length}_{name}.png"
+            title = f"{what} on {task.task_name}, {name}, length {length} ({split})"
+            plot_attention(calls[0][0], tokens, title, path, trained_len)  # [h, i, j], sample 0
+            paths.append(path)
     return paths
 
 

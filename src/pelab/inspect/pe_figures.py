@@ -4,6 +4,7 @@ relative distance, the linear map between shifted sinusoids and heatmaps over 2-
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 import matplotlib
@@ -12,6 +13,7 @@ matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 from torch import Tensor  # noqa: E402
 
 # per attention hook: the figure's title and the y axis of its curves
@@ -134,39 +136,63 @@ def plot_heatmaps(maps: Tensor, radius: int, title: str, path: Path, note: str =
     plt.close(fig)
 
 
-def plot_attention(
-    maps: dict[str, Tensor], tokens: int, title: str, path: Path, trained: int = 0
-) -> None:
-    """The attention probabilities of one sample, one row per attention module (``{name:
-    [h, i, j]}``, e.g. ``blocks.0.attn``), one panel per head; queries down, keys across; the
-    first ``tokens`` keys are the prompt (with BOS and SEP where the model kind feeds them),
-    marked by a white line. ``trained``: the longest training sequence (tokens); positions from
-    there on were never seen in training, marked by dashed red lines on both axes where the
-    panel reaches them. One colour bar (probability, 0 to 1) for every panel."""
-    rows, heads = len(maps), max(len(m) for m in maps.values())
-    fig, axes = plt.subplots(
-        rows, heads, figsize=(3.2 * heads + 1, 3.2 * rows), squeeze=False, layout="constrained"
-    )
-    image = None
-    for row, (name, probs) in zip(axes, maps.items(), strict=True):
-        for head, ax in enumerate(row):
-            if head >= len(probs):
+# attention maps are sized for a column of a two-column paper, printed unscaled
+COLUMN_WIDTH = 3.3  # in
+ATTENTION_COLUMNS = 4  # heads side by side
+TEXT_PT, TITLE_PT = 7, 8  # every text of the figure at least TEXT_PT
+ATTENTION_DPI = 300
+PROMPT_NOTE = "left of the white line: the prompt's keys"
+TRAINED_NOTE = "red dashes: the longest training sequence, {} tokens"
+
+
+def plot_attention(probs: Tensor, tokens: int, title: str, path: Path, trained: int = 0) -> None:
+    """The attention probabilities of one attention module on one sample (``probs: [h, i,
+    j]``), one panel per head, ``ATTENTION_COLUMNS`` to a row; queries down, keys across, integer
+    position ticks. Sized to print unscaled at a column width (``COLUMN_WIDTH``; no text under
+    ``TEXT_PT``). The first ``tokens`` keys are the prompt (with BOS and SEP where the model kind
+    feeds them), marked by a white line. ``trained``: the longest training sequence (tokens);
+    positions from there on were never seen in training, marked by dashed red lines on both
+    axes where the panel reaches them. The title (wrapped to the width) says what each line
+    marks only where it is drawn. One colour bar (probability, 0 to 1) for every panel."""
+    heads, queries, keys = probs.shape
+    columns = min(heads, ATTENTION_COLUMNS)
+    rows = -(-heads // columns)
+    panel = (COLUMN_WIDTH - 0.9) / columns  # less the query axis and the colour bar
+    prompt = 0 < tokens < keys
+    marked = 0 < trained < max(queries, keys)
+    notes = [PROMPT_NOTE] * prompt + [TRAINED_NOTE.format(trained)] * marked
+    lines = [part for line in [title, *notes] for part in textwrap.wrap(line, 56)]
+    height = rows * (panel * queries / keys + 0.2) + 0.3 + 0.13 * len(lines)
+    with plt.rc_context({"font.size": TEXT_PT}):
+        fig, axes = plt.subplots(
+            rows,
+            columns,
+            figsize=(COLUMN_WIDTH, height),
+            squeeze=False,
+            sharex=True,
+            sharey=True,
+            layout="constrained",
+        )
+        for head, ax in enumerate(axes.flat):
+            if head >= heads:
                 ax.axis("off")
                 continue
             image = ax.imshow(probs[head], cmap="viridis", vmin=0, vmax=1, interpolation="nearest")
-            ax.axvline(tokens - 0.5, color="white", lw=0.6)
-            queries, keys = probs[head].shape
+            if prompt:
+                ax.axvline(tokens - 0.5, color="white", lw=0.6)
             if 0 < trained < keys:
                 ax.axvline(trained - 0.5, color="red", lw=0.8, ls="--")
             if 0 < trained < queries:
                 ax.axhline(trained - 0.5, color="red", lw=0.8, ls="--")
-            ax.set_title(f"{name} · head {head}", fontsize=8)
-            ax.set_xlabel("key", fontsize=7)
-            ax.set_ylabel("query", fontsize=7)
-    if image is not None:
-        fig.colorbar(image, ax=axes, label="attention probability", shrink=0.8)
-    if trained:
-        title += f"\n(red dashes: the longest training sequence, {trained} tokens)"
-    fig.suptitle(title)
-    fig.savefig(path, dpi=120)
+            ax.set_title(f"head {head}", fontsize=TEXT_PT, pad=2)
+            for axis in (ax.xaxis, ax.yaxis):
+                axis.set_major_locator(MaxNLocator(nbins=3, integer=True))
+            ax.tick_params(labelsize=TEXT_PT, length=2, pad=1)
+        fig.supxlabel("key", fontsize=TEXT_PT)
+        fig.supylabel("query", fontsize=TEXT_PT)
+        bar = fig.colorbar(image, ax=axes, shrink=0.9, aspect=30, ticks=[0, 0.5, 1])
+        bar.set_label("attention probability", fontsize=TEXT_PT)
+        bar.ax.tick_params(labelsize=TEXT_PT)
+        fig.suptitle("\n".join(lines), fontsize=TITLE_PT)
+        fig.savefig(path, dpi=ATTENTION_DPI)
     plt.close(fig)
