@@ -25,7 +25,7 @@ log = logging.getLogger(__name__)
 
 LONG_TEST_S = 600.0  # a test estimated longer than this is warned about before training
 TIMED_LENGTHS = 6  # at most this many lengths are timed; the others are interpolated
-PROBE = 4  # sequences per member in the larger timed call (the smaller: one)
+PROBE = 8  # sequences per member in the larger timed call (the smaller: one)
 RETRY_S = 0.25  # a timed call shorter than this is timed again, the faster counts
 
 
