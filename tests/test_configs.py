@@ -99,13 +99,14 @@ def test_every_model_and_encoding_builds(model, pe):
     module = build_model(cfg, instantiate(cfg.task))
     assert module.kind is MODEL_KINDS[cfg.model.kind]
     net = module.net
-    stacks = [net.encoder, net.decoder] if model == "encoder_decoder" else [net]
+    kind = cfg.model.kind  # encoder_rpe is an encoder_bare with the RPE code's form
+    stacks = [net.encoder, net.decoder] if kind == "encoder_decoder" else [net]
     causal = {
         "decoder": [True],
         "encoder": [False],
         "encoder_bare": [False],
         "encoder_decoder": [False, True],
-    }[model]
+    }[kind]
     assert [stack.dims.causal for stack in stacks] == causal
     assert all(type(stack.pe) is PE_REGISTRY[pe] for stack in stacks)
     assert all(stack.dims.digit_tokens == module.task.digit_tokens for stack in stacks)

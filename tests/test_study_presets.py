@@ -118,3 +118,37 @@ def test_chomsky_presets_feed_the_papers_layout_and_score_every_unseen_length(ex
         assert [k for k in task.eval_lengths if not task.in_distribution(k)] == list(
             range(n + 1, m + 1)
         ), name
+
+
+RPE_CODE_FORM = {
+    "norm": "post",
+    "final_norm": False,
+    "activation": "relu",
+    "head_bias": True,
+    "init": "haiku",
+    "embedding": "rpe",
+}
+
+
+@pytest.mark.parametrize(
+    ("experiment", "layers", "steps"), [("rpe_cpu", 2, 1000), ("rpe_gpu", 5, 10**6)]
+)
+def test_the_rpe_presets_train_the_rpe_codes_network_on_its_draws(experiment, layers, steps):
+    cfg = compose_config([f"experiment={experiment}"])
+    assert get_model_kind(cfg.model.kind) is BareEncoderKind
+    net, optimizer = cfg.model.net, cfg.model.optimizer
+    assert dict(net.form) == RPE_CODE_FORM and net.dropout == 0.1
+    assert (net.n_layers, net.d_model, net.n_heads) == (layers, 64, 8)
+    assert (tuple(optimizer.betas), optimizer.eps, optimizer.weight_decay) == (
+        (0.9, 0.999),
+        1e-8,
+        0,
+    )
+    assert cfg.model.schedule.min_lr_ratio == 1.0 and cfg.model.schedule.warmup_steps == 0
+    assert (cfg.trainer.gradient_clip_val, cfg.data.batch_size) == (1.0, 128)
+    assert cfg.trainer.max_steps == steps and cfg.data.length_sampling == "uniform"
+    assert grid(experiment, "positions") == ["contiguous", "randomized_rpe"]
+    drawn = instantiate(
+        compose_config([f"experiment={experiment}", "positions=randomized_rpe"]).positions
+    )
+    assert (drawn.max_position, drawn.per, drawn.layered) == (2048, "batch", True)

@@ -59,7 +59,7 @@ def build_members(
     ``live``: it logs to its loggers as it trains (``pelab.members.Job.live``)."""
     cfg = configs[0]
     kind = get_model_kind(cfg.model.kind)
-    positions = build_sampler(instantiate(cfg.positions), task)
+    positions = build_sampler(instantiate(cfg.positions), task, cfg.model.net.n_layers)
     sizes = sizes or {
         "max_len": max(task.max_sequence_length(), positions.max_position),
         "train_max_len": task.max_train_sequence_length(),
@@ -77,6 +77,7 @@ def build_members(
             pe=build_encoding(cfg),
             position_dims=task.position_dims,
             digit_tokens=task.digit_tokens,
+            **({"layered_positions": True} if positions.layered else {}),
             **kind.net_options,  # the model kind's structure, e.g. causal or not
         )
 

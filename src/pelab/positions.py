@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,6 +34,8 @@ class Positions:
 
     q: Tensor
     k: Tensor
+    # True: 1-D positions drawn per layer, ``[b|1, n, 1 + L]`` (``layer_draws``)
+    layered: bool = False
     _memo: dict[Any, Any] = field(default_factory=dict, repr=False)
 
     @classmethod
@@ -52,15 +55,28 @@ class Positions:
         n: int,
         device: torch.device | None = None,
         offset: int = 0,
+        layered: bool = False,
     ) -> Positions:
         """The positions of ``n`` tokens fed to a network: ``pos`` as given (``[n]``,
         ``[b|1, n]`` or ``[b|1, n, k]``), or, when a caller gives none, ``offset .. offset+n-1``
-        (a network called directly, without a sampler)."""
+        (a network called directly, without a sampler). ``layered``: a network whose sampler
+        draws per layer (``[b|1, n, 1 + L]``, ``RandomizedPositions(layers="each")``)."""
         if pos is None:
-            pos = contiguous(n, device, offset)
-        elif pos.dim() == 1:
+            return cls(*[contiguous(n, device, offset)] * 2)
+        if pos.dim() == 1:
             pos = pos[None]
-        return cls(pos, pos)
+        return cls(pos, pos, layered)
+
+    def layer_draws(self, n_layers: int) -> list[Positions]:
+        """Layered positions split into ``1 + n_layers`` draws of 1-D positions: the
+        embedding's, then each layer's."""
+        if self.q.dim() != 3 or self.q.shape[-1] != 1 + n_layers:
+            raise ConfigError(
+                f"a network of {n_layers} layers drawing positions per layer reads positions "
+                f"[b, n, {1 + n_layers}] (one draw for its embedding, one per layer), got "
+                f"{list(self.q.shape)}"
+            )
+        return [Positions(self.q[..., i], self.k[..., i]) for i in range(1 + n_layers)]
 
     @property
     def position_dims(self) -> int:
@@ -109,6 +125,11 @@ class PositionSampler:
 
     max_position = 0
     shared = False
+    layered = False  # True: a draw per layer, [b|1, n, 1 + L] (RandomizedPositions(layers="each"))
+
+    def for_layers(self, n_layers: int) -> PositionSampler:
+        """This sampler for a network of ``n_layers`` layers (a layered one draws for each)."""
+        return self
 
     def check(self, longest: int, position_dims: int = 1) -> None:
         """A ``ConfigError`` when the run's longest sequence or its task's coordinates do not
@@ -148,16 +169,38 @@ class RandomizedPositions(PositionSampler):
     beyond the longest test sequence, so every position an evaluation will use was seen in
     training.
 
+    ``per``: ``sequence`` (a draw per sequence, the default) or ``batch`` (one draw shared by
+    the batch, ``[1, n + m + 2]``: the RPE code's ``jax.random.choice`` of one set per call).
+    ``layers``: ``shared`` (every layer reads the same draw) or ``each`` (the RPE code's: the
+    embedding and every attention layer draw their own, ``[b|1, n + m + 2, 1 + L]``,
+    ``Positions.layer_draws``; encoders only).
+
     As in the paper, evaluation samples positions the same way (answering whether randomisation
     is used at test time: yes); there each (length, batch) draws from its own seeded generator,
     so evaluation stays deterministic. Works with every encoding that reads positions; ``none``
     ignores them.
     """
 
-    def __init__(self, max_position: int = 2048) -> None:
+    def __init__(
+        self, max_position: int = 2048, per: str = "sequence", layers: str = "shared"
+    ) -> None:
         if max_position < 1:
             raise ConfigError(f"positions.max_position must be >= 1, got {max_position}")
-        self.max_position = max_position
+        for key, value, valid in (
+            ("per", per, ("sequence", "batch")),
+            ("layers", layers, ("shared", "each")),
+        ):
+            if value not in valid:
+                raise ConfigError(f"positions.{key}={value!r} is not a choice; valid: {valid}")
+        self.max_position, self.per = max_position, per
+        self.layered, self.draws = layers == "each", 1
+
+    def for_layers(self, n_layers: int) -> PositionSampler:
+        if not self.layered:
+            return self
+        sampler = copy.copy(self)
+        sampler.draws = 1 + n_layers
+        return sampler
 
     def check(self, longest: int, position_dims: int = 1) -> None:
         if position_dims != 1:
@@ -175,10 +218,12 @@ class RandomizedPositions(PositionSampler):
     def sample(
         self, batch: int, prompt_length: int, answer_length: int, generator: torch.Generator | None
     ) -> Tensor:
-        """Sorted positions, distinct within each row."""
+        """Sorted positions, distinct within each row (and draw)."""
         n = prompt_length + answer_length + 2
-        scores = torch.rand(batch, self.max_position, generator=generator, device="cpu")
-        return scores.topk(n, dim=-1).indices.sort(dim=-1).values
+        rows = batch if self.per == "sequence" else 1
+        scores = torch.rand(rows, self.draws, self.max_position, generator=generator, device="cpu")
+        drawn = scores.topk(n, dim=-1).indices.sort(dim=-1).values  # [rows, draws, n]
+        return drawn.permute(0, 2, 1) if self.layered else drawn[:, 0]
 
 
 class TaskCoordinates(PositionSampler):
@@ -196,8 +241,11 @@ class TaskCoordinates(PositionSampler):
         return self.task.coordinates(prompt_length, answer_length)[None]
 
 
-def build_sampler(configured: PositionSampler, task: Any) -> PositionSampler:
+def build_sampler(configured: PositionSampler, task: Any, n_layers: int = 1) -> PositionSampler:
     """The run's sampler: ``configured`` (``positions=``), checked against the task's longest
-    sequence and coordinates, or the task's own coordinates when it has k-D ones."""
+    sequence and coordinates, or the task's own coordinates when it has k-D ones; a layered one
+    draws for the network's ``n_layers``."""
     configured.check(task.max_sequence_length(), task.position_dims)
-    return TaskCoordinates(task) if task.position_dims > 1 else configured
+    if task.position_dims > 1:
+        return TaskCoordinates(task)
+    return configured.for_layers(n_layers)

@@ -22,27 +22,31 @@ Where positions act:
 
 Sizes (``d_model``, ``n_heads``, ``n_layers`` each for the encoder and the decoder, ``d_ff``) are
 those of ``Transformer``. The token embedding is shared by both (one vocabulary; the paper,
-section 3.4, shares it); the output projection is separate, as in ``Transformer``.
+section 3.4, shares it); the output projection is separate, as in ``Transformer``, and so is
+the network's form (``model.net.form``, ``pelab.models.form``), which both stacks follow.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from torch import Tensor, nn
 
 from pelab.errors import ConfigError
 from pelab.models import stacked
 from pelab.models.cache import KVCache
-from pelab.models.transformer import Block, Memory, init_weights, model_dims, run_blocks
+from pelab.models.form import Form, init_weights
+from pelab.models.transformer import Block, Memory, model_dims, run_blocks
 from pelab.pe.base import ModelDims, PositionalEncoding
 from pelab.positions import Positions
 
 
 class Layers(nn.Module):
     """The encoder's or the decoder's layers: its own encoding, ``n_layers`` blocks and a
-    final LayerNorm; ``[b, n, d_model]`` token embeddings -> ``[b, n, d_model]``."""
+    final LayerNorm (``form.final_norm``); ``[b, n, d_model]`` token embeddings ->
+    ``[b, n, d_model]``."""
 
     def __init__(
         self,
@@ -53,15 +57,18 @@ class Layers(nn.Module):
         attn_impl: str,
         cross_attention: bool,
         attn_scale: str = "none",
+        form: Form = Form(),
     ) -> None:
         super().__init__()
         self.dims = dims
         self.pe = pe(dims)
+        form.check_encoding(self.pe)
+        self.drop_embedded = nn.Dropout(dropout if form.drops_embeddings(self.pe) else 0.0)
         self.blocks = nn.ModuleList(
-            Block(dims, d_ff, self.pe, i, dropout, attn_impl, cross_attention, attn_scale)
+            Block(dims, d_ff, self.pe, i, dropout, attn_impl, cross_attention, attn_scale, form)
             for i in range(dims.n_layers)
         )
-        self.norm = stacked.LayerNorm(dims.d_model)
+        self.norm = stacked.LayerNorm(dims.d_model) if form.final_norm else nn.Identity()
 
     def forward(
         self,
@@ -71,7 +78,9 @@ class Layers(nn.Module):
         cache: KVCache | None = None,
         memory: Memory | None = None,
     ) -> Tensor:
-        return self.norm(run_blocks(self.pe, self.blocks, x, tokens, pos, cache, memory))
+        return self.norm(
+            run_blocks(self.pe, self.blocks, x, tokens, pos, cache, memory, self.drop_embedded)
+        )
 
 
 class EncoderDecoder(nn.Module):
@@ -93,8 +102,18 @@ class EncoderDecoder(nn.Module):
         train_max_len: int = 0,
         digit_tokens: Sequence[int] = (),
         attn_scale: str = "none",
+        form: Form | Mapping[str, Any] | None = None,
+        layered_positions: bool = False,
     ) -> None:
         super().__init__()
+        if layered_positions:
+            raise ConfigError(
+                "positions.layers=each draws positions per layer for encoder-only models (the "
+                "RPE code's encoder); model=encoder_decoder draws them once: set "
+                "positions.layers=shared"
+            )
+        self.form = form = Form.of(form)
+        self.token_factor = form.token_factor(d_model)
         d_ff = d_ff or 4 * d_model
         self.dims = model_dims(  # the decoder's; the encoder's differ only in ``causal``
             vocab_size,
@@ -110,17 +129,19 @@ class EncoderDecoder(nn.Module):
         encoder_dims = dataclasses.replace(self.dims, causal=False)
         self.tok_emb = stacked.Embedding(vocab_size, d_model)
         try:
-            self.encoder = Layers(encoder_dims, pe, d_ff, dropout, attn_impl, False, attn_scale)
+            self.encoder = Layers(
+                encoder_dims, pe, d_ff, dropout, attn_impl, False, attn_scale, form
+            )
         except ConfigError as error:
             raise ConfigError(f"the encoder of model=encoder_decoder: {error}") from None
-        self.decoder = Layers(self.dims, pe, d_ff, dropout, attn_impl, True, attn_scale)
-        self.head = stacked.Linear(d_model, vocab_size, bias=False)
-        init_weights(self, n_layers)
+        self.decoder = Layers(self.dims, pe, d_ff, dropout, attn_impl, True, attn_scale, form)
+        self.head = stacked.Linear(d_model, vocab_size, bias=form.head_bias)
+        init_weights(self, n_layers, form)
 
     def encode(self, tokens: Tensor, positions: Tensor | None = None) -> Memory:
         """``tokens: [b, n]`` and their positions (default ``0..n-1``) -> the encoder's output."""
         pos = Positions.of(positions, tokens.shape[1], tokens.device)
-        return Memory(self.encoder(self.tok_emb(tokens), tokens, pos), pos.q)
+        return Memory(self.encoder(self.embed(tokens), tokens, pos), pos.q)
 
     def decode(
         self,
@@ -136,8 +157,13 @@ class EncoderDecoder(nn.Module):
             pos = cache.advance(tokens.shape[1], positions, tokens.device)
         else:
             pos = Positions.of(positions, tokens.shape[1], tokens.device)
-        x = self.decoder(self.tok_emb(tokens), tokens, pos, cache, memory)
+        x = self.decoder(self.embed(tokens), tokens, pos, cache, memory)
         return self.head(x)
+
+    def embed(self, tokens: Tensor) -> Tensor:
+        """The shared token embedding ``[b, n, d_model]``, scaled as ``form.embedding`` says."""
+        x = self.tok_emb(tokens)
+        return x * self.token_factor if self.token_factor != 1.0 else x
 
     def forward(
         self,

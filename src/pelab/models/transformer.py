@@ -1,9 +1,11 @@
-"""A small pre-norm Transformer whose positional encoding is injected, not hard-wired."""
+"""A small Transformer whose positional encoding is injected, not hard-wired: pre-norm by
+default, or another form (``model.net.form``, ``pelab.models.form``)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from torch import Tensor, nn
 
@@ -11,16 +13,17 @@ from pelab.errors import ConfigError
 from pelab.models import stacked
 from pelab.models.attention import Attention
 from pelab.models.cache import KVCache
+from pelab.models.form import ACTIVATIONS, Form, init_weights
 from pelab.pe.base import ModelDims, NoPE, PositionalEncoding
 from pelab.positions import Positions
 
 
 class MLP(nn.Module):
-    def __init__(self, d_model: int, d_ff: int, dropout: float) -> None:
+    def __init__(self, d_model: int, d_ff: int, dropout: float, activation: str = "gelu") -> None:
         super().__init__()
         self.net = nn.Sequential(
             stacked.Linear(d_model, d_ff),
-            nn.GELU(),
+            ACTIVATIONS[activation](),
             stacked.Linear(d_ff, d_model),
             nn.Dropout(dropout),
         )
@@ -41,7 +44,7 @@ class Memory:
 class Block(nn.Module):
     """``x + attn(norm(x))``, then (with ``cross_attention``) ``x + cross(norm(x), memory)``,
     then ``x + mlp(norm(x))``: the pre-norm form of Vaswani et al. 2017's encoder and decoder
-    layers.
+    layers; ``form.norm="post"``: their own form, ``norm(x + attn(x))``, ... (the RPE code's).
 
     Cross-attention gets ``NoPE``: positions reach it only through the representations of the
     encoder and the decoder, as in the original Transformer and in T5 (whose relative bias acts
@@ -59,8 +62,10 @@ class Block(nn.Module):
         attn_impl: str,
         cross_attention: bool = False,
         attn_scale: str = "none",
+        form: Form = Form(),
     ) -> None:
         super().__init__()
+        self.post_norm = form.norm == "post"
         self.norm1, self.norm2 = stacked.LayerNorm(dims.d_model), stacked.LayerNorm(dims.d_model)
         self.attn = Attention(
             dims.d_model,
@@ -73,7 +78,7 @@ class Block(nn.Module):
             attn_scale,
             dims.train_max_len or dims.max_len,
         )
-        self.mlp = MLP(dims.d_model, d_ff, dropout)
+        self.mlp = MLP(dims.d_model, d_ff, dropout, form.activation)
         self.drop = nn.Dropout(dropout)
         self.cross = None
         if cross_attention:
@@ -91,14 +96,22 @@ class Block(nn.Module):
     ) -> Tensor:
         layer = self.attn.layer
         self_cache = None if cache is None else cache.self_attn[layer]
-        x = x + self.drop(self.attn(self.norm1(x), pos, cache=self_cache))
+        x = self.residual(x, self.norm1, lambda h: self.drop(self.attn(h, pos, cache=self_cache)))
         if self.cross is not None:
             cross_pos = pos.memo("cross", lambda: Positions(pos.q, memory.positions))
             cross_cache = None if cache is None else cache.cross_attn[layer]
-            x = x + self.drop(
-                self.cross(self.norm_cross(x), cross_pos, context=memory.states, cache=cross_cache)
+            x = self.residual(
+                x,
+                self.norm_cross,
+                lambda h: self.drop(
+                    self.cross(h, cross_pos, context=memory.states, cache=cross_cache)
+                ),
             )
-        return x + self.mlp(self.norm2(x))
+        return self.residual(x, self.norm2, self.mlp)
+
+    def residual(self, x: Tensor, norm: nn.Module, f: Callable[[Tensor], Tensor]) -> Tensor:
+        """``x + f(norm(x))`` (pre-norm) or ``norm(x + f(x))`` (post-norm)."""
+        return norm(x + f(x)) if self.post_norm else x + f(norm(x))
 
 
 def run_blocks(
@@ -109,15 +122,19 @@ def run_blocks(
     pos: Positions,
     cache: KVCache | None = None,
     memory: Memory | None = None,
+    embedded: Callable[[Tensor], Tensor] = lambda x: x,
 ) -> Tensor:
     """The body of a ``Transformer`` and of an encoder-decoder's encoder and decoder:
     ``pe.embed`` once, then each block after ``pe.layer_input``. ``x: [b, n, d_model]`` token
     embeddings -> ``[b, n, d_model]`` (before the final norm). The encoding's parameters are
-    constrained first (``PositionalEncoding.constrain``)."""
+    constrained first (``PositionalEncoding.constrain``). ``embedded``: what follows
+    ``pe.embed`` (the RPE code's dropout). Positions drawn per layer
+    (``Positions.layered``): the embedding reads draw 0, block ``l`` draw ``l + 1``."""
     pe.constrain()
-    x = pe.embed(x, tokens, pos)
+    draws = pos.layer_draws(len(blocks)) if pos.layered else [pos] * (len(blocks) + 1)
+    x = embedded(pe.embed(x, tokens, draws[0]))
     for layer, block in enumerate(blocks):
-        x = block(pe.layer_input(x, pos, layer), pos, cache, memory)
+        x = block(pe.layer_input(x, draws[layer + 1], layer), draws[layer + 1], cache, memory)
     return x
 
 
@@ -161,28 +178,16 @@ def check_sizes(d_model: int, n_heads: int, n_layers: int) -> None:
         )
 
 
-def init_weights(model: nn.Module, n_layers: int) -> None:
-    """GPT-2's initialisation: ``N(0, 0.02)`` for every matrix except the token embedding, with
-    the residual output projections scaled by ``1 / sqrt(2 n_layers)``. Encodings initialise
-    their own parameters, as their papers do, and are skipped. Matrices are ``[K, out, in]``
-    (``pelab.models.stacked``), built with K = 1."""
-    encoding_params = {
-        id(p) for m in model.modules() if isinstance(m, PositionalEncoding) for p in m.parameters()
-    }
-    for name, p in model.named_parameters():
-        if id(p) in encoding_params or p.dim() != 3 or name.endswith("tok_emb.weight"):
-            continue
-        residual = name.endswith(("proj.weight", "net.2.weight"))
-        nn.init.normal_(p, std=0.02 / (2 * n_layers) ** 0.5 if residual else 0.02)
-
-
 class Transformer(nn.Module):
     """Token embedding -> ``pe.embed`` -> blocks -> norm -> vocabulary logits.
 
     ``pe`` is a factory (a partially configured encoding class) called with the model's
     ``ModelDims``; one instance is shared by all layers, so its parameters are counted once.
     ``causal=True`` gives a decoder, ``False`` an encoder. ``attn_scale``: length-scaled
-    self-attention (``pelab.models.length_scale``).
+    self-attention (``pelab.models.length_scale``). ``form``: norm placement, final norm,
+    activation, head bias, initialisation and token embedding (``pelab.models.form``).
+    ``layered_positions``: ``forward`` gets a draw of positions per layer,
+    ``[b|1, n, 1 + n_layers]`` (``positions.layers=each``).
     """
 
     def __init__(
@@ -201,8 +206,17 @@ class Transformer(nn.Module):
         train_max_len: int = 0,
         digit_tokens: Sequence[int] = (),
         attn_scale: str = "none",
+        form: Form | Mapping[str, Any] | None = None,
+        layered_positions: bool = False,
     ) -> None:
         super().__init__()
+        self.form = form = Form.of(form)
+        if layered_positions and causal:
+            raise ConfigError(
+                "positions.layers=each draws positions per layer for encoders (the RPE code's "
+                "encoder); a decoder draws them once: set positions.layers=shared"
+            )
+        self.layered_positions = layered_positions
         self.dims = model_dims(
             vocab_size,
             max_len,
@@ -215,15 +229,18 @@ class Transformer(nn.Module):
             digit_tokens,
         )
         self.pe = pe(self.dims)
+        form.check_encoding(self.pe)
         self.tok_emb = stacked.Embedding(vocab_size, d_model)
+        self.token_factor = form.token_factor(d_model)
+        self.drop_embedded = nn.Dropout(dropout if form.drops_embeddings(self.pe) else 0.0)
         d_ff = d_ff or 4 * d_model
         self.blocks = nn.ModuleList(
-            Block(self.dims, d_ff, self.pe, i, dropout, attn_impl, False, attn_scale)
+            Block(self.dims, d_ff, self.pe, i, dropout, attn_impl, False, attn_scale, form)
             for i in range(n_layers)
         )
-        self.norm = stacked.LayerNorm(d_model)
-        self.head = stacked.Linear(d_model, vocab_size, bias=False)
-        init_weights(self, n_layers)
+        self.norm = stacked.LayerNorm(d_model) if form.final_norm else nn.Identity()
+        self.head = stacked.Linear(d_model, vocab_size, bias=form.head_bias)
+        init_weights(self, n_layers, form)
 
     @property
     def supports_kv_cache(self) -> bool:
@@ -261,8 +278,12 @@ class Transformer(nn.Module):
         if cache is not None:
             pos = cache.advance(tokens.shape[1], positions, tokens.device)
         else:
-            pos = Positions.of(positions, tokens.shape[1], tokens.device)
-        x = run_blocks(self.pe, self.blocks, self.tok_emb(tokens), tokens, pos, cache)
+            pos = Positions.of(
+                positions, tokens.shape[1], tokens.device, layered=self.layered_positions
+            )
+        x = self.tok_emb(tokens)
+        x = x * self.token_factor if self.token_factor != 1.0 else x
+        x = run_blocks(self.pe, self.blocks, x, tokens, pos, cache, None, self.drop_embedded)
         return self.head(self.norm(x))
 
     def num_params(self) -> dict[str, int]:

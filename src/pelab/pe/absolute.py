@@ -56,6 +56,8 @@ class AdditivePE(PositionalEncoding):
     ``W`` starts as ``N(0, 1 / (2 d_model))``, which keeps the joined vector's scale.
     """
 
+    adds_to_tokens = True
+
     def __init__(self, dims: ModelDims, token_scale: str = "none", join: str = "add") -> None:
         super().__init__(dims)
         if token_scale not in TOKEN_SCALES:

@@ -108,6 +108,7 @@ class PositionalEncoding(nn.Module):
     # parameters, ``pelab.models.member_encodings``). False: one member after another, for
     # an encoding whose hooks read a value of its parameters on the host or draw random numbers
     members_at_once = True
+    adds_to_tokens = False  # True: ``embed`` adds a position vector to the tokens (``AdditivePE``)
     shift: ClassVar[str]  # one of SHIFT_CLASSES, declared by every registered encoding
 
     def __init__(self, dims: ModelDims) -> None:
