@@ -37,7 +37,7 @@ from torch import Tensor, nn
 from pelab.errors import ConfigError
 from pelab.models import stacked
 from pelab.models.cache import KVCache
-from pelab.models.form import Form, init_weights
+from pelab.models.form import PELAB, Form, init_weights
 from pelab.models.transformer import Block, Memory, model_dims, run_blocks
 from pelab.pe.base import ModelDims, PositionalEncoding
 from pelab.positions import Positions
@@ -57,7 +57,7 @@ class Layers(nn.Module):
         attn_impl: str,
         cross_attention: bool,
         attn_scale: str = "none",
-        form: Form = Form(),
+        form: Form = PELAB,
     ) -> None:
         super().__init__()
         self.dims = dims

@@ -99,6 +99,9 @@ class Form:
             )
 
 
+PELAB = Form()  # the default form
+
+
 def init_weights(model: nn.Module, n_layers: int, form: Form) -> None:
     """Every matrix but the encodings' (which initialise their own parameters, as their papers
     do). Matrices are ``[K, out, in]`` (``pelab.models.stacked``), built with K = 1.

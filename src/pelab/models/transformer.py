@@ -13,7 +13,7 @@ from pelab.errors import ConfigError
 from pelab.models import stacked
 from pelab.models.attention import Attention
 from pelab.models.cache import KVCache
-from pelab.models.form import ACTIVATIONS, Form, init_weights
+from pelab.models.form import ACTIVATIONS, PELAB, Form, init_weights
 from pelab.pe.base import ModelDims, NoPE, PositionalEncoding
 from pelab.positions import Positions
 
@@ -62,7 +62,7 @@ class Block(nn.Module):
         attn_impl: str,
         cross_attention: bool = False,
         attn_scale: str = "none",
-        form: Form = Form(),
+        form: Form = PELAB,
     ) -> None:
         super().__init__()
         self.post_norm = form.norm == "post"
