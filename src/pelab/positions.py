@@ -14,7 +14,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch import Tensor
@@ -182,7 +182,10 @@ class RandomizedPositions(PositionSampler):
     """
 
     def __init__(
-        self, max_position: int = 2048, per: str = "sequence", layers: str = "shared"
+        self,
+        max_position: int = 2048,
+        per: Literal["sequence", "batch"] = "sequence",
+        layers: Literal["shared", "each"] = "shared",
     ) -> None:
         if max_position < 1:
             raise ConfigError(f"positions.max_position must be >= 1, got {max_position}")

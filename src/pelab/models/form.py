@@ -25,41 +25,40 @@ table lookup ``E[t]``; it applies dropout to the sum only where an encoding adds
 from __future__ import annotations
 
 import math
+import typing
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, fields
-from typing import Any
+from dataclasses import dataclass, fields
+from typing import Any, Literal
 
 from torch import nn
 
 from pelab.errors import ConfigError
 from pelab.pe.base import PositionalEncoding
 
-CHOICES: dict[str, tuple[Any, ...]] = {
-    "norm": ("pre", "post"),
-    "final_norm": (True, False),
-    "activation": ("gelu", "relu"),
-    "head_bias": (True, False),
-    "init": ("gpt2", "haiku"),
-    "embedding": ("table", "rpe"),
-}
 ACTIVATIONS = {"gelu": nn.GELU, "relu": nn.ReLU}
 RPE_EMBEDDING_STD = 0.02  # the RPE code's emb_init_scale
 
 
 @dataclass(frozen=True)
 class Form:
-    """``model.net.form``: see the module docstring; every field is checked against
-    ``CHOICES``."""
+    """``model.net.form``: see the module docstring; every field is checked against its type's
+    choices (``choices``)."""
 
-    norm: str = "pre"
+    norm: Literal["pre", "post"] = "pre"
     final_norm: bool = True
-    activation: str = "gelu"
+    activation: Literal["gelu", "relu"] = "gelu"
     head_bias: bool = False
-    init: str = "gpt2"
-    embedding: str = "table"
+    init: Literal["gpt2", "haiku"] = "gpt2"
+    embedding: Literal["table", "rpe"] = "table"
+
+    @staticmethod
+    def choices() -> dict[str, tuple[Any, ...]]:
+        """Each field's valid values, read off its type."""
+        hints = typing.get_type_hints(Form)
+        return {f.name: typing.get_args(hints[f.name]) or (True, False) for f in fields(Form)}
 
     def __post_init__(self) -> None:
-        for name, valid in CHOICES.items():
+        for name, valid in self.choices().items():
             value = getattr(self, name)
             if value not in valid or type(value) is not type(valid[0]):
                 raise ConfigError(
@@ -74,12 +73,9 @@ class Form:
         unknown = sorted(set(form) - {f.name for f in fields(cls)})
         if unknown:
             raise ConfigError(
-                f"model.net.form has no key {unknown[0]!r}; valid keys: {list(CHOICES)}"
+                f"model.net.form has no key {unknown[0]!r}; valid keys: {list(cls.choices())}"
             )
         return cls(**form)
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
     def token_factor(self, d_model: int) -> float:
         """The factor on token embeddings: ``sqrt(d_model)`` for ``embedding=rpe``, else 1."""
