@@ -40,7 +40,6 @@ from pelab.record import RESULTS
 from pelab.recorder import Planned, Recorder
 from pelab.reliability.checks.memory import check_eval_memory
 from pelab.reliability.checks.validate import check_types
-from pelab.reliability.resume.checkpoints import check_nothing_restored
 from pelab.threads import check_threads, configure_threads
 from pelab.trained import load_weights, trained_sizes, training_record
 from pelab.trainer import make_trainer, run_loggers
@@ -173,7 +172,6 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
         recorder.started()
         notes: list[str] = []
         trainer = make_trainer(merged, run_loggers(merged, model.net.num_params(), notes))
-        check_nothing_restored(trainer)  # the test scores ckpt_path's weights, loaded above
         trainer.test(model, datamodule=data_module(merged, model.task), verbose=False)
         [record] = recorder.completed(lambda _: scored_outcome(merged, model, warnings=notes))
     return record

@@ -43,7 +43,6 @@ from pelab.reliability.resume.callbacks import BestCheckpoints, ResumeState, Tes
 from pelab.reliability.resume.checkpoints import (
     adopt_requeue_checkpoints,
     check_compatible,
-    check_nothing_restored,
     identity,
     read_checkpoint,
     resume_path,
@@ -143,12 +142,10 @@ def fit_and_test(job: Job, prepared: Prepared | None = None) -> Fitted:
     data = data_module(cfg, model.task, job.seeds)
     with exit_status_on_sigterm():
         if cfg.train:
-            check_nothing_restored(trainer)  # fit restores ckpt_path only
             with resuming_in_place(ckpt_path):
                 trainer.fit(model, datamodule=data, ckpt_path=ckpt_path, weights_only=True)
         if cfg.test:
             fitted.tested = best.load_best(model)
-            check_nothing_restored(trainer)  # the test scores the weights just loaded
             trainer.test(model, datamodule=data, verbose=False)
     return fitted
 

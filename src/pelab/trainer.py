@@ -12,6 +12,7 @@ import lightning as L
 from hydra.utils import instantiate
 from lightning.pytorch.callbacks import LearningRateMonitor, ProgressBar
 from lightning.pytorch.loggers import WandbLogger
+from lightning.pytorch.plugins.environments import SLURMEnvironment
 from omegaconf import DictConfig, OmegaConf
 
 from pelab.hydra_job import choices
@@ -27,13 +28,17 @@ def make_trainer(
 ) -> L.Trainer:
     """``cfg.trainer`` with the configured callbacks (plus ``callbacks``), ``loggers`` (none: a
     stack's members log to their own afterwards, ``pelab.member_log``) and atomic checkpoint
-    writes."""
+    writes. In a SLURM job Lightning's own requeue is off at the source
+    (``SLURMEnvironment(auto_requeue=False)``): it would answer ``SIGUSR1`` by writing an
+    ``hpc_ckpt_N.ckpt`` that it then restores over the weights pelab chose before every later
+    ``fit``/``test``; pelab's requeue (``pelab.reliability.cluster.requeue``) writes none."""
     bar = {} if interactive() else {"enable_progress_bar": False}  # a pipe: no \r lines
+    slurm = [SLURMEnvironment(auto_requeue=False)] if SLURMEnvironment.detect() else []
     return instantiate(
         cfg.trainer,
         callbacks=[*configured_callbacks(cfg, logged=bool(loggers)), *callbacks],
         logger=loggers or False,
-        plugins=[AtomicCheckpointIO()],
+        plugins=[AtomicCheckpointIO(), *slurm],
         **bar,
     )
 

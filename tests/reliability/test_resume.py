@@ -251,3 +251,21 @@ def test_a_completed_runs_command_run_again_says_so_and_leaves_its_record(tmp_pa
     before = [f.read_bytes() for f in files]
     assert train(config(tmp_path, tmp_path / "stack", "seeds=[0,1]")) == members
     assert [f.read_bytes() for f in files] == before
+
+
+@pytest.mark.integration
+def test_lightning_requeues_nothing_itself_in_a_slurm_job(tiny_cfg, monkeypatch):
+    """In a SLURM job Lightning's own requeue (``SIGUSR1`` -> ``hpc_ckpt_N.ckpt``, restored
+    before every later ``fit``/``test``) is off at the source; pelab's requeue writes none."""
+    from lightning.pytorch.plugins.environments import SLURMEnvironment
+
+    from pelab.trainer import make_trainer
+
+    def environment():  # what Lightning's signal connector reads to install its requeue
+        return make_trainer(cfg, [])._accelerator_connector.cluster_environment
+
+    cfg = tiny_cfg("logger=none")
+    assert not isinstance(environment(), SLURMEnvironment)
+    for key, value in SLURM.items():
+        monkeypatch.setenv(key, value)
+    assert isinstance(environment(), SLURMEnvironment) and environment().auto_requeue is False

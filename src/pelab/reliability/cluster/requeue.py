@@ -17,9 +17,10 @@ for a run started from Python), makes the signal:
 - once ``finished()`` was called (every record of the run is written): ignored, with a log line:
   the job's work is done and a requeue would only run it again.
 
-Only under SLURM (``SLURM_JOB_ID`` set); elsewhere the signal keeps its default action. Lightning
-does not install its own requeue handler (which writes ``hpc_ckpt_N``) over an existing one, so
-this one serves during ``fit`` too. Standard library only: it is imported before torch."""
+Only under SLURM (``SLURM_JOB_ID`` set); elsewhere the signal keeps its default action.
+Lightning's own requeue handler (which writes ``hpc_ckpt_N``) is off at the source
+(``pelab.trainer.make_trainer``: ``SLURMEnvironment(auto_requeue=False)``), so this one serves
+during ``fit`` too. Standard library only: it is imported before torch."""
 
 from __future__ import annotations
 

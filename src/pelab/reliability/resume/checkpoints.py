@@ -20,7 +20,6 @@ from typing import Any
 
 import torch
 from hydra.utils import get_class
-from lightning.fabric.plugins.environments import SLURMEnvironment
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
@@ -212,20 +211,6 @@ def adopt_requeue_checkpoints(output_dir: str | Path) -> None:
                 path.name,
                 steps[path],
                 last,
-            )
-
-
-def check_nothing_restored(trainer: Any) -> None:
-    """A ``RuntimeError`` when ``trainer`` would restore a checkpoint pelab did not pass: on
-    SLURM Lightning restores the newest ``hpc_ckpt_N.ckpt`` of its ``default_root_dir`` before
-    a ``fit``/``validate``/``test`` called without ``ckpt_path`` (``adopt_requeue_checkpoints``
-    removes them; one written since would change silently what the call trains or scores)."""
-    if SLURMEnvironment.detect():
-        found = trainer._checkpoint_connector._hpc_resume_path
-        if found is not None:
-            raise RuntimeError(
-                f"{found} appeared in the run directory: on SLURM Lightning would restore it "
-                "over the weights pelab chose; remove it (pelab writes none) and run again"
             )
 
 
