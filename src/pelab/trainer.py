@@ -47,7 +47,23 @@ def run_loggers(
     cfg: DictConfig, params: dict[str, int], notes: list[str], say_mode: bool = True
 ) -> list[Any]:
     """The loggers ``cfg`` configures that could start (``working_loggers``)."""
-    return working_loggers(instantiate_all(cfg.get("logger")), cfg, params, notes, say_mode)
+    loggers = [
+        instantiate(c, **wandb_run(c)) if is_wandb(c) else instantiate(c)
+        for c in (cfg.get("logger") or {}).values()
+        if c is not None and "_target_" in c
+    ]
+    return working_loggers(loggers, cfg, params, notes, say_mode)
+
+
+def is_wandb(logger: DictConfig) -> bool:
+    return logger._target_.endswith("WandbLogger")
+
+
+def wandb_run(logger: DictConfig) -> dict[str, str]:
+    """The W&B run a ``WandbLogger`` joins, as ``wandb.init`` arguments: the id its run
+    directory keeps (``pelab.utils.wandb_mode.run_id``), so a resumed run continues its W&B run,
+    unless ``logger.wandb.id`` is set."""
+    return {} if logger.get("id") else {"id": run_id(logger.save_dir), "resume": "allow"}
 
 
 def instantiate_all(section: DictConfig | None) -> list[Any]:
@@ -78,8 +94,7 @@ def working_loggers(
 ) -> list[Any]:
     """The loggers that could start (a W&B run starts here, at its first call): one that fails,
     e.g. W&B without a network in online mode, is dropped with a note, and the run goes on with
-    its local ``results.json`` and checkpoints. A W&B run takes the id its run directory keeps
-    (``pelab.utils.wandb_mode.run_id``): a resumed run continues its W&B run. ``say_mode``:
+    its local ``results.json`` and checkpoints (a W&B run's id: ``wandb_run``). ``say_mode``:
     whether to say W&B's mode and why (once per job: a stack's members start a W&B run each)."""
     hparams = {
         **OmegaConf.to_container(cfg, resolve=True),
@@ -94,10 +109,10 @@ def working_loggers(
             "W&B: %s mode (%s)", configured, why if configured == mode else "logger.wandb.mode"
         )
     for logger in loggers:
-        if isinstance(logger, WandbLogger):  # Lightning passes anonymous=None: W&B warns
+        if isinstance(logger, WandbLogger):
+            # Lightning 2.6 passes anonymous=None to wandb.init unconditionally, and W&B
+            # warns about any value since wandb/wandb#10909; no public argument avoids it
             logger._wandb_init.pop("anonymous", None)
-            if not logger._wandb_init.get("id"):  # unless logger.wandb.id is set
-                logger._wandb_init.update(id=run_id(logger.save_dir), resume="allow")
         try:
             logger.log_hyperparams(hparams)
         except Exception as error:  # a logger's failure must not cost the run

@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 from wandb.cli import cli as wandb_cli
 
 from pelab.train import train
-from pelab.trainer import working_loggers
+from pelab.trainer import run_loggers
 from pelab.utils import wandb_mode as wandb_mode_module
 from pelab.utils.wandb_mode import (
     SYNC_COMMAND,
@@ -199,11 +199,12 @@ def test_a_resumed_run_continues_its_wandb_run(tmp_path, monkeypatch):
     to one W&B run: both offline-run directories carry the same id; another directory gets
     another run."""
     monkeypatch.delenv("WANDB_RUN_ID", raising=False)
-    cfg = OmegaConf.create({"seed": 0, "logger": {"wandb": {"mode": "offline"}}})
 
     def attempt(run_dir: Path) -> str:
-        logger = WandbLogger(save_dir=str(run_dir), project="pelab", mode="offline")
-        [started] = working_loggers([logger], cfg, {"total": 1}, [])
+        wandb_logger = {"_target_": f"{WandbLogger.__module__}.WandbLogger", "mode": "offline"}
+        logger = {"wandb": {**wandb_logger, "save_dir": str(run_dir), "project": "pelab"}}
+        cfg = OmegaConf.create({"seed": 0, "logger": logger})
+        [started] = run_loggers(cfg, {"total": 1}, [])
         started_id = started.experiment.id
         wandb.finish(exit_code=1)
         return started_id
