@@ -108,10 +108,3 @@ class AdditionTask(Task):
             answer = str(int(a) + int(b))
         answer = answer[::-1] if self.reverse_answer else answer
         return [N_SPECIAL + int(c) for c in answer] + [END] * (length + 1 - len(answer))
-
-    def spec(self) -> dict[str, Any]:
-        return {
-            **super().spec(),
-            "reverse_answer": self.reverse_answer,
-            "leading_zeros": self.leading_zeros,
-        }

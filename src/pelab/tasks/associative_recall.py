@@ -65,9 +65,6 @@ class AssociativeRecallTask(Task):
     def answer_length(self, length: int) -> int:
         return 1
 
-    def spec(self) -> dict[str, Any]:
-        return {**super().spec(), "num_keys": self.num_keys, "num_values": self.num_values}
-
     def sample(self, batch: int, length: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
         # the n largest of num_keys uniform draws: a uniform random subset in random order
         scores = torch.rand(batch, self.num_keys, generator=generator)

@@ -19,6 +19,7 @@ for every registered task):
 
 from __future__ import annotations
 
+import inspect
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -221,8 +222,17 @@ class Task(ABC):
         ``staticmethod`` when the answer does not depend on the task's parameters)."""
 
     def spec(self) -> dict[str, Any]:
-        """Everything that changes the data; keys the evaluation-set cache."""
-        return {"task": type(self).__name__, "num_symbols": self.num_symbols}
+        """Everything that changes the data; keys the evaluation-set cache: the task, its
+        alphabet and every parameter its own constructors name (read off their signatures, each
+        kept as the attribute of that name), subclass after base class."""
+        spec = {"task": type(self).__name__, "num_symbols": self.num_symbols}
+        for cls in reversed(type(self).__mro__):
+            if cls is Task or not issubclass(cls, Task) or "__init__" not in vars(cls):
+                continue
+            for p in inspect.signature(cls.__init__).parameters.values():
+                if p.name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+                    spec.setdefault(p.name, getattr(self, p.name))
+        return spec
 
 
 TASK_REGISTRY: dict[str, type[Task]] = {}

@@ -81,6 +81,3 @@ class CopyTask(Task):
         if self.variant == "double_next":
             return [*prompt, self.end, *prompt]
         return list(prompt) * (2 if self.variant == "double" else 1)
-
-    def spec(self) -> dict[str, Any]:
-        return {**super().spec(), "variant": self.variant}

@@ -70,13 +70,6 @@ class CountingTask(Task):
     def answer_length(self, length: int) -> int:
         return self.count_digits
 
-    def spec(self) -> dict[str, Any]:
-        return {
-            **super().spec(),
-            "num_letters": self.num_letters,
-            "count_digits": self.count_digits,
-        }
-
     def sample(self, batch: int, length: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
         letters = LETTER_0 + self.num_letters
         prompt = torch.randint(LETTER_0, letters, (batch, length + 1), generator=generator)

@@ -67,9 +67,6 @@ class FlipFlopTask(Task):
     def answer_length(self, length: int) -> int:
         return 1
 
-    def spec(self) -> dict[str, Any]:
-        return {**super().spec(), "p_ignore": self.p_ignore, "eval_p_ignore": self.eval_p_ignore}
-
     def sample(self, batch: int, length: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
         return self.sample_language(batch, length, self.p_ignore, generator)
 

@@ -98,6 +98,3 @@ class GridTask(Task):
         bos, sep = torch.tensor([[0, 0]]), torch.tensor([[0, side + 1]])
         shift = torch.tensor([0, 1])  # one column right per step: prompt at 1, answer at s + 2
         return torch.cat((bos, cells + shift, sep, cells + (side + 2) * shift))
-
-    def spec(self) -> dict[str, Any]:
-        return {**super().spec(), "mode": self.mode}

@@ -114,14 +114,6 @@ class IndirectIndexingTask(Task):
     def answer_length(self, length: int) -> int:
         return 1
 
-    def spec(self) -> dict[str, Any]:
-        return {
-            **super().spec(),
-            "num_letters": self.num_letters,
-            "max_shift": self.max_shift,
-            "shift_format": self.shift_format,
-        }
-
     def encode_shift(self, shift: Tensor) -> Tensor:
         """The tokens of ``shift: [b]`` (nonzero), ``[b, tail_length() - 3]``."""
         if self.shift_format == "token":

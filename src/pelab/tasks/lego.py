@@ -133,11 +133,3 @@ class LegoTask(Task):
                     known[name] = known[operand] * (-1 if sign == MINUS else +1)
         asked = prompt[-1:] if self.query else [clause[0] for clause in clauses]
         return [PLUS if known[name] == 1 else MINUS for name in asked]
-
-    def spec(self) -> dict[str, Any]:
-        return {
-            **super().spec(),
-            "num_names": self.num_names,
-            "query": self.query,
-            "shuffle": self.shuffle,
-        }

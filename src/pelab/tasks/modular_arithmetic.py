@@ -78,9 +78,6 @@ class ModularArithmeticTask(Task):
     def answer_length(self, length: int) -> int:
         return 1
 
-    def spec(self) -> dict[str, Any]:
-        return {**super().spec(), "brackets": self.brackets}
-
     def sample(self, batch: int, length: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
         if self.brackets:
             return sample_bracketed(batch, length, generator)

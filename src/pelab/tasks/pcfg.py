@@ -99,9 +99,6 @@ class PcfgTask(Task):
     def answer_length(self, length: int) -> int:
         return 4 * length + 8
 
-    def spec(self) -> dict[str, Any]:
-        return {**super().spec(), "letters": self.letters}
-
     def sample(self, batch: int, length: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
         width = self.answer_length(length)
         prompts, answers, kept = [], [], 0

@@ -60,9 +60,6 @@ class SelectiveCopyTask(Task):
     def answer_length(self, length: int) -> int:
         return self.num_tokens
 
-    def spec(self) -> dict[str, Any]:
-        return {**super().spec(), "num_tokens": self.num_tokens}
-
     def sample(self, batch: int, length: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
         scores = torch.rand(batch, length, generator=generator)  # top k: a uniform subset
         where = scores.topk(self.num_tokens, dim=1).indices.sort(dim=1).values  # [b, k]

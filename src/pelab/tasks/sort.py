@@ -77,6 +77,3 @@ class SortTask(Task):
         numbers = [prompt[i : i + d] for i in range(0, len(prompt), d)]
         by_value = sorted(numbers, key=lambda n: int("".join(str(t - N_SPECIAL) for t in n)))
         return [token for number in by_value for token in number]
-
-    def spec(self) -> dict[str, Any]:
-        return {**super().spec(), "digits": self.digits}
