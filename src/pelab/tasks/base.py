@@ -14,7 +14,8 @@ for every registered task):
   ``reference`` (plain Python, the solver the tests trust) on every prompt;
 - evaluation sets come from ``sample_eval``, which is ``sample`` unless the task evaluates on
   other data (held-out examples, another distribution);
-- ``spec()`` names every constructor parameter that changes the data (it keys the cache).
+- ``spec()`` names every constructor parameter that changes the data (it keys the cache): each
+  is an argument of the task's constructor, kept as the attribute of its name.
 """
 
 from __future__ import annotations
