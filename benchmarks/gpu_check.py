@@ -26,9 +26,8 @@ launcher, as ``scripts/train.py -m`` runs them):
   stack of 5 at that size on copy for ``--rate-steps`` steps. The grid's GPU-hours follow, one
   job at a time (each encoding's steps/s over the grid's steps, for each task; training only),
   and with 8 jobs sharing the GPU (the ``jobs 8`` speed-up): target at most 8.
-- ``syncs``: host syncs per training step (``pelab.reliability.instruments.syncs``) of the
-``ablation_gpu``
-  stack (K = 5): the most at a step that neither logs nor validates, and at a logging step.
+- ``syncs``: host syncs per training step (``benchmarks.syncs``) of the ``ablation_gpu`` stack
+  (K = 5): the most at a step that neither logs nor validates, and at a logging step.
 
 Every row that trains names the attention kernel and dtype its run recorded (``kernel``:
 ``pelab.kernels``), so the rate rows say which kernel each encoding gets.
@@ -62,7 +61,7 @@ from hydra.core.hydra_config import HydraConfig
 from lightning.pytorch.callbacks import Callback
 from omegaconf import open_dict
 
-from pelab.reliability.instruments.syncs import CountHostSyncs, HostSyncs
+from benchmarks.syncs import CountHostSyncs, HostSyncs
 from pelab.train import train
 
 REPO = Path(__file__).resolve().parents[1]

@@ -8,7 +8,7 @@ tensor of one or more dimensions fails (a 0-dim CPU tensor is a scalar, which CU
 indexing with CPU indices and copies across devices are allowed, as on CUDA); a factory or a
 ``.to`` that names ``DEVICE`` makes an ``OnDevice`` tensor; one that names no device makes a CPU
 tensor, as on a GPU. It also counts what would stop the host on a GPU: reading a device
-tensor's value (``pelab.reliability.instruments.syncs.reads_on_host``) and blocking host-to-device
+tensor's value (``benchmarks.syncs.reads_on_host``) and blocking host-to-device
 copies (CPU indices included, which CUDA copies over).
 (``meta`` tensors alone would not do: a meta kernel takes a CPU index without complaint and has
 no values to branch on.)
@@ -26,7 +26,7 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from pelab.reliability.instruments.syncs import leaves, reads_on_host
+from benchmarks.syncs import leaves, reads_on_host
 
 DEVICE = torch.device("meta")
 CPU = torch.device("cpu")

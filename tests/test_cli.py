@@ -20,7 +20,7 @@ from pelab.pe import PE_REGISTRY
 from tests import zygote
 from tests.conftest import compose_config
 from tests.hydra_plugins.test_checked_sweeper import sweeper
-from tests.reliability.runs import fault
+from tests.reliability.runs import SWEEP_ENV, fault
 
 TINY = [
     "model.net.d_model=16",
@@ -34,16 +34,23 @@ TINY = [
     "data.eval_batch_size=4",
 ]
 ENV = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
+HOOKS_ENV = {**os.environ, **SWEEP_ENV}  # and the tests' hooks importable in every process
 
 
 def cli(
-    repo_root: Path, *args: str, timeout: int = 600, cwd: Path | None = None, fresh: bool = False
+    repo_root: Path,
+    *args: str,
+    timeout: int = 600,
+    cwd: Path | None = None,
+    fresh: bool = False,
+    env: dict[str, str] = ENV,
 ) -> subprocess.CompletedProcess:
     """``python <args>`` with the repository's scripts, in ``cwd`` (default: the repository),
     forked from the tests' pre-imported Python (``tests.zygote``); ``fresh``: a new interpreter
-    (a test of the start itself, ``-X importtime``)."""
+    (a test of the start itself, ``-X importtime``); ``env``: ``HOOKS_ENV`` for a run given a
+    test hook (``fault``)."""
     args = tuple(str(repo_root / a) if a.startswith("scripts/") else a for a in args)
-    return zygote.run(list(args), cwd=cwd or repo_root, env=ENV, timeout=timeout, fresh=fresh)
+    return zygote.run(list(args), cwd=cwd or repo_root, env=env, timeout=timeout, fresh=fresh)
 
 
 def results(sweep: Path) -> dict[str, dict]:
@@ -105,6 +112,7 @@ def test_a_parallel_sweep_records_a_job_failing_at_run_time_and_completes_the_ot
         *fault("raise", 1, seed=1),
         f"hydra.sweep.dir={sweep}",
         f"paths.cache_dir={tmp_path / 'cache'}",
+        env=HOOKS_ENV,
     )
     runs = results(sweep)
     statuses = by_run(sweep)
@@ -140,6 +148,7 @@ def tiny_grid(tmp_path_factory, repo_root):
         "logger=csv",
         f"hydra.sweep.dir={sweep}",
         f"paths.cache_dir={tmp / 'cache'}",
+        env=HOOKS_ENV,
     )
     table = cli(repo_root, "scripts/make_table.py", str(sweep), "--wandb")
     return sweep, train, table

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import pelab.train as training
+from benchmarks.syncs import CountHostSyncs, HostSyncs
 from pelab.assembly import build_members, build_task
 from pelab.data.datamodule import TrainBatches
 from pelab.errors import ConfigError
@@ -18,7 +19,6 @@ from pelab.members import member_configs
 from pelab.models.member_steps import clip_member_norms
 from pelab.models.stacked import member_state
 from pelab.pe.base import PE_REGISTRY
-from pelab.reliability.instruments.syncs import CountHostSyncs, HostSyncs
 from pelab.train import train
 from tests.conftest import TINY, compose_config
 from tests.device import DEVICE, DevicelessTensors, OnDevice, second_device, to_second_device

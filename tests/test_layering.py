@@ -19,6 +19,7 @@ ENCODING_USERS = {
     "pelab.models.transformer": "builds the encoding from the model's dimensions",
     "pelab.models.encoder_decoder": "builds one encoding for the encoder, one for the decoder",
     "pelab.models.stacked": "finds the encodings of a network to stack them",
+    "pelab.models.form": "leaves an encoding's parameters to it and reads what it adds to tokens",
     "pelab.models.member_encodings": "stacks an encoding's parameters and runs its hooks",
     "pelab.assembly": "registers the encodings and builds the run's model",
     "pelab.inspect.inspect_pe": "builds encodings to draw what they compute",

@@ -1,6 +1,6 @@
 """The parallel launcher's own pieces: its settings, how many jobs share a GPU, what it says of
-a dead job, and how it records one; the GPUs of a node are faked at one seam (``probe_gpu``)
-(the sweeps themselves: ``reliability/test_sweeps.py``)."""
+a dead job, and how it records one (``unrecorded``); the GPUs of a node are faked at one seam
+(``gpu_placement.probe_gpu``) (the sweeps themselves: ``reliability/test_sweeps.py``)."""
 
 import json
 import signal
@@ -13,16 +13,15 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
-from hydra_plugins.pelab_launcher import pool_launcher
-from hydra_plugins.pelab_launcher.pool_launcher import (
+from hydra_plugins.pelab_launcher import gpu_placement, pool_launcher
+from hydra_plugins.pelab_launcher.gpu_placement import (
     CUDA_CONTEXT_BYTES,
-    PoolLauncher,
-    _death,
-    available_cores,
-    mark_failed,
     measure,
     place_jobs,
+    take_gpu,
 )
+from hydra_plugins.pelab_launcher.pool_launcher import PoolLauncher, _death, available_cores
+from hydra_plugins.pelab_launcher.unrecorded import mark_failed
 from hydra_plugins.pelab_launcher.worker import job_threads
 from pelab.errors import ConfigError
 from pelab.record import write_json_atomic
@@ -116,8 +115,8 @@ def jobs(n: int, accelerator: str = "gpu") -> list:
 @pytest.fixture
 def gpu(monkeypatch):
     """A 16-core machine with CUDA, by default one GPU with 80 GiB free of 80 (the one seam:
-    ``probe_gpu``); ``gpu(needs, free=[...])``: what the probe measures each job to need, and
-    each GPU's free memory (it records the jobs it was given)."""
+    ``gpu_placement.probe_gpu``); ``gpu(needs, free=[...])``: what the probe measures each job
+    to need, and each GPU's free memory (it records the jobs it was given)."""
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(pool_launcher, "available_cores", lambda: 16)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
@@ -128,7 +127,7 @@ def gpu(monkeypatch):
             probed.append(measured)
             return [(f, 80 * GIB) for f in free], needs[: len(measured)]
 
-        monkeypatch.setattr(pool_launcher, "probe_gpu", answer)
+        monkeypatch.setattr(gpu_placement, "probe_gpu", answer)
         return probed
 
     return probe
@@ -140,7 +139,7 @@ def test_a_gpu_sweep_runs_as_many_jobs_as_fit_and_holds_each_to_its_share(gpu, c
     job's allocator may hold a tenth of it, less its context, which its own memory check reads."""
     probed = gpu([7 * GIB, 3 * GIB, None, 100 * GIB] + [3 * GIB] * 62)
     launcher = PoolLauncher()
-    with caplog.at_level("INFO", logger=pool_launcher.__name__):
+    with caplog.at_level("INFO", logger=gpu_placement.__name__):
         launcher.share_gpu(jobs(66))
     assert len(probed[0]) == 66
     assert (launcher.n_jobs, launcher.threads) == (10, 1)
@@ -169,13 +168,13 @@ def test_every_gpu_of_a_node_runs_jobs_each_its_own_device_and_none_over_its_sha
     assert launcher.n_jobs == 16
     assert [(g.device, g.jobs) for g in launcher.gpus] == [("4", 5), ("5", 5), ("6", 2), ("7", 4)]
     assert launcher.gpus[2].fraction == pytest.approx((10 * GIB - CUDA_CONTEXT_BYTES) / (80 * GIB))
-    taken = [launcher.take_gpu().device for _ in range(16)]
+    taken = [take_gpu(launcher.gpus).device for _ in range(16)]
     assert taken[:4] == ["4", "5", "7", "6"]  # the roomiest first: every GPU is busy at once
     assert {d: taken.count(d) for d in "4567"} == {"4": 5, "5": 5, "6": 2, "7": 4}
     with pytest.raises(RuntimeError, match="no GPU has room"):
-        launcher.take_gpu()
+        take_gpu(launcher.gpus)
     launcher.gpus[1].running -= 1  # a job on GPU 5 ended: the next one goes there
-    assert launcher.take_gpu().device == "5"
+    assert take_gpu(launcher.gpus).device == "5"
 
 
 def test_a_started_gpu_job_is_given_its_device_and_share(gpu, tmp_path, monkeypatch):
@@ -218,7 +217,7 @@ def test_a_gpu_sweeps_given_jobs_at_once_share_its_memory_unmeasured(gpu):
 @pytest.mark.parametrize("accelerator", ["cpu", "auto"])
 def test_jobs_without_a_gpu_run_one_per_core_unmeasured(accelerator, monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    monkeypatch.setattr(pool_launcher, "probe_gpu", lambda measured: pytest.fail("probed"))
+    monkeypatch.setattr(gpu_placement, "probe_gpu", lambda measured: pytest.fail("probed"))
     launcher = PoolLauncher()
     launcher.share_gpu(jobs(66, accelerator))
     assert (launcher.n_jobs, launcher.gpus) == (available_cores(), [])
@@ -238,8 +237,8 @@ def test_a_probe_that_fails_says_why_in_one_line(monkeypatch, tmp_path):
             raise RuntimeError("CUDA error: no kernel image is available\nmore lines")
         return GIB
 
-    monkeypatch.setattr(pool_launcher, "measure", measure)
-    devices, needs, failures = pool_launcher._probe_gpu(
+    monkeypatch.setattr(gpu_placement, "measure", measure)
+    devices, needs, failures = gpu_placement._probe_gpu(
         [(None, tmp_path / "ok"), (None, tmp_path / "bad")]
     )
     assert chosen == [1]  # measured on the GPU with the most free memory
@@ -250,12 +249,12 @@ def test_a_probe_that_fails_says_why_in_one_line(monkeypatch, tmp_path):
         def __init__(self, *args, **kwargs):
             raise OSError("forkserver could not start")
 
-    monkeypatch.setattr(pool_launcher, "ProcessPoolExecutor", Broken)
+    monkeypatch.setattr(gpu_placement, "ProcessPoolExecutor", Broken)
     with pytest.raises(
         ConfigError,
         match=r"^the GPU probe failed before any job started: OSError: forkserver could not start",
     ):
-        pool_launcher.probe_gpu([])
+        gpu_placement.probe_gpu([])
 
 
 def test_the_probe_measures_a_training_job_as_composed_for_it_and_leaves_evaluations(tmp_path):
@@ -294,7 +293,7 @@ def test_a_gpu_sweep_on_a_machine_without_a_gpu_is_refused_before_any_job(monkey
             return SimpleNamespace(result=lambda: function(*args))
 
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
-    monkeypatch.setattr(pool_launcher, "ProcessPoolExecutor", InProcess)
+    monkeypatch.setattr(gpu_placement, "ProcessPoolExecutor", InProcess)
     monkeypatch.setattr(pool_launcher, "available_cores", lambda: 2)
     with pytest.raises(ConfigError, match=r"train on a GPU .* but none is visible here"):
         PoolLauncher().share_gpu(jobs(4))

@@ -14,6 +14,16 @@ from pelab.record import RESULTS, job_key
 from tests import zygote
 from tests.conftest import TINY, compose_config
 
+REPO = Path(__file__).resolve().parents[2]
+# a run's processes in a test: W&B offline and quiet, and the repository on PYTHONPATH, so that
+# each of them imports the tests' hooks its overrides name (``fault``): a fresh interpreter, the
+# parallel launcher's fork server and a submitit job do not start with the tests imported
+SWEEP_ENV = {
+    "WANDB_MODE": "offline",
+    "WANDB_SILENT": "true",
+    "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p),
+}
+
 # 8 steps, validation (and last.ckpt) at steps 4 and 8; dropout draws from the global RNG in
 # training, so an exact resume must restore it; randomized positions come from (seed, step).
 # 128 test samples per length: other weights (another step's, a stray checkpoint's) give other
@@ -43,10 +53,11 @@ def fault(
     during: str = "train",
     seconds: float | None = None,
 ) -> list[str]:
-    """Overrides that add ``InjectFault`` (a test hook) to a run as ``callbacks.<name>``."""
+    """Overrides that add ``InjectFault`` (a test hook, ``tests.reliability.faults``) to a run as
+    ``callbacks.<name>``; a run in a process of its own imports it with ``SWEEP_ENV``."""
     hook = f"+callbacks.{name}."
     out = [
-        f"{hook}_target_=pelab.reliability.instruments.faults.InjectFault",
+        f"{hook}_target_=tests.reliability.faults.InjectFault",
         f"{hook}at_step={at_step}",
         f"{hook}action={action}",
         f"{hook}during={during}",
@@ -94,7 +105,7 @@ def cli(
         f"hydra.run.dir={output_dir}",
         f"paths.cache_dir={tmp_path / 'cache'}",
     ]
-    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true", **(env or {})}
+    env = {**os.environ, **SWEEP_ENV, **(env or {})}
     if not wait:
         quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.PIPE}
         return zygote.start(cmd, cwd=repo_root, env=env, fresh=fresh, **quiet)
@@ -201,9 +212,6 @@ def sweep_command(repo_root: Path, tmp_path: Path, sweep_dir: Path, *overrides: 
         f"hydra.sweep.dir={sweep_dir}",
         f"paths.cache_dir={tmp_path / 'cache'}",
     ]
-
-
-SWEEP_ENV = {"WANDB_MODE": "offline", "WANDB_SILENT": "true"}
 
 
 def sweep_cli(

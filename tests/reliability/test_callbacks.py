@@ -7,9 +7,9 @@ import pandas as pd
 import pytest
 import torch
 
-from pelab.reliability.instruments.faults import InjectFault
 from pelab.reliability.resume.callbacks import ResumeState
 from pelab.train import train
+from tests.reliability.faults import InjectFault
 from tests.reliability.runs import checkpoint
 
 

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from hydra_plugins.pelab_launcher.submitit_launcher import mark_interrupted, wait_all
+from hydra_plugins.pelab_launcher.submitit_launcher import wait_all
+from hydra_plugins.pelab_launcher.unrecorded import mark_interrupted
 from pelab.reliability.cluster.slurm import (
     DEFAULT_MEM_GB,
     job_resources,
@@ -310,12 +311,13 @@ def test_a_local_sweep_spreads_its_gpu_jobs_over_the_machines_gpus(monkeypatch):
     job of the same sweep sees none; the job sets it before CUDA starts."""
     from types import SimpleNamespace
 
-    from hydra_plugins.pelab_launcher import job_config, pool_launcher, submitit_launcher
-    from hydra_plugins.pelab_launcher.submitit_launcher import LocalLauncher, local_gpus
+    from hydra_plugins.pelab_launcher import gpu_placement, job_config, submitit_launcher
+    from hydra_plugins.pelab_launcher.gpu_placement import local_gpus
+    from hydra_plugins.pelab_launcher.submitit_launcher import LocalLauncher
     from pelab.reliability.cluster import requeue
 
     free = [(20 * 2**30, 80 * 2**30), (70 * 2**30, 80 * 2**30), (50 * 2**30, 80 * 2**30)]
-    monkeypatch.setattr(pool_launcher, "probe_gpu", lambda measured: (free, []))
+    monkeypatch.setattr(gpu_placement, "probe_gpu", lambda measured: (free, []))
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,6")
     assert local_gpus([True, True, False, True, True]) == ["5", "6", None, "4", "5"]
     assert local_gpus([False, False]) == [None, None]  # a CPU sweep probes nothing
@@ -328,7 +330,7 @@ def test_a_local_sweep_spreads_its_gpu_jobs_over_the_machines_gpus(monkeypatch):
         "job_config",
         lambda context, config, overrides, num: {"trainer": {"accelerator": accelerators[num]}},
     )
-    monkeypatch.setattr(pool_launcher, "wants_gpu", lambda c: c["trainer"]["accelerator"] == "gpu")
+    monkeypatch.setattr(gpu_placement, "wants_gpu", lambda c: c["trainer"]["accelerator"] == "gpu")
     asked = {}
     executor = SimpleNamespace(
         update_parameters=lambda **kw: asked.update(kw),

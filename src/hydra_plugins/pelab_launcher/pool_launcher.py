@@ -2,14 +2,14 @@
 ``n_jobs`` at a time (one per core by default, each with at most ``cores // n_jobs`` torch
 threads: a job's ``threads=auto`` chooses within that share, ``pelab.threads``). Jobs that
 train on a GPU fill every GPU of the node: ``n_jobs=-1`` runs on each device as many at once as
-fit its free memory (``place_jobs``, from each job's need measured on a GPU,
-``pelab.sizing.job_need``); each job sees only its device (its own
-``CUDA_VISIBLE_DEVICES``, given to the device with the most room) and its allocator is held to
-its share of that device (``torch.cuda.set_per_process_memory_fraction``), which its own memory
-check reads. A
-job that is killed (SIGKILL, out of memory) or exits abnormally is recorded as failed in its
-``results.json`` (its signal or exit status, the tail of its output) and the others run on; the
-sweep summary (``pelab.analysis.sweep.SweepSummary``) then names it and exits with status 1.
+fit its free memory (``gpu_placement``, from each job's need measured on a GPU,
+``pelab.sizing.job_need``); each job sees only its device (its own ``CUDA_VISIBLE_DEVICES``,
+given to the device with the most room) and its allocator is held to its share of that device
+(``torch.cuda.set_per_process_memory_fraction``), which its own memory check reads. A job that
+is killed (SIGKILL, out of memory) or exits abnormally is recorded as failed in its
+``results.json`` (its signal or exit status, the tail of its output: ``unrecorded``) and the
+others run on; the sweep summary (``pelab.analysis.sweep.SweepSummary``) then names it and exits
+with status 1.
 
 Hydra's own local launchers cannot do this: ``basic`` runs the jobs in the sweep's process and
 joblib's pool ends the launch when a worker dies (``TerminatedWorkerError``). Here each job is
@@ -22,10 +22,8 @@ to ``<sweep dir>/.launcher/<job number>.log``."""
 
 import logging
 import multiprocessing
-import os
 import signal
 import time
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from multiprocessing.connection import wait
 from pathlib import Path
@@ -33,7 +31,6 @@ from typing import Any
 
 import cloudpickle
 from hydra.core.config_store import ConfigStore
-from hydra.core.hydra_config import HydraConfig
 from hydra.core.singleton import Singleton
 from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrides, setup_globals
 from hydra.plugins.launcher import Launcher
@@ -41,8 +38,16 @@ from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig
 
 from hydra_plugins.pelab_launcher import worker
-from hydra_plugins.pelab_launcher.job_config import job_config, job_dir, run_config
+from hydra_plugins.pelab_launcher.gpu_placement import (
+    PRELOAD,
+    Gpu,
+    share_gpus,
+    take_gpu,
+    wants_gpu,
+)
+from hydra_plugins.pelab_launcher.job_config import job_config, job_dir
 from hydra_plugins.pelab_launcher.job_lines import SweepClock, launched_script, outcome
+from hydra_plugins.pelab_launcher.unrecorded import mark_failed
 from pelab.errors import ConfigError
 from pelab.threads import available_cores
 from pelab.utils.console import count, duration
@@ -51,11 +56,7 @@ log = logging.getLogger(__name__)
 
 LAUNCHER_DIR = ".launcher"  # inside the sweep directory: each job's pickled call and output
 LOG_TAIL_LINES = 20
-PRELOAD = ["torch", "lightning", "hydra_plugins.pelab_launcher.worker", "pelab.train"]
 STOP_GRACE_S = 60.0  # after passing SIGTERM on, how long the running jobs get to checkpoint
-# each GPU job's CUDA context and kernels, outside torch's allocator and its share: an allowance,
-# unmeasured on a GPU here
-CUDA_CONTEXT_BYTES = 2**30
 
 
 @dataclass
@@ -68,17 +69,6 @@ class PoolLauncherConf:
 ConfigStore.instance().store(
     group="hydra/launcher", name="pool", node=PoolLauncherConf, provider="pelab"
 )
-
-
-@dataclass
-class Gpu:
-    """One GPU of the node as the sweep uses it: its id for ``CUDA_VISIBLE_DEVICES``, how many
-    jobs it runs at once, and each one's fraction of its memory."""
-
-    device: str
-    jobs: int
-    fraction: float
-    running: int = 0
 
 
 @dataclass
@@ -189,66 +179,17 @@ class PoolLauncher(Launcher):
         self.threads = self.threads_per_job or max(1, available_cores() // n_jobs)
 
     def share_gpu(self, jobs: list["_Job"]) -> None:
-        """When a job trains on a GPU, place the sweep on every GPU of the node (``probe_gpu``):
-        with ``n_jobs=-1``, on each device as many jobs at once as fit its free memory (the
-        largest need measured of a training job that fits alone, plus ``CUDA_CONTEXT_BYTES``;
-        none: one at a time per device), at most one per core; with ``n_jobs=N``, N spread over
-        the devices. Each job's allocator is held to its share of its device's free memory."""
-        from pelab.reliability.checks.memory import GIB
-
+        """When a job trains on a GPU, place the sweep on every GPU of the node (``share_gpus``):
+        with ``n_jobs=-1``, on each device as many jobs at once as fit its free memory, at most
+        one per core; with ``n_jobs=N``, N spread over the devices. Each job's allocator is held
+        to its share of its device's free memory."""
         self.gpus = []
         self.set_jobs(available_cores() if self.requested == -1 else self.requested)
         on_gpu = [(job.config, job.output_dir) for job in jobs if wants_gpu(job.config)]
-        if not on_gpu:
-            return
-        measured = on_gpu if self.requested == -1 else []
-        devices, needs = probe_gpu(measured)
-        free = [f for f, _ in devices]
-        if measured:
-            fitting = [need for need in needs if need is not None and need <= max(free)]
-            need = max(fitting, default=max(free)) + CUDA_CONTEXT_BYTES  # none fits: one each
-            slots = place_jobs(free, need, available_cores(), len(jobs))
-            log.info(
-                "%d job(s) at once on %d GPU(s) (%s): each needs about %.1f GiB (%d of %d jobs "
-                "measured to fit alone; the others' memory checks say why)",
-                sum(slots),
-                len(devices),
-                ", ".join(
-                    f"{n} on GPU {d} of {f / GIB:.1f} GiB free"
-                    for d, n, f in zip(visible_devices(len(devices)), slots, free, strict=True)
-                ),
-                need / GIB,
-                len(fitting),
-                len(measured),
-            )
-        else:
-            slots = spread(self.n_jobs, [self.n_jobs] * len(devices))
-        for device, n, (f, total) in zip(
-            visible_devices(len(devices)), slots, devices, strict=True
-        ):
-            if not n:
-                continue
-            share = f / n - CUDA_CONTEXT_BYTES
-            if share <= 0:
-                raise ConfigError(
-                    f"hydra.launcher.n_jobs={self.n_jobs}: that many jobs at once leave each "
-                    f"{f / n / GIB:.2f} GiB of GPU {device}'s {f / GIB:.1f} GiB free, less than "
-                    f"a CUDA context takes ({CUDA_CONTEXT_BYTES / GIB:.0f} GiB allowed); give "
-                    "fewer, or -1 for as many as fit"
-                )
-            self.gpus.append(Gpu(device, n, share / total))
-            log.info("each job on GPU %s may hold %.1f GiB (its share)", device, share / GIB)
-        self.set_jobs(sum(slots))
-
-    def take_gpu(self) -> Gpu:
-        """A GPU with room for one more job, the one running the fewest (ties: the most room
-        left, then the first), now holding it."""
-        open_ = [i for i, g in enumerate(self.gpus) if g.running < g.jobs]
-        if not open_:
-            raise RuntimeError(f"no GPU has room: {self.gpus}")  # n_jobs is the jobs' sum
-        gpu = self.gpus[min(open_, key=lambda i: (self.gpus[i].running, -self.gpus[i].jobs, i))]
-        gpu.running += 1
-        return gpu
+        if on_gpu:
+            measured = self.requested == -1
+            self.gpus = share_gpus(on_gpu, measured, self.n_jobs, available_cores(), len(jobs))
+            self.set_jobs(sum(gpu.jobs for gpu in self.gpus))
 
     def _prepare(self, num: int, overrides: list[str], sweep_dir: Path) -> _Job:
         assert self.hydra_context is not None and self.config is not None
@@ -271,7 +212,7 @@ class PoolLauncher(Launcher):
 
     def _start(self, job: _Job, context: Any) -> _Job:
         # a job on the CPU opens no CUDA context: it needs no device and no share
-        job.gpu = self.take_gpu() if self.gpus and wants_gpu(job.config) else None
+        job.gpu = take_gpu(self.gpus) if self.gpus and wants_gpu(job.config) else None
         gpu = (job.gpu.device, job.gpu.fraction) if job.gpu else None
         job.process = context.Process(
             target=worker.main,
@@ -326,123 +267,6 @@ class PoolLauncher(Launcher):
         return returned
 
 
-def place_jobs(free: list[int], need: int, cores: int, jobs: int) -> list[int]:
-    """How many of ``jobs`` jobs each GPU runs at once, its ``free[i]`` bytes free and each job
-    needing ``need``: as many as fit on each, at most one per core in all, spread evenly
-    (``spread``); at least one on the GPU with the most free memory (a job that cannot fit
-    alone is refused by its own memory check)."""
-    for name, value, least in (("need", need, 1), ("cores", cores, 1), ("jobs", jobs, 1)):
-        if value < least:
-            raise ValueError(f"{name}={value}: give >= {least}")
-    if not free or min(free) < 0:
-        raise ValueError(f"free={free}: give each GPU's free bytes (>= 0)")
-    fits = [f // need for f in free]
-    if not any(fits):
-        fits[free.index(max(free))] = 1
-    return spread(min(cores, jobs, sum(fits)), fits)
-
-
-def spread(n: int, room: list[int]) -> list[int]:
-    """``n`` jobs over devices with ``room[i]`` places each, evenly: each next job to a device
-    with a place left that has the fewest jobs (ties: the most places left, then the first); at
-    most ``sum(room)``."""
-    slots = [0] * len(room)
-    for _ in range(min(n, sum(room))):
-        open_ = [d for d in range(len(room)) if slots[d] < room[d]]
-        slots[min(open_, key=lambda d: (slots[d], slots[d] - room[d], d))] += 1
-    return slots
-
-
-def wants_gpu(config: DictConfig) -> bool:
-    """Whether a job of ``config`` trains on a GPU: ``trainer.accelerator`` asks one
-    (``trainer=gpu``; a machine without any then refuses the sweep before a job starts,
-    ``probe_gpu``), or ``auto`` where CUDA is."""
-    import torch
-
-    from pelab.reliability.cluster.slurm import GPU_ACCELERATORS
-
-    accelerator = str(config.trainer.get("accelerator", "cpu"))
-    return accelerator in GPU_ACCELERATORS or (accelerator == "auto" and torch.cuda.is_available())
-
-
-def visible_devices(count: int) -> list[str]:
-    """The ids of this process's ``count`` GPUs for a job's ``CUDA_VISIBLE_DEVICES``: as this
-    process's ``CUDA_VISIBLE_DEVICES`` names them (a SLURM allocation's), else 0 .. count - 1."""
-    named = [d.strip() for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
-    return named[:count] if len(named) >= count else [str(i) for i in range(count)]
-
-
-def probe_gpu(
-    jobs: list[tuple[DictConfig, Path]],
-) -> tuple[list[tuple[int, int]], list[int | None]]:
-    """Each GPU's free and total bytes, and what each of ``jobs`` (its config and directory)
-    needs on one (``measure``, on the GPU with the most free memory), read in a child process:
-    this one holds no CUDA context while the sweep runs. A ``ConfigError`` naming the cause when
-    the probe itself fails; a job it could not measure is named in one line and counts as not
-    fitting alone."""
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(PRELOAD)
-    try:
-        with ProcessPoolExecutor(1, mp_context=context) as child:
-            devices, needs, failures = child.submit(_probe_gpu, jobs).result()
-    except Exception as error:
-        raise ConfigError(
-            f"the GPU probe failed before any job started: {type(error).__name__}: "
-            f"{str(error).splitlines()[0] if str(error) else ''} (check nvidia-smi and "
-            "CUDA_VISIBLE_DEVICES, or give hydra.launcher.n_jobs=<N> to skip measuring)"
-        ) from error
-    if not devices:
-        raise ConfigError(
-            "the sweep's jobs train on a GPU (trainer.accelerator) but none is visible here "
-            f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r}); use "
-            "trainer=default for the CPU"
-        )
-    for job, failure in failures:
-        log.warning(
-            "the GPU probe could not measure job %s (counted as not fitting alone): %s",
-            job,
-            failure,
-        )
-    return devices, needs
-
-
-def _probe_gpu(jobs: list[tuple[DictConfig, Path]]):
-    import torch
-
-    devices = [torch.cuda.mem_get_info(i) for i in range(torch.cuda.device_count())]
-    if not devices:
-        return devices, [], []
-    torch.cuda.set_device(max(range(len(devices)), key=lambda i: devices[i][0]))
-    needs, failures = [], []
-    for config, output_dir in jobs:
-        try:
-            needs.append(measure(config, output_dir, "cuda"))
-        except Exception as error:  # a CUDA-only failure: say which and why
-            needs.append(None)
-            first = str(error).splitlines()[0] if str(error) else ""
-            failures.append((output_dir.name, f"{type(error).__name__}: {first}"))
-    return devices, needs, failures
-
-
-def measure(config: DictConfig, output_dir: Path, device: str) -> int | None:
-    """The bytes a training job of the composed config ``config`` (``job_config``; its
-    directory ``output_dir``) needs on ``device`` (``pelab.sizing.job_need``); None when its
-    config is refused (the job then says why) or it does not train (an evaluation job's own
-    memory check measures it). Any other error propagates, for the probe to name."""
-
-    import torch
-
-    from pelab.sizing import job_need
-
-    if "model" not in config:  # scripts/eval.py's: the model is the checkpoint's
-        return None
-    HydraConfig.instance().set_config(config)  # ${hydra:...} resolves as in the job
-    try:
-        return job_need(run_config(config, output_dir), device)
-    except (ConfigError, torch.cuda.OutOfMemoryError):  # refused, or does not fit alone:
-        return None  # the job itself says why
-
-
 def _raise_keyboard_interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
 
@@ -474,20 +298,3 @@ def _tail(path: Path, lines: int = LOG_TAIL_LINES) -> list[str]:
     if not path.exists():
         return []
     return path.read_text(errors="replace").splitlines()[-lines:]
-
-
-def mark_failed(output_dir: Path, reason: str, log_path: Path, tail: list[str]) -> bool:
-    """Record in every ``results.json`` of ``output_dir`` (the job's, and each member's in a
-    stack) still ``running`` that the job died: ``failed``, why, where its output is, and how to
-    resume. Returns whether there was a record to update."""
-    from pelab.record import FAILED, RESULTS, RUNNING, read_record, write_json_atomic
-
-    paths = sorted(output_dir.rglob(RESULTS)) if output_dir.is_dir() else []
-    resume = "re-run the same command (skip_completed=true) to resume from its last checkpoint"
-    for path in paths:
-        record = read_record(path)
-        if record["status"] == RUNNING:
-            error = f"{reason}; {resume}; output: {log_path}"
-            record.update(status=FAILED, error=error, log_tail=tail)
-            write_json_atomic(path.resolve(), record)
-    return bool(paths)

@@ -1,14 +1,15 @@
 """Hydra's submitit launchers (``hydra/launcher=slurm``, ``local``) with what a cluster needs
 (issue 29):
 
-- the resources follow the run (``pelab.reliability.cluster.slurm.job_resources``: no GPU for a CPU
-  trainer, CPUs from the threads the run uses, memory from a measured peak) for each of
+- the resources follow the run (``slurm_sizing``; ``pelab.reliability.cluster.slurm``: no GPU
+  for a CPU trainer, CPUs from the threads the run uses, memory from a measured peak) for each of
   ``gpus_per_node``, ``cpus_per_task`` and ``mem_gb`` left ``null``; a job its partition can
   never start is refused before submission, with the limit it exceeds (``slurm.unfit``);
 - the launching process waits for every job; one that ends without a result (``scancel``,
   SIGTERM, a time limit, an out-of-memory kill: submitit's ``UncompletedJobError``) is recorded
-  ``interrupted`` in its ``results.json`` with the command that resumes it, and the sweep goes on
-  to its usual summary instead of a traceback;
+  ``interrupted`` in its ``results.json`` with the command that resumes it (``unrecorded``), and
+  the sweep goes on to its usual summary instead of a traceback;
+- a local sweep's GPU jobs each see one of the machine's GPUs (``gpu_placement.local_gpus``);
 - each job handles SLURM's requeue signal from its first line
 (``pelab.reliability.cluster.requeue``).
 """
@@ -17,7 +18,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -32,11 +32,11 @@ from hydra_plugins.hydra_submitit_launcher.submitit_launcher import (
 from omegaconf import OmegaConf
 
 from hydra_plugins.pelab_launcher.job_lines import SweepClock, launched_script, outcome
+from hydra_plugins.pelab_launcher.unrecorded import mark_interrupted
 from pelab.utils.console import duration
 
 log = logging.getLogger(__name__)
 
-AUTO_KEYS = ("gpus_per_node", "cpus_per_task", "mem_gb")
 RUNNING = ("RUNNING", "COMPLETING")  # the SLURM states of a job that has started
 
 
@@ -229,36 +229,6 @@ def job_return(job: Any, overrides: Sequence[str], job_dir: Path, resume: str) -
     return returned
 
 
-def mark_interrupted(
-    job_dir: Path, reason: str, resume: str, output: Any = None, interrupted: bool = True
-) -> list[Path]:
-    """Every ``results.json`` of ``job_dir`` still ``running``: ``interrupted`` (``failed`` when
-    not ``interrupted``), why, the command that resumes it, and the job's log."""
-    from pelab.record import (
-        FAILED,
-        INTERRUPTED,
-        RESULTS,
-        RUNNING,
-        read_record,
-        write_json_atomic,
-    )
-
-    marked = []
-    for path in sorted(job_dir.rglob(RESULTS)) if job_dir.is_dir() else []:
-        record = read_record(path)
-        if record.get("status") != RUNNING:
-            continue
-        log_note = f"; output: {output}" if output else ""
-        record.update(
-            status=INTERRUPTED if interrupted else FAILED,
-            error=f"{reason}; resume: {resume}{log_note}",
-            resume_command=resume,
-        )
-        write_json_atomic(path.resolve(), record)
-        marked.append(path)
-    return marked
-
-
 class LocalLauncher(_PelabSubmitit):
     _EXECUTOR = "local"
     # a local job writes its result on this machine's disk before it exits: a job that ended
@@ -269,11 +239,11 @@ class LocalLauncher(_PelabSubmitit):
 
     def submit(self, executor: Any, calls: list[tuple]) -> list[Any]:
         """A job that trains on a GPU sees one of this machine's GPUs, spread over them by free
-        memory (``local_gpus``; submitit alone hides every GPU, or shows all jobs the first),
-        set by the job itself before CUDA starts (``devices``, read in ``__call__``); a CPU job
-        sees none."""
+        memory (``gpu_placement.local_gpus``; submitit alone hides every GPU, or shows all jobs
+        the first), set by the job itself before CUDA starts (``devices``, read in
+        ``__call__``); a CPU job sees none."""
+        from hydra_plugins.pelab_launcher.gpu_placement import local_gpus, wants_gpu
         from hydra_plugins.pelab_launcher.job_config import job_config
-        from hydra_plugins.pelab_launcher.pool_launcher import wants_gpu
 
         assert self.config is not None and self.hydra_context is not None
         on_gpu = [
@@ -289,25 +259,6 @@ class LocalLauncher(_PelabSubmitit):
         return super().submit(executor, calls)
 
 
-def local_gpus(on_gpu: list[bool]) -> list[str | None]:
-    """The GPU each job of a local sweep sees (None: a CPU job): the node's GPUs
-    (``pool_launcher.probe_gpu``) in turn, the one with the most free memory first, as
-    ``CUDA_VISIBLE_DEVICES`` names them. A ``ConfigError`` when a job trains on a GPU and none
-    is visible."""
-    from hydra_plugins.pelab_launcher import pool_launcher
-
-    if not any(on_gpu):
-        return [None] * len(on_gpu)
-    devices, _ = pool_launcher.probe_gpu([])
-    ids = pool_launcher.visible_devices(len(devices))
-    order = sorted(range(len(devices)), key=lambda i: (-devices[i][0], i))
-    placed, turn = [], 0
-    for wants in on_gpu:
-        placed.append(ids[order[turn % len(order)]] if wants else None)
-        turn += wants
-    return placed
-
-
 class SlurmLauncher(_PelabSubmitit):
     _EXECUTOR = "slurm"
 
@@ -317,75 +268,11 @@ class SlurmLauncher(_PelabSubmitit):
         """``null`` resources from the runs (the largest over the array's jobs), checked
         against the partition's limits (a ``ConfigError`` naming each exceeded one)."""
         from hydra_plugins.pelab_launcher.job_config import job_config
-        from pelab.errors import ConfigError
-        from pelab.reliability.cluster.slurm import job_resources, partition_limits, unfit
+        from hydra_plugins.pelab_launcher.slurm_sizing import slurm_params
 
         assert self.config is not None and self.hydra_context is not None
-        if shutil.which("srun") is None or shutil.which("sbatch") is None:
-            raise ConfigError(
-                "hydra/launcher=slurm: this host has no SLURM client (srun, sbatch not found); "
-                "run from a cluster's login node, or sweep here with hydra/launcher=parallel"
-            )
-        params = dict(self.params)
-        limits = partition_limits(params.get("partition"))
-        if any(params.get(k) is None for k in AUTO_KEYS):
-            max_cpus = max((n.cpus for n in limits.nodes), default=None) if limits else None
-            asked = []
-            for overrides, num, job_dir in zip(job_overrides, nums, job_dirs, strict=True):
-                cfg = job_config(self.hydra_context, self.config, list(overrides), num)
-                asked.append(
-                    job_resources(cfg, n_params(cfg), measured_peak_mb(job_dir), max_cpus)
-                )
-            chosen = {
-                "gpus_per_node": max(r.gpus for r in asked),
-                "cpus_per_task": max(r.cpus for r in asked),
-                "mem_gb": max(r.mem_gb for r in asked),
-            }
-            for key, value in chosen.items():
-                if params.get(key) is None:
-                    params[key] = value
-            log.info("SLURM resources of each job: %s", "; ".join(asked[0].why))
-        if not params.get("gpus_per_node"):
-            params.pop("gpus_per_node", None)  # 0: no gres at all (a CPU cluster has none)
-        if limits is not None:
-            problems = unfit(
-                limits,
-                params.get("gpus_per_node") or 0,
-                params.get("cpus_per_task") or 1,
-                params.get("mem_gb"),
-                params.get("timeout_min"),
-            )
-            if problems:
-                raise ConfigError(
-                    f"partition {limits.name} can never start these jobs: " + "; ".join(problems)
-                )
-        return params
-
-
-def n_params(cfg: Any) -> int | None:
-    """The parameters a job trains (its members' stacked network), as ``pelab.train`` counts
-    them for its threads; None when the model cannot be built here."""
-    try:
-        from pelab.members import Job
-        from pelab.sizing import built, trained_parameters
-
-        job = Job.of(cfg)
-        return trained_parameters(job, built(job)[1])
-    except Exception as error:  # the job reports its own configuration errors
-        log.warning("could not build the model to size the job (%r): threads=auto assumed", error)
-        return None
-
-
-def measured_peak_mb(job_dir: Path) -> int | None:
-    """The largest ``peak_rss_mb`` a previous run recorded in ``job_dir``."""
-    from pelab.record import RESULTS, read_record
-
-    peaks = []
-    for path in sorted(job_dir.rglob(RESULTS)) if job_dir.is_dir() else []:
-        try:
-            peak = read_record(path).get("peak_rss_mb")
-        except Exception:
-            continue
-        if isinstance(peak, int | float) and peak > 0:
-            peaks.append(int(peak))
-    return max(peaks, default=None)
+        jobs = (  # composed only when a resource is null
+            (job_config(self.hydra_context, self.config, list(overrides), num), job_dir)
+            for overrides, num, job_dir in zip(job_overrides, nums, job_dirs, strict=True)
+        )
+        return slurm_params(self.params, jobs)

@@ -12,7 +12,7 @@ given):
   and W&B's own process, which one CPU shared with the torch thread leaves the GPU waiting on;
   unmeasured on a GPU);
 - memory: ``MEM_MARGIN`` times the largest peak a previous run of the job measured
-  (``peak_rss_mb`` in its ``results.json``), else ``DEFAULT_MEM_GB``.
+  (``peak_rss_mb`` in its ``results.json``: ``measured_peak_mb``), else ``DEFAULT_MEM_GB``.
 
 ``partition_limits`` reads ``scontrol show partition`` and ``sinfo`` for the partition;
 ``unfit`` names every limit a job exceeds, so the launcher refuses at once a job SLURM would keep
@@ -26,6 +26,7 @@ import resource
 import subprocess
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 DEFAULT_MEM_GB = 4
@@ -38,6 +39,21 @@ def peak_rss_mb() -> int:
     """This process's peak resident memory (``getrusage``), in MiB."""
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
     return math.ceil(peak / (2**20 if sys.platform == "darwin" else 2**10))
+
+
+def measured_peak_mb(job_dir: Path) -> int | None:
+    """The largest ``peak_rss_mb`` a previous run recorded in ``job_dir``."""
+    from pelab.record import RESULTS, read_record
+
+    peaks = []
+    for path in sorted(job_dir.rglob(RESULTS)) if job_dir.is_dir() else []:
+        try:
+            peak = read_record(path).get("peak_rss_mb")
+        except Exception:
+            continue
+        if isinstance(peak, int | float) and peak > 0:
+            peaks.append(int(peak))
+    return max(peaks, default=None)
 
 
 @dataclass

@@ -10,7 +10,7 @@
 - ``StopOnNonFiniteLoss``: fails the run at the first NaN or infinite training loss.
 
 The signals a run answers are ``pelab.reliability.resume.signals``'; the fault injector the tests
-use is ``pelab.reliability.instruments.faults``.
+use is ``tests.reliability.faults``.
 """
 
 from __future__ import annotations
@@ -220,7 +220,7 @@ class StopOnNonFiniteLoss(Callback):
     so a diverging run fails with a clear message instead of training on NaN for hours.
 
     Reading the loss on the host at every step would make a GPU wait for each step to finish
-    (``pelab.reliability.instruments.syncs``). Each step instead marks, on the loss's device, the
+    (``benchmarks.syncs``). Each step instead marks, on the loss's device, the
     first step whose loss was not finite, and the mark is read where the host waits anyway: at a
     logging step (every ``trainer.log_every_n_steps``), before a validation or a checkpoint (so
     neither sees diverged weights) and at the end of training."""

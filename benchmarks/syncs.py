@@ -5,7 +5,9 @@ operation needs a device value on the host (``loss.item()``, ``bool(t.any())``, 
 a shape that depends on values as ``nonzero``'s does, a copy to the CPU). Each such read stalls
 the host until the GPU has finished everything queued, so small models, whose kernels are short,
 spend their steps waiting. ``HostSyncs`` counts those operations on any device (on the CPU they
-cost nothing, but the same code syncs on a GPU), so a CPU test can pin how many a step makes.
+cost nothing, but the same code syncs on a GPU), so a CPU test can pin how many a step makes
+(``tests/test_device.py``, ``tests/device.py``) and the GPU check counts them on a GPU
+(``benchmarks.gpu_check``, its ``syncs`` row).
 """
 
 from __future__ import annotations

@@ -1,5 +1,7 @@
 """A test instrument: ``InjectFault`` signals, kills, raises or pauses a run at a chosen step,
-enabled only by a config override (the fault campaign, ``make test-faults``)."""
+enabled only by a config override (the fault campaign, ``make test-faults``; the overrides:
+``tests.reliability.runs.fault``). A run's own processes import it from the repository, its root
+on ``PYTHONPATH`` (``runs.hooks_importable``)."""
 
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ class InjectFault(Callback):
     batch ``at_step`` with ``during=test``, send this process SIGTERM / SIGKILL / SIGINT /
     SIGUSR1, raise ``RuntimeError``, pause (sleep until killed, or ``seconds``), or only mark
     the moment (``mark``: create ``marker`` and go on). Enabled only by a config override, e.g.
-    ``+callbacks.fault._target_=pelab.reliability.instruments.faults.InjectFault
+    ``+callbacks.fault._target_=tests.reliability.faults.InjectFault
     +callbacks.fault.at_step=3 +callbacks.fault.action=sigterm``."""
 
     def __init__(

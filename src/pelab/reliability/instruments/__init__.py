@@ -1,2 +1,0 @@
-"""Test and measurement instruments: the fault injector of the fault campaign, and the counter of
-host syncs."""
