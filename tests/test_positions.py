@@ -103,3 +103,22 @@ def test_a_randomized_run_completes(tiny_cfg):
 def test_randomized_positions_refuse_a_task_with_its_own_coordinates():
     with pytest.raises(ConfigError, match="2-D coordinates; use positions=contiguous"):
         RandomizedPositions(64).check(10, position_dims=2)
+
+
+def test_randomized_positions_per_batch_and_per_layer():
+    """``per=batch``: one draw for the batch (the RPE code's); ``per=sequence`` draws what it drew
+    before these options existed (the same generator calls); ``layers=each``: a draw for the
+    embedding and one per layer, each sorted and distinct."""
+    generator = lambda: torch.Generator().manual_seed(5)  # noqa: E731
+    scores = torch.rand(6, 50, generator=generator())
+    before = scores.topk(8, dim=-1).indices.sort(dim=-1).values  # the sampler's earlier draw
+    assert torch.equal(RandomizedPositions(50)(6, 3, 3, generator()), before)
+    batch = RandomizedPositions(50, per="batch")(6, 3, 3, generator())
+    assert batch.shape == (1, 8) and torch.equal(batch, before[:1])
+    layered = RandomizedPositions(50, layers="each").for_layers(2)(6, 3, 3, generator())
+    assert layered.shape == (6, 8, 3)
+    assert (layered[:, 1:] > layered[:, :-1]).all()
+    assert not torch.equal(layered[..., 0], layered[..., 1])
+    assert RandomizedPositions(50).for_layers(2).draws == 1  # shared: the draw serves every layer
+    with pytest.raises(ConfigError, match=r"positions.layers='all' is not a choice"):
+        RandomizedPositions(50, layers="all")
