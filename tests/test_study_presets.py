@@ -127,6 +127,7 @@ RPE_CODE_FORM = {
     "head_bias": True,
     "init": "haiku",
     "embedding": "rpe",
+    "attention_dropout": False,
 }
 
 

@@ -46,6 +46,10 @@ def added_defaults() -> dict[str, Any]:
     that value, so a comparison of protocols or a resume reads it so."""
     return {
         "model.net.attn_scale": _load("model/decoder.yaml").net.attn_scale,
+        **{
+            f"model.net.form.{key}": value
+            for key, value in _load("model/decoder.yaml").net.form.items()
+        },
         **{f"pe.{key}": value for key, value in _load("train.yaml").pe.items()},
     }
 

@@ -19,7 +19,13 @@ from pelab.pe.rotary import RotaryPE
 from pelab.positions import Positions, RandomizedPositions
 
 RPE = dict(
-    norm="post", final_norm=False, activation="relu", head_bias=True, init="haiku", embedding="rpe"
+    norm="post",
+    final_norm=False,
+    activation="relu",
+    head_bias=True,
+    init="haiku",
+    embedding="rpe",
+    attention_dropout=False,
 )
 
 
@@ -105,6 +111,8 @@ def test_the_rpe_embedding_scales_tokens_and_drops_out_only_an_added_encoding():
         )
 
     assert net(sinusoidal).drop_embedded.p == 0.5
+    assert net(sinusoidal).blocks[0].attn.dropout == 0.5  # pelab's: on the probabilities too
+    assert net(sinusoidal, attention_dropout=False).blocks[0].attn.dropout == 0.0  # the RPE code
     assert (
         net(RotaryPE).drop_embedded.p == 0.0
     )  # the RPE code adds nothing there, so drops nothing

@@ -14,6 +14,8 @@ init           gpt2: ``N(0, 0.02)``, residual outputs       haiku: ``TN(0, 1/fan
 embedding      table: a lookup table, ``N(0, 1)``           rpe: ``sqrt(d_model) E[t]``, ``E``
                                                             from ``TN(0, 0.02^2)``; dropout on
                                                             tokens + positions
+attention_     true: ``model.net.dropout`` on the           false: dropout only after the
+dropout        attention probabilities too                  attention and the MLP
 =============  ===========================================  =================================
 
 ``TN``: a normal truncated at two standard deviations (``hk.initializers.TruncatedNormal``).
@@ -50,6 +52,7 @@ class Form:
     head_bias: bool = False
     init: Literal["gpt2", "haiku"] = "gpt2"
     embedding: Literal["table", "rpe"] = "table"
+    attention_dropout: bool = True
 
     @staticmethod
     def choices() -> dict[str, tuple[Any, ...]]:

@@ -66,6 +66,7 @@ class Block(nn.Module):
     ) -> None:
         super().__init__()
         self.post_norm = form.norm == "post"
+        attention_dropout = dropout if form.attention_dropout else 0.0  # on the probabilities
         self.norm1, self.norm2 = stacked.LayerNorm(dims.d_model), stacked.LayerNorm(dims.d_model)
         self.attn = Attention(
             dims.d_model,
@@ -73,7 +74,7 @@ class Block(nn.Module):
             dims.causal,
             pe,
             layer,
-            dropout,
+            attention_dropout,
             attn_impl,
             attn_scale,
             dims.train_max_len or dims.max_len,
@@ -84,7 +85,7 @@ class Block(nn.Module):
         if cross_attention:
             self.norm_cross = stacked.LayerNorm(dims.d_model)
             self.cross = Attention(
-                dims.d_model, dims.n_heads, False, NoPE(dims), layer, dropout, attn_impl
+                dims.d_model, dims.n_heads, False, NoPE(dims), layer, attention_dropout, attn_impl
             )
 
     def forward(
