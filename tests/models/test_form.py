@@ -188,3 +188,43 @@ def test_the_rpe_preset_trains_a_stack_with_positions_per_batch_and_layer(tiny_c
     loss = model.training_step(((prompt, prompt), (prompt, prompt)), 0)
     assert torch.isfinite(loss)
     model._evaluate("val", {"prompt": prompt, "answer": prompt}, 0, 0)
+
+
+def rpe_rotary(x: torch.Tensor) -> torch.Tensor:
+    """The RPE code's ``apply_rotary_encoding`` at positions ``0..t-1``: ``x: [b, t, h, d]``,
+    frequencies ``10000^(-2k/d)`` repeated per pair, ``x cos + x_rot sin`` with
+    ``x_rot = (-x_1, x_0, -x_3, x_2, ...)``."""
+    half = x.shape[-1] // 2
+    inv_freq = (10000.0 ** (-torch.arange(half) / half)).repeat_interleave(2)
+    angles = torch.arange(x.shape[1])[None, :, None, None] * inv_freq
+    rotated = torch.stack((-x[..., 1::2], x[..., 0::2]), dim=-1).flatten(-2)
+    return x * angles.cos() + rotated * angles.sin()
+
+
+def test_the_rpe_form_with_rope_computes_the_rpe_codes_rotary_encoder():
+    torch.manual_seed(1)
+    net = Transformer(12, 40, False, RotaryPE, d_model=32, n_heads=4, n_layers=2, form=RPE)
+    for p in net.parameters():
+        p.data += 0.1 * torch.randn_like(p)
+    tokens = torch.randint(0, 12, (3, 9))
+    d, heads = 32, 4
+    h = math.sqrt(d) * net.tok_emb.weight[0][tokens]
+
+    def linear(layer, x):
+        return x @ layer.weight[0].T + (0 if layer.bias is None else layer.bias[0])
+
+    def layer_norm(norm, x):
+        return F.layer_norm(x, (d,), norm.weight[0], norm.bias[0], 1e-5)
+
+    for block in net.blocks:
+        q, k, v = (
+            t.unflatten(-1, (heads, d // heads)) for t in linear(block.attn.qkv, h).split(d, -1)
+        )
+        q, k = rpe_rotary(q), rpe_rotary(k)
+        logits = torch.einsum("bthd,bThd->bhtT", q, k) / math.sqrt(d // heads)
+        out = torch.einsum("bhtT,bThd->bthd", logits.softmax(-1), v).flatten(2)
+        a = layer_norm(block.norm1, h + linear(block.attn.proj, out))
+        h = layer_norm(
+            block.norm2, linear(block.mlp.net[2], torch.relu(linear(block.mlp.net[0], a))) + a
+        )
+    torch.testing.assert_close(net.eval()(tokens), linear(net.head, h), rtol=1e-5, atol=1e-5)
