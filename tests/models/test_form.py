@@ -29,14 +29,17 @@ RPE = dict(
 )
 
 
-def rpe_encoder(net: Transformer, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-    """The RPE code's ``TransformerEncoder`` then ``hk.Linear(output_size)``, with sin/cos
-    (``add_positional_encodings``, concatenated layout) and without dropout, on ``net``'s
-    weights: ``h = sqrt(d) E[x] + PE``; per layer ``a = LN(h + attn(h))``,
-    ``h = LN(a + W2 relu(W1 a + b1) + b2)``; logits ``h W + b``."""
+def rpe_encoder(
+    net: Transformer, tokens: torch.Tensor, positions: torch.Tensor | None = None
+) -> torch.Tensor:
+    """The RPE code's ``TransformerEncoder`` then ``hk.Linear(output_size)``, without dropout, on
+    ``net``'s weights: ``h = sqrt(d) E[x]`` (plus sin/cos at ``positions``, concatenated layout,
+    as ``add_positional_encodings``; without them RoPE on q and k, ``rpe_rotary``); per layer
+    ``a = LN(h + attn(h))``, ``h = LN(a + W2 relu(W1 a + b1) + b2)``; logits ``h W + b``."""
     d, heads = net.dims.d_model, net.dims.n_heads
     h = math.sqrt(d) * net.tok_emb.weight[0][tokens]
-    h = h + sinusoid_table(positions, d, layout="concat")
+    if positions is not None:
+        h = h + sinusoid_table(positions, d, layout="concat")
 
     def linear(layer, x):
         return x @ layer.weight[0].T + (0 if layer.bias is None else layer.bias[0])
@@ -45,14 +48,28 @@ def rpe_encoder(net: Transformer, tokens: torch.Tensor, positions: torch.Tensor)
         return F.layer_norm(x, (d,), norm.weight[0], norm.bias[0], 1e-5)
 
     for block in net.blocks:
-        q, k, v = linear(block.attn.qkv, h).split(d, dim=-1)
-        q, k, v = (t.unflatten(-1, (heads, d // heads)).transpose(1, 2) for t in (q, k, v))
-        probs = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(d // heads), dim=-1)
-        attention = linear(block.attn.proj, (probs @ v).transpose(1, 2).flatten(2))
-        a = layer_norm(block.norm1, h + attention)
+        q, k, v = (
+            t.unflatten(-1, (heads, d // heads)) for t in linear(block.attn.qkv, h).split(d, -1)
+        )
+        if positions is None:
+            q, k = rpe_rotary(q), rpe_rotary(k)
+        logits = torch.einsum("bthd,bThd->bhtT", q, k) / math.sqrt(d // heads)
+        out = torch.einsum("bhtT,bThd->bthd", logits.softmax(-1), v).flatten(2)
+        a = layer_norm(block.norm1, h + linear(block.attn.proj, out))
         hidden = torch.relu(linear(block.mlp.net[0], a))
         h = layer_norm(block.norm2, linear(block.mlp.net[2], hidden) + a)
     return linear(net.head, h)
+
+
+def rpe_rotary(x: torch.Tensor) -> torch.Tensor:
+    """The RPE code's ``apply_rotary_encoding`` at positions ``0..t-1``: ``x: [b, t, h, d]``,
+    frequencies ``10000^(-2k/d)`` repeated per pair, ``x cos + x_rot sin`` with
+    ``x_rot = (-x_1, x_0, -x_3, x_2, ...)``."""
+    half = x.shape[-1] // 2
+    inv_freq = (10000.0 ** (-torch.arange(half) / half)).repeat_interleave(2)
+    angles = torch.arange(x.shape[1])[None, :, None, None] * inv_freq
+    rotated = torch.stack((-x[..., 1::2], x[..., 0::2]), dim=-1).flatten(-2)
+    return x * angles.cos() + rotated * angles.sin()
 
 
 def sinusoidal(dims):
@@ -190,41 +207,10 @@ def test_the_rpe_preset_trains_a_stack_with_positions_per_batch_and_layer(tiny_c
     model._evaluate("val", {"prompt": prompt, "answer": prompt}, 0, 0)
 
 
-def rpe_rotary(x: torch.Tensor) -> torch.Tensor:
-    """The RPE code's ``apply_rotary_encoding`` at positions ``0..t-1``: ``x: [b, t, h, d]``,
-    frequencies ``10000^(-2k/d)`` repeated per pair, ``x cos + x_rot sin`` with
-    ``x_rot = (-x_1, x_0, -x_3, x_2, ...)``."""
-    half = x.shape[-1] // 2
-    inv_freq = (10000.0 ** (-torch.arange(half) / half)).repeat_interleave(2)
-    angles = torch.arange(x.shape[1])[None, :, None, None] * inv_freq
-    rotated = torch.stack((-x[..., 1::2], x[..., 0::2]), dim=-1).flatten(-2)
-    return x * angles.cos() + rotated * angles.sin()
-
-
 def test_the_rpe_form_with_rope_computes_the_rpe_codes_rotary_encoder():
     torch.manual_seed(1)
     net = Transformer(12, 40, False, RotaryPE, d_model=32, n_heads=4, n_layers=2, form=RPE)
     for p in net.parameters():
         p.data += 0.1 * torch.randn_like(p)
     tokens = torch.randint(0, 12, (3, 9))
-    d, heads = 32, 4
-    h = math.sqrt(d) * net.tok_emb.weight[0][tokens]
-
-    def linear(layer, x):
-        return x @ layer.weight[0].T + (0 if layer.bias is None else layer.bias[0])
-
-    def layer_norm(norm, x):
-        return F.layer_norm(x, (d,), norm.weight[0], norm.bias[0], 1e-5)
-
-    for block in net.blocks:
-        q, k, v = (
-            t.unflatten(-1, (heads, d // heads)) for t in linear(block.attn.qkv, h).split(d, -1)
-        )
-        q, k = rpe_rotary(q), rpe_rotary(k)
-        logits = torch.einsum("bthd,bThd->bhtT", q, k) / math.sqrt(d // heads)
-        out = torch.einsum("bhtT,bThd->bthd", logits.softmax(-1), v).flatten(2)
-        a = layer_norm(block.norm1, h + linear(block.attn.proj, out))
-        h = layer_norm(
-            block.norm2, linear(block.mlp.net[2], torch.relu(linear(block.mlp.net[0], a))) + a
-        )
-    torch.testing.assert_close(net.eval()(tokens), linear(net.head, h), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(net.eval()(tokens), rpe_encoder(net, tokens), rtol=1e-5, atol=1e-5)
