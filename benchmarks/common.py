@@ -111,7 +111,7 @@ class PelabStep:
     def __init__(self, cfg: DictConfig, task: Task | None = None) -> None:
         task = task or build_task(cfg)
         self.model = build_members(member_configs(cfg), task)
-        self.batches = data_module(cfg, task, self.model.seeds).train_batches()
+        self.batches = data_module(cfg, task, [m.seed for m in self.model.members]).train_batches()
         rank_zero = logging.getLogger("lightning.pytorch.utilities.rank_zero")
         level = rank_zero.level
         rank_zero.setLevel(logging.WARNING)  # not its lines on the devices, for every model

@@ -32,10 +32,10 @@ def times(pe: str, rounds: int, steps: int) -> dict[str, float]:
         cfg = compose_run([*overrides, "logger=none"], Path(root))
         step = PelabStep(cfg)
         model = step.model
-        data = data_module(cfg, model.task, model.seeds)
+        data = data_module(cfg, model.task, [m.seed for m in model.members])
         data.cache_dir = Path(root) / "cache"
         loaders = data.val_dataloader()
-        members = list(range(len(model.seeds)))
+        members = list(range(len(model.members)))
         lengths = model.lengths["val"]
         count = iter(range(10**9))
 

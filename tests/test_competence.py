@@ -10,6 +10,7 @@ import torch
 
 from pelab.competence import LearnedStop, validation_lengths
 from pelab.errors import ConfigError
+from pelab.member_state import MemberState
 from pelab.tasks import TASK_REGISTRY
 from pelab.train import train
 
@@ -105,16 +106,18 @@ class Members:
 
     def __init__(self, *scores: dict) -> None:
         self.task = TASK_REGISTRY["copy"](train_lengths=[1, 8], eval_lengths=[4, 8])
-        self.seeds = list(range(len(scores)))
-        self.member_scores = [{"val": s} for s in scores]
-        self.stopped = [False] * len(scores)
+        self.members = [MemberState(k, scores={"val": s}) for k, s in enumerate(scores)]
 
     def stop_member(self, k: int) -> None:
-        self.stopped[k] = True
+        self.members[k].stopped = True
+
+    @property
+    def stopped(self) -> list[bool]:
+        return [m.stopped for m in self.members]
 
     @property
     def active(self) -> list[int]:
-        return [k for k, stopped in enumerate(self.stopped) if not stopped]
+        return [k for k, m in enumerate(self.members) if not m.stopped]
 
 
 def fake(step: int, *scores: dict) -> tuple[SimpleNamespace, Members]:
@@ -158,7 +161,7 @@ def test_each_member_stops_on_its_own_and_training_when_all_have():
     trainer, module = fake(100, good, bad)
     stop.on_validation_end(trainer, module)
     assert module.stopped == [True, False] and not trainer.should_stop
-    module.member_scores[1]["val"] = good
+    module.members[1].scores["val"] = good
     trainer.global_step = 200
     stop.on_validation_end(trainer, module)
     assert module.stopped == [True, True] and trainer.should_stop

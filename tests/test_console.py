@@ -96,12 +96,13 @@ def test_plain_progress_reads_the_validation_it_follows_and_is_silent_beside_a_b
     import torch
     from lightning.pytorch.trainer.states import TrainerFn
 
+    from pelab.member_state import MemberState
     from pelab.utils.plain_progress import PlainProgress
 
     scores = {4: {"exact_match": 1.0}, 8: {"exact_match": 0.75}, 16: {"exact_match": 0.0}}
     model = SimpleNamespace(
         validated=[0],
-        member_scores=[{"val": scores}],
+        members=[MemberState(0, scores={"val": scores})],
         task=SimpleNamespace(in_distribution=lambda n: n <= 8),
     )
     trainer = SimpleNamespace(

@@ -17,7 +17,7 @@ from pelab.data.datamodule import TrainBatches
 from pelab.errors import ConfigError
 from pelab.members import member_configs
 from pelab.models.member_steps import clip_member_norms
-from pelab.models.stacked import member_state
+from pelab.models.stacked import member_weights
 from pelab.pe.base import PE_REGISTRY
 from pelab.train import train
 from tests.conftest import TINY, compose_config
@@ -58,7 +58,7 @@ def engine_case(tmp_path, pe: str, model: str = "decoder"):
     except ConfigError as error:  # an encoding defined for causal models only
         assert model != "decoder" and "causal" in str(error)
         pytest.skip(f"pe={pe} is defined for causal models only")
-    batch = [TrainBatches(stack.task, 8, 4, stack.seeds[k], "tokens")[1] for k in range(2)]
+    batch = [TrainBatches(stack.task, 8, 4, stack.members[k].seed, "tokens")[1] for k in range(2)]
     return stack, batch
 
 
@@ -72,7 +72,7 @@ def test_every_step_of_a_stack_runs_on_a_second_device(tmp_path, pe, model):
     stack.eval()  # what a model draws in training (abacus's offset) comes from the process's RNG
     expected = stack.member_losses(batch, 1)  # on the CPU, before the weights move
     to_second_device(stack)
-    optimizer = stack.optimizer_factory(stack.net.parameters(), lr=1e-3)
+    optimizer = stack.optimization.factory(stack.net.parameters(), lr=1e-3)
     with second_device() as device:
         batch = [tuple(t.to(DEVICE, non_blocking=True) for t in b) for b in batch]
         losses = stack.member_losses(batch, 1)  # every member, in one call
@@ -81,14 +81,14 @@ def test_every_step_of_a_stack_runs_on_a_second_device(tmp_path, pe, model):
             torch.testing.assert_close(loss.inner, expected[k], rtol=1e-5, atol=1e-6)
         stack.train()
         stack.stop_member(0)  # member 0 stopped: member 1 alone (``select``)
-        stack.decay_from[1] = -100  # member 1 is decaying, at the smaller learning rate
+        stack.members[1].decay_from = -100  # member 1 is decaying, at the smaller learning rate
         before = [
-            {n: t.inner.clone() for n, t in member_state(stack.net, k).items()} for k in (0, 1)
+            {n: t.inner.clone() for n, t in member_weights(stack.net, k).items()} for k in (0, 1)
         ]
         stack.member_losses(batch, 2)[1].backward()
         clip_member_norms(stack.net, 0.5)
         stack.optimizer_step(0, 0, optimizer)
-        after = [{n: t.inner for n, t in member_state(stack.net, k).items()} for k in (0, 1)]
+        after = [{n: t.inner for n, t in member_weights(stack.net, k).items()} for k in (0, 1)]
         stack.eval()
         prompt, answer = batch[1]
         both = stack.correct(prompt, answer, 8, 0, members=[0, 1])  # cached greedy decoding

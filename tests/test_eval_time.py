@@ -78,9 +78,9 @@ def test_a_stacks_estimate_counts_the_calls_the_test_makes(tmp_path, monkeypatch
     sequences, the estimate is exactly ``calls o + K n_test c`` at each length."""
     cfg = compose_config([*TINY, f"seeds={seeds}", "task.eval_lengths=[4,8]"], tmp_path)
     model = build_members(member_configs(cfg), task := build_task(cfg))
-    members, overhead, each = len(model.seeds), 0.5, 0.01
+    members, overhead, each = len(model.members), 0.5, 0.01
     monkeypatch.setattr(
-        eval_time, "_timed", lambda m, t, n, b, d: overhead + n * each * b * len(m.seeds)
+        eval_time, "_timed", lambda m, t, n, b, d: overhead + n * each * b * len(m.members)
     )
     found = eval_time.estimate(model, task, batch_size=100)
     calls = -(-task.n_test // 100)

@@ -6,6 +6,7 @@ import torch
 from pelab.lit_module import SequenceModel
 from pelab.member_log import DECAY_KEY
 from pelab.model_kinds import DecoderKind
+from pelab.models.dims import NetDims
 from pelab.models.stacked import stack_members
 from pelab.models.transformer import Transformer
 from pelab.pe import PE_REGISTRY
@@ -28,15 +29,14 @@ def test_warmup_then_constant_without_a_horizon():
 
 
 def make_net(task):
-    return Transformer(
-        task.vocab_size,
-        task.max_sequence_length(),
-        True,
-        partial(PE_REGISTRY["rope"]),
+    dims = NetDims(
+        vocab_size=task.vocab_size,
+        max_len=task.max_sequence_length(),
         d_model=16,
         n_heads=2,
         n_layers=1,
     )
+    return Transformer(dims, partial(PE_REGISTRY["rope"]), causal=True)
 
 
 def make_model(task, members=1, **options):
@@ -65,25 +65,33 @@ def test_decay_at_starts_each_members_decay_once_it_nears_the_criterion(monkeypa
 
     def validate(*worst_at_4):
         for k, worst in enumerate(worst_at_4):
-            model.member_scores[k]["val"] = {2: {"exact_match": 1.0}, 4: {"exact_match": worst}}
-            model.start_decay(k)
+            model.members[k].scores["val"] = {2: {"exact_match": 1.0}, 4: {"exact_match": worst}}
+        model._end_epoch("val")
 
+    def decay_from():
+        return [m.decay_from for m in model.members]
+
+    def rates():
+        return model.optimization.rates(model.members, step[0])
+
+    model.epoch_scores = lambda split, k: {}  # the scores set above stand as the validation's
+    model.log = lambda *a, **k: None
     validate(0.85, 0.95)  # length 8 is out of distribution: never part of the criterion
-    assert model.decay_from == [None, 300] and model.member_rates() is None  # cos(0) = 1
+    assert decay_from() == [None, 300] and rates() is None  # cos(0) = 1
     step[0] = 350
-    assert model.member_rates() == pytest.approx([1.0, 0.1 + 0.9 * 0.5])
+    assert rates() == pytest.approx([1.0, 0.1 + 0.9 * 0.5])
     step[0] = 500
     validate(0.93, 0.5)  # member 1 fell back: its decay goes on
-    assert model.decay_from == [500, 300]
-    assert model.member_rates() == pytest.approx([1.0, 0.1])
+    assert decay_from() == [500, 300]
+    assert rates() == pytest.approx([1.0, 0.1])
     model.stop_member(0)
-    assert model.member_rates() == pytest.approx([0.0, 0.1])
+    assert rates() == pytest.approx([0.0, 0.1])
 
     single = make_model(task, **options)
     logged = {}
     single.log = lambda key, value, **k: logged.__setitem__(key, value)
-    single.logging_step = lambda step: True  # a step the loggers write
-    single.decay_from = [250]  # step 300: half-way through its decay, which the loggers get
+    monkeypatch.setattr("pelab.lit_module.logging_step", lambda trainer, step: True)
+    single.members[0].decay_from = 250  # step 300: half-way through its decay, logged
     step[0] = 300
     single.training_step(((torch.tensor([[3, 4]]), torch.tensor([[3, 4]])),), 0)
     single.on_train_batch_end(None, None, 0)
@@ -93,16 +101,19 @@ def test_decay_at_starts_each_members_decay_once_it_nears_the_criterion(monkeypa
     model.on_save_checkpoint(checkpoint)
     resumed = make_model(task, members=2, **options)
     resumed.on_load_checkpoint(checkpoint)
-    assert resumed.decay_from == [500, 300]
+    assert [m.decay_from for m in resumed.members] == [500, 300]
+    assert [m.stopped for m in resumed.members] == [True, False]
+    assert [m.scores for m in resumed.members] == [{"val": m.scores["val"]} for m in model.members]
 
 
 def test_without_decay_at_the_members_rates_never_decay(monkeypatch):
     task = TASK_REGISTRY["copy"](train_lengths=[1, 4], eval_lengths=[4])
     model = make_model(task, members=2)
     monkeypatch.setattr(SequenceModel, "global_step", property(lambda self: 1000))
-    model.member_scores[0]["val"] = {4: {"exact_match": 1.0}}
-    model.start_decay(0)
-    assert model.decay_from == [None, None] and model.member_rates() is None
+    model.members[0].scores["val"] = {4: {"exact_match": 1.0}}
+    model.optimization.start_decay(model.members[0], task.in_distribution, 1000)
+    assert [m.decay_from for m in model.members] == [None, None]
+    assert model.optimization.rates(model.members, 1000) is None
 
 
 def test_the_schedule_options_reach_the_model(tiny_cfg):
@@ -110,7 +121,7 @@ def test_the_schedule_options_reach_the_model(tiny_cfg):
 
     cfg = tiny_cfg("model.schedule.decay_at=0.9", "model.schedule.decay_steps=250")
     model = build_model(cfg, build_task(cfg))
-    assert (model.decay_at, model.decay_steps) == (0.9, 250)
+    assert (model.optimization.decay_at, model.optimization.decay_steps) == (0.9, 250)
 
 
 def test_loss_is_computed_on_answer_tokens_only():
@@ -150,7 +161,7 @@ def test_metrics_per_length_and_in_out_of_distribution_means():
     assert logged["test/token_acc/len_8"] == pytest.approx(0.75)
     assert logged["test/id/exact_match"] == 1.0 and logged["test/ood/exact_match"] == 0.5
     assert logged["test/ood/token_acc"] == pytest.approx(0.75)
-    scores = model.member_scores[0]
+    scores = model.members[0].scores
     assert scores["test"][8] == {"exact_match": 0.5, "token_acc": pytest.approx(0.75)}
 
 
@@ -189,8 +200,8 @@ def test_validation_can_score_only_some_lengths():
         prompt = torch.randint(3, 19, (4, length))
         model._evaluate("val", {"prompt": prompt, "answer": prompt}, 0, idx)
     model._end_epoch("val")
-    assert list(model.member_scores[0]["val"]) == [2, 4]
-    assert model.member_scores[0]["val"][4] == {"exact_match": 1.0, "next_token_acc": 1.0}
+    assert list(model.members[0].scores["val"]) == [2, 4]
+    assert model.members[0].scores["val"][4] == {"exact_match": 1.0, "next_token_acc": 1.0}
 
 
 @pytest.mark.integration

@@ -19,10 +19,11 @@ from pelab.analysis.table import ablation
 from pelab.assembly import build_members, build_model, build_task, data_module
 from pelab.data.datamodule import TrainBatches
 from pelab.errors import ConfigError
-from pelab.member_log import MemberLog
+from pelab.member_log import DECAY_KEY, MemberLog
+from pelab.member_state import MemberState, restore_members, save_members
 from pelab.members import Job, check_learning_rates, check_seeds, member_configs
 from pelab.models.member_encodings import MemberEncodings
-from pelab.models.stacked import member_state
+from pelab.models.stacked import member_weights
 from pelab.pe.base import PE_REGISTRY
 from pelab.reliability.resume.callbacks import BestCheckpoints
 from pelab.train import train
@@ -113,15 +114,17 @@ def test_a_job_is_its_members_and_streams_live_only_as_a_plain_run(tmp_path):
 def test_the_logging_sink_streams_one_member_live_or_buffers_each():
     logged = {}
     module = SimpleNamespace(log=lambda key, value, **k: logged.__setitem__(key, value))
-    live = MemberLog(1, live=True)
+    live = MemberLog([MemberState(3)], live=True)
     live.training_step(module, 3, {0: torch.tensor(2.0)}, {0: 5}, None)
     assert logged == {"train/loss": torch.tensor(2.0), "train/length": 5.0}
-    assert live.history == [[]]
-    buffered = MemberLog(1, live=False)  # a job of seeds=[3]: its member replays afterwards
-    buffered.training_step(module, 3, {0: torch.tensor(2.0)}, {0: 5}, None)
-    assert buffered.history == [[(3, {"train/loss": 2.0, "train/length": 5})]]
+    assert live.members[0].history == []
+    buffered = MemberLog([MemberState(3)], live=False)  # seeds=[3]: it replays afterwards
+    buffered.training_step(module, 3, {0: torch.tensor(2.0)}, {0: 5}, [0.5])
+    assert buffered.members[0].history == [
+        (3, {"train/loss": 2.0, "train/length": 5, DECAY_KEY: 0.5})
+    ]
     with pytest.raises(ValueError, match="2 members cannot stream"):
-        MemberLog(2, live=True)
+        MemberLog([MemberState(0), MemberState(1)], live=True)
 
 
 def stack_of(cfg):
@@ -139,7 +142,7 @@ def test_a_member_starts_as_its_single_run(tmp_path):
     for k, c in enumerate(configs):
         single_run = single(c, c.seed)
         theirs = single_run.net.state_dict()
-        mine = member_state(stack.net, k)
+        mine = member_weights(stack.net, k)
         assert all(torch.equal(mine[name], theirs[name].squeeze(0)) for name in theirs)
         batch.append(TrainBatches(single_run.task, 8, 4, c.seed, cfg.data.length_sampling)[1])
         alone.append(single_run)
@@ -231,7 +234,7 @@ def test_a_stopped_member_no_longer_changes(tmp_path):
     cfg = stack_config(tmp_path, "trainer.max_steps=3", "trainer.val_check_interval=3")
     stack = stack_of(cfg)
     stack.stop_member(0)
-    before = [{k: v.clone() for k, v in member_state(stack.net, i).items()} for i in (0, 1)]
+    before = [{k: v.clone() for k, v in member_weights(stack.net, i).items()} for i in (0, 1)]
     trainer = L.Trainer(
         max_steps=3,
         logger=False,
@@ -241,8 +244,8 @@ def test_a_stopped_member_no_longer_changes(tmp_path):
         num_sanity_val_steps=0,
         limit_val_batches=0,
     )
-    trainer.fit(stack, datamodule=data_module(cfg, stack.task, stack.seeds))
-    after = [member_state(stack.net, i) for i in (0, 1)]
+    trainer.fit(stack, datamodule=data_module(cfg, stack.task, [m.seed for m in stack.members]))
+    after = [member_weights(stack.net, i) for i in (0, 1)]
     assert all(torch.equal(before[0][k], after[0][k]) for k in before[0])
     assert not all(torch.equal(before[1][k], after[1][k]) for k in before[1])
 
@@ -254,7 +257,10 @@ def test_each_member_clips_its_own_gradient_norm(tmp_path):
 
     cfg = stack_config(tmp_path)
     stack = stack_of(cfg)
-    batch = [TrainBatches(stack.task, 8, 4, seed, "tokens")[0] for seed in stack.seeds]
+    batch = [
+        TrainBatches(stack.task, 8, 4, seed, "tokens")[0]
+        for seed in [m.seed for m in stack.members]
+    ]
     losses = stack.member_losses(batch, 0)
     (losses[0] + 100 * losses[1]).backward()  # member 1's gradient is 100 times larger
     expected = []
@@ -410,15 +416,48 @@ def test_a_members_best_checkpoint_holds_that_member_alone(tmp_path):
     (``load_weights``: ``eval.py``, ``load_run``) and into a stack (``load_best``)."""
     cfg = stack_config(tmp_path, "seeds=[0,1,2,3]")
     stack, alone = stack_of(cfg), single(member_configs(cfg)[0], 0)
-    for scores in stack.member_scores + alone.member_scores:
+    for scores in [m.scores for m in stack.members + alone.members]:
         scores["val"] = {}  # a validation's, which the checkpoint carries
     trainer = SimpleNamespace(callbacks=[], current_epoch=0, global_step=1)
     member, own = tmp_path / "member.ckpt", tmp_path / "single.ckpt"
     BestCheckpoints([member] * 4, [{}] * 4).save(trainer, stack, 3)
     BestCheckpoints([own], [{}]).save(trainer, alone, 0)
     assert member.stat().st_size <= 1.3 * own.stat().st_size
-    expected = {k: v.clone() for k, v in member_state(stack.net, 3).items()}
+    expected = {k: v.clone() for k, v in member_weights(stack.net, 3).items()}
     load_weights(alone, member)
-    assert all(torch.equal(v, expected[k]) for k, v in member_state(alone.net, 0).items())
+    assert all(torch.equal(v, expected[k]) for k, v in member_weights(alone.net, 0).items())
     BestCheckpoints([member, *[tmp_path / "none.ckpt"] * 3], [{}] * 4).load_best(stack)
-    assert all(torch.equal(v, expected[k]) for k, v in member_state(stack.net, 0).items())
+    assert all(torch.equal(v, expected[k]) for k, v in member_weights(stack.net, 0).items())
+
+
+def test_a_members_state_round_trips_and_the_per_field_format_still_restores():
+    """``save_members`` writes each member's one state dict; a checkpoint written before
+    (per-field lists under ``pelab_members``, scores under ``pelab_scores``) restores the same
+    members; one of another member count restores nothing."""
+    scores = {4: {"exact_match": 1.0, "next_token_acc": 1.0}}
+    saved = [
+        MemberState(0, stopped=True, decay_from=300, scores={"val": scores, "test": scores}),
+        MemberState(1, history=[(99, {"train/loss": 0.5})]),
+    ]
+    checkpoint: dict = {}
+    save_members(checkpoint, saved)
+    per_field = {
+        "pelab_engine": 2,
+        "pelab_members": {
+            "stopped": [True, False],
+            "history": [[], [(99, {"train/loss": 0.5})]],
+            "decay_from": [300, None],
+        },
+        "pelab_scores": [{"val": scores}, {}],
+    }
+    for written in (checkpoint, per_field):
+        members = [MemberState(0), MemberState(1)]
+        restore_members(written, members)
+        assert [(m.stopped, m.decay_from, m.history) for m in members] == [
+            (True, 300, []),
+            (False, None, [(99, {"train/loss": 0.5})]),
+        ]
+        assert [m.scores for m in members] == [{"val": scores}, {}]  # the test's: its own run's
+    three = [MemberState(k) for k in range(3)]
+    restore_members(checkpoint, three)
+    assert three == [MemberState(k) for k in range(3)]

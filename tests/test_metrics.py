@@ -140,20 +140,21 @@ def test_each_members_best_checkpoint_follows_the_selection_score(tmp_path, monk
     far (ties keep the earlier), each member on its own."""
     from types import SimpleNamespace
 
+    from pelab.member_state import MemberState
     from pelab.reliability.resume.callbacks import BestCheckpoints
 
     task = TASK_REGISTRY["copy"](train_lengths=[1, 4], eval_lengths=[4, 8])
     best = BestCheckpoints([tmp_path / "a.ckpt", tmp_path / "b.ckpt"], [{}, {}])
     saved = []
     monkeypatch.setattr(best, "save", lambda trainer, module, k: saved.append((trainer.step, k)))
-    module = SimpleNamespace(task=task, validated=[0, 1], member_scores=[{}, {}])
+    module = SimpleNamespace(task=task, validated=[0, 1], members=[MemberState(0), MemberState(1)])
 
     def scores(em, tok):
         return {4: {"exact_match": em, "token_acc": tok}, 8: {"exact_match": 0.0, "token_acc": 0}}
 
     validations = [((0, 0.2), (0, 0.5)), ((0, 0.6), (0, 0.5)), ((0.5, 0), (0, 0.4))]
     for step, (a, b) in enumerate(validations):
-        module.member_scores[0]["val"], module.member_scores[1]["val"] = scores(*a), scores(*b)
+        module.members[0].scores["val"], module.members[1].scores["val"] = scores(*a), scores(*b)
         best.on_validation_end(SimpleNamespace(sanity_checking=False, step=step), module)
     assert saved == [(0, 0), (0, 1), (1, 0), (2, 0)]
     assert best.best[0] == selection_score(scores(0.5, 0), task.in_distribution, task.n_val)

@@ -107,9 +107,9 @@ class Competence:
 
 class LearnedStop(Callback):
     """Stops each member of a job once it has learned its task (``Competence``, one per member:
-    ``SequenceModel.stopped``); training ends when every member has stopped.
+    ``MemberState.stopped``); training ends when every member has stopped.
 
-    Reads the validation scores as data (``SequenceModel.member_scores``). Its state (each
+    Reads the validation scores as data (``SequenceModel.members[k].scores``). Its state (each
     member's streak and ``steps_to_learn``) is saved in every checkpoint, so a run killed after
     it learned resumes into the test, and one killed mid-streak counts on exactly.
     """
@@ -149,7 +149,7 @@ class LearnedStop(Callback):
         if trainer.sanity_checking:
             return
         for k in pl_module.active:
-            scores = pl_module.member_scores[k]["val"]
+            scores = pl_module.members[k].scores["val"]
             if self.competence[k].update(trainer.global_step, scores, pl_module.task):
                 pl_module.stop_member(k)
         if not pl_module.active:

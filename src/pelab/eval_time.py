@@ -57,7 +57,7 @@ def _timed(model, task, length: int, batch: int, device: torch.device) -> float:
     generator = torch.Generator().manual_seed(0)  # the run's own RNG stays untouched
     prompt, answer = task.sample(batch, length, generator)
     prompt, answer = prompt.to(device), answer.to(device)
-    members = list(range(len(model.seeds)))
+    members = list(range(len(model.members)))
     synchronize = torch.cuda.synchronize if device.type == "cuda" else lambda *_: None
     tries: list[float] = []
     while not tries or (len(tries) < 2 and tries[0] < RETRY_S):
@@ -78,7 +78,7 @@ def estimate(model, task, batch_size: int) -> TestTime:
     lengths = sorted(set(task.eval_lengths))
     timed = [lengths[round(i)] for i in np.linspace(0, len(lengths) - 1, TIMED_LENGTHS)]
     timed = sorted(set(timed))  # all of them when there are few; the ends and between else
-    members = len(model.seeds)
+    members = len(model.members)
     training = model.training
     model.eval()  # as in the test: no dropout, so the run's RNG is not drawn from
     try:
@@ -111,7 +111,7 @@ def check_test_time(model, task, batch_size: int, what: str = "the final test") 
         "%s will take about %s (%d sequences at each of the lengths %s; timed before training)",
         what,
         duration(found.total),
-        task.n_test * len(model.seeds),
+        task.n_test * len(model.members),
         lengths,
     )
     if found.total > LONG_TEST_S:

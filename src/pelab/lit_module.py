@@ -1,6 +1,7 @@
 """The LightningModule: K >= 1 members trained as one stacked network, answer-only loss,
-per-length metrics per member; each member's optimization (AdamW with warmup + cosine decay, its
-own learning rate, clipping and decay) is ``pelab.member_optimization``."""
+per-length metrics per member. Each member's state has one home (``pelab.member_state``,
+``members[k]``); their optimization (AdamW with warmup + cosine decay, each member's own learning
+rate and decay) is ``pelab.member_optimization``'s."""
 
 from __future__ import annotations
 
@@ -12,35 +13,32 @@ import lightning as L
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torchmetrics import MeanMetric
 
 from pelab.compiled import CompiledOrEager
-from pelab.member_checkpoint import MemberCheckpointState
-from pelab.member_log import MemberLog
+from pelab.member_log import MemberLog, logging_step
 from pelab.member_optimization import MemberOptimization
-from pelab.metrics import SELECTION_KEY, SPLIT_METRICS, Scores, logged_values, selection_score
+from pelab.member_state import MemberState, restore_members, save_members
+from pelab.metrics import SELECTION_KEY, logged_values, selection_score
 from pelab.model_kinds import ModelKind
 from pelab.models.stacked import fold, fold_positions, members_of, select
 from pelab.positions import ContiguousPositions, PositionSampler
+from pelab.running_scores import RunningScores
 from pelab.tasks.base import Task
 
 
-class SequenceModel(MemberCheckpointState, MemberOptimization, L.LightningModule):
+class SequenceModel(L.LightningModule):
     """Trains the members of ``net`` on ``task`` in the sequences of its model ``kind``
     (``pelab.model_kinds``): K >= 1 members (``pelab.models.stacked``; a plain run is K = 1),
-    member ``k`` of seed ``seeds[k]`` at learning rate ``learning_rates[k]`` (None: the
-    optimizer's own).
+    ``members[k]`` (``pelab.member_state.MemberState``) of seed ``seeds[k]`` at learning rate
+    ``learning_rates[k]`` (None: the optimizer's own).
 
     Each training step takes one batch per member (``TaskData``), folds the batches of one shape
     into one call of the stacked network, and sums the members' mean losses (their gradients are
-    their own). A member that ``stopped`` (``LearnedStop``) is left out of the forward and keeps
-    its weights. Each validation and test epoch scores every member on the same evaluation sets
-    in one folded call, every ``pelab.metrics.METRICS`` per length; ``member_scores[k][split]``
-    keeps member ``k``'s last ``{length: {metric: value}}`` of each split. ``live``: the loggers
-    get them as they come (a job that streams live, ``Job.live``, of one member); otherwise
-    ``log_sink`` (``pelab.member_log``) keeps each member's ``history`` for its own loggers.
-    ``positions`` is the run's position sampler (``pelab.positions.build_sampler``).
-    """
+    their own); a member that ``stopped`` (``LearnedStop``) is left out and keeps its weights.
+    Each validation and test epoch scores every member in one folded call, every metric of the
+    split per length, into ``members[k].scores[split]``. ``live``: the loggers get them as they
+    come (``Job.live``); otherwise each member's ``history`` keeps them for its own loggers
+    (``pelab.member_log``). ``positions``: the run's sampler (``pelab.positions``)."""
 
     def __init__(
         self,
@@ -62,34 +60,18 @@ class SequenceModel(MemberCheckpointState, MemberOptimization, L.LightningModule
     ) -> None:
         super().__init__()
         self.net, self.kind, self.task = net, kind, task
-        self.seeds = list(seeds) if seeds is not None else [seed]
-        if len(self.seeds) != members_of(net):
-            raise ValueError(f"{len(self.seeds)} seeds for a network of {members_of(net)} members")
-        self.learning_rates = None if learning_rates is None else list(learning_rates)
-        # ``compile``: the training forward goes through torch.compile (the module's parameters
-        # and checkpoints are unchanged); greedy evaluation stays eager (one token per step
-        # would recompile for every new shape)
+        seeds = list(seeds) if seeds is not None else [seed]
+        if len(seeds) != members_of(net):
+            raise ValueError(f"{len(seeds)} seeds for a network of {members_of(net)} members")
+        rates = [None] * len(seeds) if learning_rates is None else list(learning_rates)
+        self.members = [MemberState(s, lr) for s, lr in zip(seeds, rates, strict=True)]
+        # ``compile``: the training forward only (greedy decoding would recompile every step)
         self.train_logits = CompiledOrEager(kind.answer_logits) if compile else kind.answer_logits
         self.positions = positions or ContiguousPositions()
-        self.optimizer_factory = optimizer
-        self.warmup_steps, self.min_lr_ratio = warmup_steps, min_lr_ratio
-        self.decay_at, self.decay_steps = decay_at, decay_steps
-        # per member: the step its decay began (``decay_at``), None before
-        self.decay_from: list[int | None] = [None] * len(self.seeds)
-        self.metrics = nn.ModuleList(
-            nn.ModuleDict(
-                {
-                    # scores are never NaN: no check (a host sync) on every update
-                    _state(metric, length): MeanMetric(nan_strategy="disable")
-                    for metric in dict.fromkeys(m for ms in SPLIT_METRICS.values() for m in ms)
-                    for length in task.eval_lengths
-                }
-            )
-            for _ in self.seeds
-        )
-        self.member_scores: list[dict[str, Scores]] = [{} for _ in self.seeds]
-        self.log_sink = MemberLog(len(self.seeds), live)
-        self.stopped = [False] * len(self.seeds)
+        schedule = (warmup_steps, min_lr_ratio, decay_at, decay_steps)
+        self.optimization = MemberOptimization(optimizer, *schedule)
+        self.running = RunningScores(len(self.members), task.eval_lengths)
+        self.log_sink = MemberLog(self.members, live)
         # the last training step's loss of each member (on the device) and its batch's length
         self.step_losses: dict[int, Tensor] = {}
         self.step_lengths: dict[int, int] = {}
@@ -102,19 +84,19 @@ class SequenceModel(MemberCheckpointState, MemberOptimization, L.LightningModule
 
     def selected(self, members: Sequence[int]) -> AbstractContextManager[None]:
         """Forwards inside compute only ``members`` (``pelab.models.stacked.select``)."""
-        if list(members) == list(range(len(self.seeds))):
+        if list(members) == list(range(len(self.members))):
             return nullcontext()
         return select(self.net, members)
 
     def stop_member(self, k: int) -> None:
         """Member ``k`` trains no more (``LearnedStop``): it is left out of the forward and
         its step is 0 from now on."""
-        self.stopped[k] = True
+        self.members[k].stopped = True
 
     @property
     def active(self) -> list[int]:
         """The members still training."""
-        return [k for k, stopped in enumerate(self.stopped) if not stopped]
+        return [k for k, member in enumerate(self.members) if not member.stopped]
 
     def training_step(self, batch: Sequence[tuple[Tensor, Tensor]], batch_idx: int) -> Tensor:
         """The members' summed loss; each member's loss is kept, on the device, for
@@ -125,23 +107,16 @@ class SequenceModel(MemberCheckpointState, MemberOptimization, L.LightningModule
         return torch.stack(list(losses.values())).sum()
 
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
-        """At a ``logging_step`` only, the step's losses (read on the host): live to the loggers,
-        or to each member's history; the other steps queue their work on the device and go
-        on."""
+        """At a ``logging_step`` only, the step's losses (read on the host) and, under
+        ``decay_at``, each member's decay: live to the loggers, or to each member's history;
+        the other steps queue their work on the device and go on."""
         step = self.global_step - 1  # the optimizer has stepped
-        if not self.logging_step(step):
+        if not logging_step(self._trainer, step):
             return
-        decay = None if self.decay_at is None else self.decay
+        decay = None
+        if self.optimization.decay_at is not None:
+            decay = [self.optimization.decay(m, self.global_step) for m in self.members]
         self.log_sink.training_step(self, step, self.step_losses, self.step_lengths, decay)
-
-    def logging_step(self, step: int) -> bool:
-        """Whether training step ``step`` (from 0) logs, as Lightning's loggers decide after its
-        callbacks: every ``trainer.log_every_n_steps``-th, and a step where the trainer stops
-        (``ValidateLastStep``'s last step off the interval, SIGTERM); so a member's history has
-        its single run's steps. None without a trainer."""
-        trainer = self._trainer
-        n = 0 if trainer is None else trainer.log_every_n_steps
-        return n > 0 and ((step + 1) % n == 0 or trainer.should_stop)
 
     def member_losses(
         self, batch: Sequence[tuple[Tensor, Tensor]], step: int
@@ -155,7 +130,9 @@ class SequenceModel(MemberCheckpointState, MemberOptimization, L.LightningModule
             drawn = members[:1] if self.positions.shared else members  # shared: member 0's
             positions = fold_positions(
                 [
-                    self.training_positions(batch[k][0], answer.shape[1], step, self.seeds[k])
+                    self.training_positions(
+                        batch[k][0], answer.shape[1], step, self.members[k].seed
+                    )
                     for k in drawn
                 ],
                 self.positions.shared,
@@ -188,7 +165,7 @@ class SequenceModel(MemberCheckpointState, MemberOptimization, L.LightningModule
         """The positions of training step ``step`` of the member of ``seed`` (default: member
         0's): like its batch (``TrainBatches``), a pure function of ``(seed, step)``, so a
         resumed run or a member of a stack draws what the uninterrupted single run draws."""
-        seed = self.seeds[0] if seed is None else seed
+        seed = self.members[0].seed if seed is None else seed
         generator = torch.Generator().manual_seed(seed * 1_000_003 + step + 7_919)
         return self.sequence_positions(prompt, answer_length, generator)
 
@@ -209,7 +186,7 @@ class SequenceModel(MemberCheckpointState, MemberOptimization, L.LightningModule
         exact match is greedy decoding's, unless the network's outputs depend on what follows
         (``one_pass_exact``): then its exact match is decoded greedily."""
         length = self.lengths[split][dataloader_idx]
-        members = self.active if split == "val" else list(range(len(self.seeds)))
+        members = self.active if split == "val" else list(range(len(self.members)))
         if not members:
             return
         answer = batch["answer"]
@@ -224,10 +201,7 @@ class SequenceModel(MemberCheckpointState, MemberOptimization, L.LightningModule
         else:
             greedy = self.correct(batch["prompt"], answer, length, batch_idx, members)
             scores = {"exact_match": greedy.all(dim=-1), "token_acc": greedy.float().mean(-1)}
-        b = answer.shape[0]
-        for i, k in enumerate(members):
-            for metric, values in scores.items():
-                self.metrics[k][_state(metric, length)].update(values[i * b : (i + 1) * b].float())
+        self.running.update(members, length, scores)
 
     @property
     def one_pass_exact(self) -> bool:
@@ -254,11 +228,7 @@ class SequenceModel(MemberCheckpointState, MemberOptimization, L.LightningModule
         generator = torch.Generator().manual_seed(length * 100_003 + batch_idx)
         positions = self.sequence_positions(prompt, answer.shape[1], generator)
         n = len(members)
-        folded_positions = (
-            positions
-            if positions.shape[0] == 1
-            else positions.repeat(n, *[1] * (positions.dim() - 1))
-        )
+        folded_positions = fold_positions([positions] * n, shared=positions.shape[0] == 1)
         if n > 1:
             prompt, answer = prompt.repeat(n, 1), answer.repeat(n, 1)
         with self.selected(members), torch.no_grad():
@@ -279,15 +249,10 @@ class SequenceModel(MemberCheckpointState, MemberOptimization, L.LightningModule
 
     def epoch_scores(self, split: str, k: int = 0) -> dict[str, float]:
         """End an epoch of ``split`` for member ``k``: its scores into
-        ``member_scores[k][split]`` (the running states reset); returns the values to log
+        ``members[k].scores[split]`` (the running states reset); returns the values to log
         (``pelab.metrics.logged_values``)."""
-        scores: Scores = {length: {} for length in self.lengths[split]}
-        for metric in SPLIT_METRICS[split]:
-            for length in self.lengths[split]:
-                state = self.metrics[k][_state(metric, length)]
-                scores[length][metric] = float(state.compute())
-                state.reset()
-        self.member_scores[k][split] = scores
+        scores = self.running.compute(k, split, self.lengths[split])
+        self.members[k].scores[split] = scores
         values = logged_values(split, scores, self.task.in_distribution)
         if split == "val":
             in_distribution = self.task.in_distribution
@@ -295,12 +260,13 @@ class SequenceModel(MemberCheckpointState, MemberOptimization, L.LightningModule
         return values
 
     def _end_epoch(self, split: str) -> None:
-        members = self.active if split == "val" else list(range(len(self.seeds)))
+        members = self.active if split == "val" else list(range(len(self.members)))
         scored = {k: self.epoch_scores(split, k) for k in members}
         if split == "val":
             self.validated = members  # the members this validation scored
             for k in members:
-                self.start_decay(k)
+                in_distribution = self.task.in_distribution
+                self.optimization.start_decay(self.members[k], in_distribution, self.global_step)
         self.log_sink.epoch(self, split, scored)
 
     def on_validation_epoch_end(self) -> None:
@@ -309,7 +275,26 @@ class SequenceModel(MemberCheckpointState, MemberOptimization, L.LightningModule
     def on_test_epoch_end(self) -> None:
         self._end_epoch("test")
 
+    def configure_optimizers(self):  # noqa: ANN201 (Lightning's union of return types)
+        return self.optimization.configure(self.net, self.members, self.trainer.max_steps)
 
-def _state(metric: str, length: int) -> str:
-    """The name of a metric's running state (a ``ModuleDict`` key: no dots or slashes)."""
-    return f"{metric}_len{length}"
+    def optimizer_step(
+        self, epoch: int, batch_idx: int, optimizer: Any, optimizer_closure: Any = None
+    ) -> None:
+        self.optimization.step(
+            self.net, optimizer, optimizer_closure, self.members, self.global_step
+        )
+
+    def configure_gradient_clipping(
+        self,
+        optimizer: Any,
+        gradient_clip_val: float | None = None,
+        gradient_clip_algorithm: str | None = None,
+    ) -> None:
+        self.optimization.clip(self, optimizer, gradient_clip_val, gradient_clip_algorithm)
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        save_members(checkpoint, self.members)
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        restore_members(checkpoint, self.members)

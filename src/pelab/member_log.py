@@ -1,7 +1,7 @@
 """Where a job's members log, decided here once per job (``pelab.members.Job.live``): a job that
 streams live sends its one member's values to the trainer's loggers as it trains; a stack
-buffers each member's in its ``history`` and replays it to the member's own loggers (its own W&B
-run) once training ends. The caller asks the same way either way (``trainer_loggers``,
+buffers each member's in its ``MemberState.history`` and replays it to the member's own loggers
+(its own W&B run) once training ends. The caller asks the same way either way (``trainer_loggers``,
 ``replay``)."""
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import lightning as L
 import torch
 from torch import Tensor
 
+from pelab.member_state import MemberState
 from pelab.metrics import mean_key
 
 log = logging.getLogger(__name__)
@@ -21,18 +22,24 @@ log = logging.getLogger(__name__)
 # under ``decay_at``: each member's learning-rate factor (the optimizer's, ``lr-AdamW``, holds)
 DECAY_KEY = "train/lr_decay"
 
-# per member: (step, {logger key: value}) of each logged step and validation
-History = list[list[tuple[int, dict[str, float]]]]
+
+def logging_step(trainer: L.Trainer | None, step: int) -> bool:
+    """Whether training step ``step`` (from 0) logs, as Lightning's loggers decide after its
+    callbacks: every ``trainer.log_every_n_steps``-th, and a step where the trainer stops
+    (``ValidateLastStep``'s last step off the interval, SIGTERM); so a member's history has its
+    single run's steps. False without a trainer."""
+    n = 0 if trainer is None else trainer.log_every_n_steps
+    return n > 0 and ((step + 1) % n == 0 or trainer.should_stop)
 
 
 class MemberLog:
-    """The logging sink of ``members`` members: ``live`` (one member only) or buffered."""
+    """The logging sink of ``members``: ``live`` (one member only) or buffered in each
+    member's ``history``, (step, {logger key: value}) of each logged step and validation."""
 
-    def __init__(self, members: int, live: bool) -> None:
-        if live and members != 1:
-            raise ValueError(f"a job of {members} members cannot stream to one live run")
-        self.live = live
-        self.history: History = [[] for _ in range(members)]
+    def __init__(self, members: list[MemberState], live: bool) -> None:
+        if live and len(members) != 1:
+            raise ValueError(f"a job of {len(members)} members cannot stream to one live run")
+        self.live, self.members = live, members
 
     def trainer_loggers(self, loggers: Callable[[], list[Any]]) -> list[Any]:
         """The trainer's loggers: ``loggers()`` (the job's) when live, else none."""
@@ -41,7 +48,7 @@ class MemberLog:
         log.info(
             "training %d members as one stacked network: each logs to its own loggers once "
             "training ends",
-            len(self.history),
+            len(self.members),
         )
         return []
 
@@ -51,7 +58,7 @@ class MemberLog:
         if self.live:
             return
         for logger in loggers():
-            for step, values in self.history[k]:
+            for step, values in self.members[k].history:
                 logger.log_metrics(values, step)
             logger.finalize("success")
 
@@ -61,21 +68,22 @@ class MemberLog:
         step: int,
         losses: dict[int, Tensor],
         lengths: dict[int, int],
-        decay: Callable[[int], float] | None,
+        decay: list[float] | None,
     ) -> None:
-        """A logging step's losses (on the device) and batch lengths, per member."""
+        """A logging step's losses (on the device) and batch lengths, per member, and each
+        member's learning-rate ``decay`` (under ``decay_at``)."""
         if self.live:
             module.log("train/loss", losses[0])  # no host read here: Lightning's, at logging
             module.log("train/length", float(lengths[0]))
             if decay is not None:
-                module.log(DECAY_KEY, decay(0))
+                module.log(DECAY_KEY, decay[0])
             return
         module.log("train/loss", torch.stack(list(losses.values())).mean())  # the progress bar's
         for k, loss in losses.items():
             values = {"train/loss": float(loss), "train/length": lengths[k]}
             if decay is not None:
-                values[DECAY_KEY] = decay(k)
-            self.history[k].append((step, values))
+                values[DECAY_KEY] = decay[k]
+            self.members[k].history.append((step, values))
 
     def epoch(
         self, module: L.LightningModule, split: str, scored: dict[int, dict[str, float]]
@@ -89,6 +97,6 @@ class MemberLog:
                     module.log(key, value, prog_bar=key == shown)
             return
         for k, values in scored.items():
-            self.history[k].append((module.global_step, values))
+            self.members[k].history.append((module.global_step, values))
         if split == "val":
             module.log("val/members_active", float(len(scored)), prog_bar=True)

@@ -1,15 +1,20 @@
-"""Each member's optimization in a stack (``pelab.lit_module.SequenceModel``'s part): one
-optimizer over every member's weights with warmup + cosine decay (``pelab.schedule``), each
-member's step at its own learning rate and decay, stopped members held, each member's gradient
-clipped by its own norm (``pelab.models.member_steps``)."""
+"""Each member's optimization in a stack (``pelab.lit_module.SequenceModel``'s, which calls it
+from its optimizer hooks): one optimizer over every member's weights with warmup + cosine decay
+(``pelab.schedule``), each member's step at its own learning rate and decay, stopped members
+held, each member's gradient clipped by its own norm (``pelab.models.member_steps``)."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Sequence
 from typing import Any
 
+import lightning as L
 import torch
+from torch import nn
 
+from pelab.member_state import MemberState
+from pelab.metrics import Scores
 from pelab.models.member_steps import clip_member_norms, scale_member_steps
 from pelab.schedule import cosine, scheduled, warmup_cosine
 
@@ -17,82 +22,102 @@ log = logging.getLogger(__name__)
 
 
 class MemberOptimization:
-    """The optimization hooks of a LightningModule of K >= 1 members. It reads the module's
-    ``net``, ``seeds``, ``learning_rates`` (None: the optimizer's own), ``stopped``,
-    ``member_scores``, ``task``, ``optimizer_factory``, ``warmup_steps``, ``min_lr_ratio``,
-    ``decay_at``, ``decay_steps`` and keeps ``decay_from`` (per member: the step its decay
-    began, None before)."""
+    """The optimizer ``factory`` (AdamW's, say) over a stack's weights, ``warmup_steps`` of
+    warmup, then a cosine to ``min_lr_ratio``: over the run's steps, or with ``decay_at`` over
+    ``decay_steps`` steps from the validation where a member's in-distribution exact match
+    reaches ``decay_at`` (each member's own, in ``MemberState.decay_from``)."""
 
-    def start_decay(self, k: int) -> None:
-        """Member ``k``'s decay begins at this step once the exact match at its worst
-        in-distribution length reaches ``decay_at`` (``member_rates`` then applies it)."""
-        if self.decay_at is None or self.decay_from[k] is not None:
+    def __init__(
+        self,
+        factory: Callable[..., torch.optim.Optimizer],
+        warmup_steps: int = 100,
+        min_lr_ratio: float = 0.1,
+        decay_at: float | None = None,
+        decay_steps: int = 400,
+    ) -> None:
+        self.factory = factory
+        self.warmup_steps, self.min_lr_ratio = warmup_steps, min_lr_ratio
+        self.decay_at, self.decay_steps = decay_at, decay_steps
+
+    def start_decay(
+        self, member: MemberState, in_distribution: Callable[[int], bool], step: int
+    ) -> None:
+        """``member``'s decay begins at ``step`` once the exact match of its last validation at
+        its worst in-distribution length reaches ``decay_at``."""
+        if self.decay_at is None or member.decay_from is not None:
             return
-        scores = self.member_scores[k]["val"]
-        worst = min(v["exact_match"] for n, v in scores.items() if self.task.in_distribution(n))
+        scores: Scores = member.scores["val"]
+        worst = min(v["exact_match"] for n, v in scores.items() if in_distribution(n))
         if worst >= self.decay_at:
-            self.decay_from[k] = self.global_step
+            member.decay_from = step
             log.info(
                 "seed %d: in-distribution exact match %.3f >= decay_at %g at step %d: the "
                 "learning rate decays over the next %d steps",
-                self.seeds[k],
+                member.seed,
                 worst,
                 self.decay_at,
-                self.global_step,
+                step,
                 self.decay_steps,
             )
 
-    def decay(self, k: int) -> float:
-        """Member ``k``'s learning-rate factor under ``decay_at``: 1 until its decay began, then
-        a cosine to ``min_lr_ratio`` over ``decay_steps`` steps."""
-        start = self.decay_from[k]
-        if start is None:
+    def decay(self, member: MemberState, step: int) -> float:
+        """``member``'s learning-rate factor under ``decay_at`` at ``step``: 1 until its decay
+        began, then a cosine to ``min_lr_ratio`` over ``decay_steps`` steps."""
+        if member.decay_from is None:
             return 1.0
-        return cosine((self.global_step - start) / self.decay_steps, self.min_lr_ratio)
+        return cosine((step - member.decay_from) / self.decay_steps, self.min_lr_ratio)
 
-    def configure_optimizers(self):  # noqa: ANN201 (Lightning's union of return types)
+    def configure(self, net: nn.Module, members: Sequence[MemberState], max_steps: int) -> Any:
         """The optimizer over every member's weights (elementwise updates: each member's steps
-        are its single run's), at the members' learning rate, or at the largest of
-        ``learning_rates`` with the others scaled in ``optimizer_step``; the warmup + cosine
-        schedule to ``trainer.max_steps``, or with ``decay_at`` warmup and a constant rate (each
-        member's decay is its own, in ``member_rates``)."""
-        options = {} if self.learning_rates is None else {"lr": max(self.learning_rates)}
-        optimizer = self.optimizer_factory(self.net.parameters(), **options)
-        total = None if self.decay_at else self.trainer.max_steps
+        are its single run's), at the members' learning rate, or at the largest of theirs with
+        the others scaled in ``step``; the warmup + cosine schedule to ``max_steps``, or with
+        ``decay_at`` warmup and a constant rate (each member's decay is its own)."""
+        rates = [m.learning_rate for m in members]
+        options = {} if None in rates else {"lr": max(rates)}
+        optimizer = self.factory(net.parameters(), **options)
+        total = None if self.decay_at else max_steps
         return scheduled(optimizer, warmup_cosine(self.warmup_steps, total, self.min_lr_ratio))
 
-    def member_rates(self) -> list[float] | None:
-        """Each member's step as a fraction of the optimizer's: 0 once stopped, its learning
-        rate over the largest, times its ``decay``; None when every member takes the
+    def rates(self, members: Sequence[MemberState], step: int) -> list[float] | None:
+        """Each member's step as a fraction of the optimizer's at ``step``: 0 once stopped, its
+        learning rate over the largest, times its ``decay``; None when every member takes the
         optimizer's step. Host numbers: deciding reads nothing from the device."""
-        rates = [0.0 if s else self.decay(k) for k, s in enumerate(self.stopped)]
-        if self.learning_rates is not None:
-            top = max(self.learning_rates)
-            rates = [r * lr / top for r, lr in zip(rates, self.learning_rates, strict=True)]
+        rates = [0.0 if m.stopped else self.decay(m, step) for m in members]
+        learning_rates = [m.learning_rate for m in members]
+        if None not in learning_rates:
+            top = max(learning_rates)
+            rates = [r * lr / top for r, lr in zip(rates, learning_rates, strict=True)]
         return None if all(r == 1 for r in rates) else rates
 
-    def optimizer_step(
-        self, epoch: int, batch_idx: int, optimizer: Any, optimizer_closure: Any = None
-    ) -> None:
-        """The optimizer's step, each member's part of it scaled by ``member_rates`` (an
-        optimizer whose step is proportional to its learning rate, as SGD's, Adam's and AdamW's
-        are, thus steps member ``k`` at ``learning_rates[k]``)."""
-        rates = self.member_rates()
-        if rates is None:
-            optimizer.step(closure=optimizer_closure)
-            return
-        before = [p.detach().clone() for p in self.net.parameters()]
-        optimizer.step(closure=optimizer_closure)
-        scale_member_steps(self.net, before, rates)
-
-    def configure_gradient_clipping(
+    def step(
         self,
+        net: nn.Module,
         optimizer: torch.optim.Optimizer,
-        gradient_clip_val: float | None = None,
-        gradient_clip_algorithm: str | None = None,
+        closure: Callable[[], Any] | None,
+        members: Sequence[MemberState],
+        step: int,
     ) -> None:
-        """Clip each member's gradient by its own norm, as its single run clips it."""
-        if gradient_clip_val is None or len(self.seeds) == 1 or gradient_clip_algorithm == "value":
-            self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
+        """The optimizer's step, each member's part of it scaled by ``rates`` (an optimizer
+        whose step is proportional to its learning rate, as SGD's, Adam's and AdamW's are, thus
+        steps member ``k`` at its own learning rate)."""
+        rates = self.rates(members, step)
+        if rates is None:
+            optimizer.step(closure=closure)
             return
-        clip_member_norms(self.net, gradient_clip_val)
+        before = [p.detach().clone() for p in net.parameters()]
+        optimizer.step(closure=closure)
+        scale_member_steps(net, before, rates)
+
+    def clip(
+        self,
+        module: L.LightningModule,
+        optimizer: torch.optim.Optimizer,
+        value: float | None,
+        algorithm: str | None,
+    ) -> None:
+        """Clip the gradient of each member of ``module.net`` by its own norm at ``value``, as
+        its single run clips it (Lightning's own clipping for one member or by value)."""
+        if value is None or len(module.members) == 1 or algorithm == "value":
+            module.clip_gradients(optimizer, value, algorithm)
+            return
+        clip_member_norms(module.net, value)

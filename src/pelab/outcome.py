@@ -45,7 +45,7 @@ def scored_outcome(
     chance = eval_chance(task, "test", task.n_test, cfg.paths.cache_dir) if cfg.test else None
     return Outcome(
         task=task,
-        scores=dict(model.member_scores[member]),
+        scores=dict(model.members[member].scores),
         chance=chance,
         params=model.net.num_params(),
         model_dims=json.loads(json.dumps(asdict(model.net.dims))),  # as results.json holds it

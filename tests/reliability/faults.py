@@ -61,7 +61,7 @@ class InjectFault(Callback):
             self._fire(pl_module)
 
     def _fire(self, pl_module) -> None:
-        if self.seed is not None and self.seed not in pl_module.seeds:
+        if self.seed is not None and self.seed not in [m.seed for m in pl_module.members]:
             return
         log.warning("injecting fault %r at step %d", self.action, self.at_step)
         if self.marker:

@@ -71,7 +71,7 @@ def test_fused_and_eager_attention_score_the_same_trained_model_alike(tmp_path, 
     data = TaskData(task, 8, 1, cfg.seed, 8, cfg.paths.cache_dir)
     trainer = L.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False)
     trainer.test(model, datamodule=data, verbose=False)
-    fused = model.member_scores[0]["test"]
+    fused = model.members[0].scores["test"]
     eager = record["metrics"]["test"]
     assert {str(length) for length in fused} == set(eager)
     for length, scores in fused.items():

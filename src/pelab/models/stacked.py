@@ -12,8 +12,9 @@ view: its backward copies nothing), drawn as the namesake draws them: a plain ru
 for bit, what a network of ``torch.nn`` layers computes. An encoding with parameters gets them
 stacked too (``pelab.models.member_encodings``); each member's clipping and learning-rate step:
 ``pelab.models.member_steps``. ``select(net, members)`` runs a subset of the members (those
-still training, or those whose batches share a shape); ``member_state``/``load_member`` move one
-member's weights in a single run's checkpoint format, which a K = 1 network also loads.
+still training, or those whose batches share a shape); ``member_weights`` and
+``load_member_weights`` move one member's weights in a single run's checkpoint format, which a
+K = 1 network also loads.
 """
 
 from __future__ import annotations
@@ -251,7 +252,7 @@ def stack_members(nets: Sequence[nn.Module]) -> nn.Module:
     return net
 
 
-def member_state(net: nn.Module, k: int) -> dict[str, Tensor]:
+def member_weights(net: nn.Module, k: int) -> dict[str, Tensor]:
     """Member ``k``'s weights as a single run's ``state_dict`` (unstacked shapes)."""
     state: dict[str, Tensor] = {}
 
@@ -274,9 +275,9 @@ def member_state(net: nn.Module, k: int) -> dict[str, Tensor]:
 
 
 @torch.no_grad()
-def load_member(net: nn.Module, k: int, state: dict[str, Tensor]) -> None:
-    """Member ``k`` of ``net`` takes the weights of ``state`` (``member_state``'s format)."""
-    own = member_state(net, k)
+def load_member_weights(net: nn.Module, k: int, state: dict[str, Tensor]) -> None:
+    """Member ``k`` of ``net`` takes the weights of ``state`` (``member_weights``'s format)."""
+    own = member_weights(net, k)
     missing = sorted(set(own) - set(state))
     if missing:
         raise KeyError(f"a member's state lacks {', '.join(missing[:5])}")

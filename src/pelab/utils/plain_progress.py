@@ -61,10 +61,10 @@ def worst_in_distribution(model: L.LightningModule) -> tuple[float, int, int] | 
     worst = [
         scores["exact_match"]
         for k in members
-        for length, scores in model.member_scores[k].get("val", {}).items()
+        for length, scores in model.members[k].scores.get("val", {}).items()
         if model.task.in_distribution(length)
     ]
-    return (min(worst), len(members), len(model.member_scores)) if worst else None
+    return (min(worst), len(members), len(model.members)) if worst else None
 
 
 def progress_line(

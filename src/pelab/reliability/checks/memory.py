@@ -98,7 +98,7 @@ def floor_bytes(cfg: DictConfig, task, n: int, batch: int) -> int:
 def eval_need(cfg: DictConfig, task, model, device: str) -> int:
     """The bytes evaluating the longest length needs: measured at the configured batch when
     that is safe, else extrapolated from 1 and 2 sequences."""
-    n, batch = task.max_sequence_length(), cfg.data.eval_batch_size * len(model.seeds)
+    n, batch = task.max_sequence_length(), cfg.data.eval_batch_size * len(model.members)
     free, precision = available_bytes(device), precision_of(cfg)
     if free is None or bound_bytes(cfg, n, batch) <= free:
         return int(MARGIN * forward_peak(model, task, batch, device, precision=precision))
@@ -112,7 +112,7 @@ def longer_need(cfg: DictConfig, task, model, free: int) -> int:
     one sequence measured at three shorter lengths ``L/4, L/2, L`` (``L``: the longest whose
     bound fits in a quarter of ``free``), the quadratic through them (attention grows at most
     with the square of the length) evaluated at the longest length, times the batch."""
-    longest, batch = max(task.eval_lengths), cfg.data.eval_batch_size * len(model.seeds)
+    longest, batch = max(task.eval_lengths), cfg.data.eval_batch_size * len(model.members)
     top = 4
     while top * 2 < longest and bound_bytes(cfg, tokens(task, top * 2), 2) <= free // 4:
         top *= 2

@@ -102,7 +102,7 @@ def train_step_peak(cfg: DictConfig, task, model, device: str) -> tuple[int, int
     measured: the step changes its weights and draws from the RNG): forward and backward of each
     member's ``data.batch_size`` sequences at the longest training length, at the trainer's
     precision, then the optimizer's step; and the bytes of the optimizer's state after it."""
-    members, precision = len(model.seeds), precision_of(cfg)
+    members, precision = len(model.members), precision_of(cfg)
     generator = torch.Generator().manual_seed(0)
     prompt, answer = task.sample(members * cfg.data.batch_size, task.train_lengths[1], generator)
     prompt, answer = prompt.to(device), answer.to(device)

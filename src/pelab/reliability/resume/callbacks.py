@@ -28,8 +28,9 @@ import torch
 from lightning.pytorch.callbacks import Callback
 
 from pelab.errors import ConfigError
+from pelab.member_log import logging_step
 from pelab.metrics import selection_score
-from pelab.models.stacked import load_member, member_state
+from pelab.models.stacked import load_member_weights, member_weights
 from pelab.reliability.resume.checkpoints import (
     IDENTITY_KEY,
     SCORES_KEY,
@@ -55,7 +56,7 @@ class PerMemberState(Protocol):
 class BestCheckpoints(Callback):
     """Each member's ``best.ckpt``: its weights at its best validation by
     ``pelab.metrics.selection_score`` (ties keep the earlier), written as a single run's
-    checkpoint (unstacked weights, ``pelab.models.stacked.member_state``, each in a storage of
+    checkpoint (unstacked weights, ``pelab.models.stacked.member_weights``, each in a storage of
     its own: ``own_storage``) with its identity, its last validation scores and the per-member
     state of every callback that has one (``PerMemberState``, e.g. the criterion of
     ``LearnedStop``): what ``eval.py``, ``load_run`` and the final test read. ``paths[k]``:
@@ -91,7 +92,7 @@ class BestCheckpoints(Callback):
             return
         task = pl_module.task
         for k in pl_module.validated:
-            scores = pl_module.member_scores[k]["val"]
+            scores = pl_module.members[k].scores["val"]
             score = selection_score(scores, task.in_distribution, task.n_val)
             if self.best[k] is None or score > self.best[k]:
                 self.best[k] = score
@@ -107,10 +108,10 @@ class BestCheckpoints(Callback):
             "global_step": trainer.global_step,
             "pytorch-lightning_version": L.__version__,
             "state_dict": {
-                f"net.{key}": own_storage(v) for key, v in member_state(pl_module.net, k).items()
+                f"net.{key}": own_storage(v) for key, v in member_weights(pl_module.net, k).items()
             },
             "callbacks": callbacks,
-            SCORES_KEY: {"val": pl_module.member_scores[k]["val"]},
+            SCORES_KEY: {"val": pl_module.members[k].scores["val"]},
         }
         AtomicCheckpointIO().save_checkpoint(checkpoint, self.paths[k])
 
@@ -132,7 +133,7 @@ class BestCheckpoints(Callback):
                     "in another output directory:\n  " + "\n  ".join(changed)
                 )
             state = {key[4:]: v for key, v in checkpoint["state_dict"].items()}
-            load_member(pl_module.net, k, state)
+            load_member_weights(pl_module.net, k, state)
             tested.append(Tested(str(path), checkpoint.get("global_step")))
         return tested
 
@@ -240,7 +241,7 @@ class StopOnNonFiniteLoss(Callback):
         newly = ~torch.isfinite(loss).all() & (self.first < 0)
         self.first = torch.where(newly, trainer.global_step, self.first)
         self.loss = torch.where(newly, loss.sum(), self.loss)
-        if pl_module.logging_step(trainer.global_step - 1):
+        if logging_step(trainer, trainer.global_step - 1):
             self.check(trainer)
 
     def on_validation_start(self, trainer: L.Trainer, pl_module) -> None:
