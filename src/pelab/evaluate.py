@@ -25,23 +25,20 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import lightning as L
 from hydra.utils import get_class
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
 from pelab.assembly import build_model, build_task, data_module
 from pelab.config_files import schedule_options  # also stores eval.yaml's eval_pe_options
 from pelab.errors import ConfigError
-from pelab.eval_time import check_test_time
 from pelab.hydra_job import sweep_hydra_dir, sweep_task
-from pelab.lit_module import SequenceModel
 from pelab.outcome import scored_outcome
+from pelab.preflight import Preflight
 from pelab.record import RESULTS
 from pelab.recorder import Planned, Recorder
-from pelab.reliability.checks.memory import check_eval_memory
 from pelab.reliability.checks.validate import check_types
-from pelab.threads import check_threads, configure_threads
-from pelab.trained import load_weights, trained_sizes, training_record
+from pelab.threads import check_threads
+from pelab.trained import trained_sizes, training_record
 from pelab.trainer import make_trainer, run_loggers
 
 log = logging.getLogger(__name__)
@@ -121,19 +118,6 @@ def check_evaluation(cfg: DictConfig) -> None:
     build_model(merged, build_task(merged), trained_sizes(train_record, train_cfg))
 
 
-def evaluated_model(merged: DictConfig, sizes: dict[str, int], ckpt: Path) -> SequenceModel:
-    """The checkpoint's model, rebuilt with the evaluation's settings and checked to fit its
-    weights, threads and memory: a ``ConfigError`` here refuses the evaluation."""
-    L.seed_everything(merged.seed, workers=True)
-    task = build_task(merged)
-    model = build_model(merged, task, sizes)
-    load_weights(model, ckpt)
-    configure_threads(merged, model.net.num_params()["total"])
-    check_eval_memory(merged, task, model)
-    check_test_time(model, task, merged.data.eval_batch_size, "the evaluation")
-    return model
-
-
 def split_config(
     merged: DictConfig, train_cfg: DictConfig
 ) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -168,7 +152,8 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
         "evaluation": evaluation,
     }
     with Recorder("eval", [Planned(output_dir, choices, config, fields)]) as recorder:
-        model = evaluated_model(merged, trained_sizes(train_record, train_cfg), ckpt)
+        sizes = trained_sizes(train_record, train_cfg)
+        model = Preflight.evaluation(merged, sizes, ckpt).model  # a refusal writes no record
         recorder.started()
         notes: list[str] = []
         trainer = make_trainer(merged, run_loggers(merged, model.net.num_params(), notes))

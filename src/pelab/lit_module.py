@@ -15,7 +15,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from pelab.compiled import CompiledOrEager
-from pelab.member_log import MemberLog, logging_step
+from pelab.logging_steps import logging_step
+from pelab.member_log import MemberLog
 from pelab.member_optimization import MemberOptimization
 from pelab.member_state import MemberState, restore_members, save_members
 from pelab.metrics import SELECTION_KEY, logged_values, selection_score

@@ -23,15 +23,6 @@ log = logging.getLogger(__name__)
 DECAY_KEY = "train/lr_decay"
 
 
-def logging_step(trainer: L.Trainer | None, step: int) -> bool:
-    """Whether training step ``step`` (from 0) logs, as Lightning's loggers decide after its
-    callbacks: every ``trainer.log_every_n_steps``-th, and a step where the trainer stops
-    (``ValidateLastStep``'s last step off the interval, SIGTERM); so a member's history has its
-    single run's steps. False without a trainer."""
-    n = 0 if trainer is None else trainer.log_every_n_steps
-    return n > 0 and ((step + 1) % n == 0 or trainer.should_stop)
-
-
 class MemberLog:
     """The logging sink of ``members``: ``live`` (one member only) or buffered in each
     member's ``history``, (step, {logger key: value}) of each logged step and validation."""

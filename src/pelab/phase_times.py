@@ -2,7 +2,7 @@
 hooks, sums the seconds of each phase of this attempt of a job, and every member's record keeps
 them as ``time_split_s``:
 
-- ``startup``: from the job's start (``train.prepare``: checks, the model, the data) to its
+- ``startup``: from the job's start (``Preflight.training``: checks, the model, the data) to its
   first training step (or, with ``train=false``, to its test);
 - ``training`` (and ``steps``, how many): the training steps (each batch's forward, backward
   and optimizer step, from ``on_train_batch_start`` to ``on_train_batch_end``);

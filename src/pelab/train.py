@@ -2,33 +2,26 @@
 (``pelab.members.Job``; a plain run is K = 1) trained as one network (``pelab.lit_module``),
 each member's run leaving its own ``results.json``.
 
-``scripts/train.py`` -> ``main(cfg)`` -> ``train(job)`` -> ``fit_and_test(job)`` ->
+``scripts/train.py`` -> ``main(cfg)`` -> ``train(job)`` -> ``fit_and_test(job, ...)`` ->
 ``trainer.fit``: ``main`` is a job of the script (``hydra_job.sweep_task``: in a sweep a failure
-is recorded and the sweep goes on); ``train`` holds the job's directory and writes its records
-around ``fit_and_test`` (``pelab.recorder``), which builds everything from the config
-(``pelab.assembly``), fits the members and tests each on its best checkpoint, named in its record
-(``checkpoint``). *Train* is the verb over a job; a *run* is what each member trains and
-records."""
+is recorded and the sweep goes on); ``train`` holds the job's directory, checks and builds its
+members (``pelab.preflight.Preflight``), finds where their training starts
+(``pelab.reliability.resume.start.Resume``), both before any record is written, and writes its
+records around ``fit_and_test`` (``pelab.recorder``), which fits the members and tests each on
+its best checkpoint, named in its record (``checkpoint``). *Train* is the verb over a job; a
+*run* is what each member trains and records."""
 
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import lightning as L
-import torch
 from omegaconf import DictConfig
 
-from pelab.assembly import (
-    check_gpu_present,
-    check_training,
-    data_module,
-)
+from pelab.assembly import data_module
 from pelab.competence import LearnedStop, competence_fields
-from pelab.eval_time import check_test_time
 from pelab.hydra_job import sweep_task
 from pelab.kernels import AttentionKernels
 from pelab.lengths import no_extrapolation_note
@@ -36,101 +29,46 @@ from pelab.lit_module import SequenceModel
 from pelab.members import Job, Member
 from pelab.outcome import Outcome, scored_outcome
 from pelab.phase_times import PhaseTimes
+from pelab.preflight import Preflight
 from pelab.recorder import TrainingRecorder
-from pelab.reliability.checks.memory import check_eval_memory
 from pelab.reliability.cluster import requeue
-from pelab.reliability.resume.callbacks import BestCheckpoints, ResumeState, Tested
-from pelab.reliability.resume.checkpoints import (
-    adopt_requeue_checkpoints,
-    check_compatible,
-    identity,
-    read_checkpoint,
-    resume_path,
-    resuming_in_place,
-)
+from pelab.reliability.resume.callbacks import BestCheckpoints, Tested
 from pelab.reliability.resume.completed import completed_record
 from pelab.reliability.resume.lock import run_lock
 from pelab.reliability.resume.signals import exit_status_on_sigterm
-from pelab.sizing import built, trained_parameters
-from pelab.threads import configure_threads
+from pelab.reliability.resume.start import Resume
 from pelab.trainer import make_trainer, run_loggers
-from pelab.utils.wandb_mode import forget_run_id
 
 log = logging.getLogger(__name__)
 
 
 @dataclass
 class Fitted:
-    """A trained (and tested) job: its members' model, their criterion and notes."""
+    """A trained (and tested) job: its members' model, where its training started, their
+    criterion and notes."""
 
     model: SequenceModel
+    resume: Resume
     stop: LearnedStop | None
-    resumed_from: str | None
-    resumed_from_step: int | None = None
+    phases: PhaseTimes  # where this attempt's time went
     notes: list[str] = field(default_factory=list)
     tested: list[Tested] = field(default_factory=list)  # per member, once tested
     kernels: AttentionKernels = field(default_factory=AttentionKernels)
-    phases: PhaseTimes | None = None  # where this attempt's time went
 
 
-@dataclass
-class Prepared:
-    """A job that passed every check: its members' model and the checkpoint it resumes from."""
-
-    model: SequenceModel
-    ckpt_path: Path | None
-    ckpt_step: int | None
-    started: float = field(default_factory=time.perf_counter)  # when the job began (its startup)
-
-
-def prepare(job: Job) -> Prepared:
-    """Check every setting and build the job's members: a ``ConfigError`` here refuses the job
-    before any work. The job resumes exactly from ``resume_path`` (``ckpt_path``, or with
-    ``resume=true`` the newest checkpoint already in its output directory) once that checkpoint
-    is known to come from the same settings."""
-    started = time.perf_counter()
-    cfg = job.config
-    check_training(cfg)
-    check_gpu_present(cfg.trainer)
-    L.seed_everything(cfg.seed, workers=True)
-    torch.set_float32_matmul_precision("high")
-    task, model = built(job)
-    configure_threads(cfg, trained_parameters(job, model))
-    check_eval_memory(cfg, task, model)
-    if cfg.test:  # said before the hours of training
-        check_test_time(model, task, cfg.data.eval_batch_size)
-    adopt_requeue_checkpoints(cfg.paths.output_dir)  # before any trainer can restore one
-    ckpt_path = resume_path(cfg) if cfg.train else None
-    if cfg.train and ckpt_path is None:  # from scratch: not an earlier attempt's W&B run
-        for member in job.members:
-            forget_run_id(member.directory)
-    step = None
-    if ckpt_path is not None:
-        checkpoint = read_checkpoint(ckpt_path)
-        check_compatible(checkpoint, cfg, model, ckpt_path)
-        step = checkpoint.get("global_step")
-        log.info("resuming from step %s (checkpoint %s)", step, ckpt_path)
-    return Prepared(model, ckpt_path, step, started)
-
-
-def fit_and_test(job: Job, prepared: Prepared | None = None) -> Fitted:
-    """Fit the members (``prepare(job)`` unless ``prepared``), then test each on every
-    evaluation length with the weights of its best validation."""
-    cfg = job.config
-    prepared = prepared or prepare(job)
-    model, ckpt_path = prepared.model, prepared.ckpt_path
+def fit_and_test(job: Job, preflight: Preflight, resume: Resume) -> Fitted:
+    """Fit the members of ``preflight`` from ``resume``, then test each on every evaluation
+    length with the weights of its best validation."""
+    cfg, model = job.config, preflight.model
+    stop = None
+    if cfg.get("learned_at") is not None:
+        stop = LearnedStop(cfg.learned_at, cfg.get("learned_patience", 2), len(job.members))
+    fitted = Fitted(model, resume, stop, PhaseTimes(preflight.started))
     best = BestCheckpoints(
         [m.directory / "checkpoints" / "best.ckpt" for m in job.members],
         [m.identity for m in job.members],
     )
-    stop = None
-    if cfg.get("learned_at") is not None:
-        stop = LearnedStop(cfg.learned_at, cfg.get("learned_patience", 2), len(job.members))
-    resumed = None if ckpt_path is None else str(ckpt_path)
-    fitted = Fitted(model, stop, resumed, prepared.ckpt_step)
-    fitted.phases = PhaseTimes(prepared.started)
-    callbacks: list[L.Callback] = [best, ResumeState(identity(cfg)), fitted.kernels]
-    callbacks.append(fitted.phases)
+    callbacks: list[L.Callback] = [best, resume.state(), fitted.kernels, fitted.phases]
     callbacks += [stop] if stop is not None else []
     note = no_extrapolation_note(model.task.train_lengths, model.task.eval_lengths)
     if note and cfg.test:  # said before the hours of training, and kept in the record
@@ -142,8 +80,7 @@ def fit_and_test(job: Job, prepared: Prepared | None = None) -> Fitted:
     data = data_module(cfg, model.task, job.seeds)
     with exit_status_on_sigterm():
         if cfg.train:
-            with resuming_in_place(ckpt_path):
-                trainer.fit(model, datamodule=data, ckpt_path=ckpt_path, weights_only=True)
+            resume.fit(trainer, model, data)
         if cfg.test:
             fitted.tested = best.load_best(model)
             trainer.test(model, datamodule=data, verbose=False)
@@ -165,17 +102,17 @@ def member_outcome(fitted: Fitted, member: Member) -> Outcome:
         member=member.index,
         checkpoint=tested and tested.checkpoint,
         checkpoint_step=tested and tested.step,
-        resumed_from=fitted.resumed_from,
-        resumed_from_step=fitted.resumed_from_step,
+        resumed_from=fitted.resume.resumed_from,
+        resumed_from_step=fitted.resume.step,
         warnings=notes,
         competence=competence_fields(fitted.stop, member.index),
         attention=fitted.kernels.found,
-        time_split=fitted.phases and fitted.phases.split(),
+        time_split=fitted.phases.split(),
     )
 
 
 def train(job: Job | DictConfig) -> list[dict[str, Any]]:
-    """``fit_and_test(job)`` inside its members' run records (``pelab.recorder``), with the
+    """``fit_and_test`` inside its members' run records (``pelab.recorder``), with the
     per-length table, and ``wandb.finish()`` so the next job of a multirun opens its own W&B run.
     Returns the records, one per member: a plain run's one, or a stack's (``seeds=[...]`` and/or
     ``learning_rates=[...]``), each in ``record.member_dir``, naming its stack in ``member_of``.
@@ -203,9 +140,10 @@ def train(job: Job | DictConfig) -> list[dict[str, Any]]:
     with run_lock(job.directory, job.config.get("run_lock_wait_s") or 0):
         try:
             with TrainingRecorder(job) as recorder:
-                prepared = prepare(job)  # a refusal writes no record
+                preflight = Preflight.training(job)  # a refusal writes no record
+                resume = Resume.chosen(cfg, preflight.model, [m.directory for m in job.members])
                 recorder.started()
-                fitted = fit_and_test(job, prepared)
+                fitted = fit_and_test(job, preflight, resume)
                 return recorder.completed(lambda k: member_outcome(fitted, job.members[k]))
         finally:  # every record is written: SLURM's requeue signal is ignored from here on
             requeue.finished()

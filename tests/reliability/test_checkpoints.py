@@ -12,12 +12,8 @@ import torch
 from pelab.assembly import build_model, build_task
 from pelab.errors import ConfigError
 from pelab.reliability.resume.callbacks import BestCheckpoints
-from pelab.reliability.resume.checkpoints import (
-    AtomicCheckpointIO,
-    differences,
-    read_checkpoint,
-    resuming_in_place,
-)
+from pelab.reliability.resume.checkpoints import AtomicCheckpointIO, differences, read_checkpoint
+from pelab.reliability.resume.start import resuming_in_place
 from pelab.train import train
 from pelab.trained import load_weights
 from tests.reliability.runs import checkpoint, config, fault, killed_in_the_test, results

@@ -16,7 +16,7 @@ def test_a_resumed_run_records_its_total_wall_time_and_each_attempt(tmp_path, ca
     with pytest.raises(RuntimeError, match="injected fault at step 6"):
         train(config(tmp_path, out, *fault("raise", 6)))
     first = results(out)["wall_time_s"]
-    with caplog.at_level("INFO", logger="pelab.train"):
+    with caplog.at_level("INFO", logger="pelab.reliability.resume.start"):
         [record] = train(config(tmp_path, out))  # the same command again: resumes from last.ckpt
     assert record["resumed_from"].endswith("last.ckpt")
     assert record["resumed_from_step"] == 4  # the last validation before the fault

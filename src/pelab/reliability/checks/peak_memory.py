@@ -110,7 +110,7 @@ def train_step_peak(cfg: DictConfig, task, model, device: str) -> tuple[int, int
     weights = list(model.parameters())
     known = [*weights, *model.buffers(), prompt, answer]
     known += [positions] if positions is not None else []
-    optimizer = model.optimizer_factory(weights)
+    optimizer = model.optimization.factory(weights)
     with LiveTensorBytes(known) as counter:
         with autocast(precision, device):
             loss = model.loss(prompt, answer, positions, members).sum()

@@ -13,7 +13,7 @@ for a run started from Python), makes the signal:
   ``signals.RequeueAtStepEnd`` defers the signal to the end of a step and saves ``last.ckpt``
   there first, so the requeued job resumes from that step. No ``hpc_ckpt_N.ckpt`` is written:
   Lightning restores one it finds in the run directory before every later ``fit``/``test``
-  (issue 42; ``checkpoints.adopt_requeue_checkpoints``).
+  (issue 42; ``start.adopt_requeue_checkpoints``).
 - once ``finished()`` was called (every record of the run is written): ignored, with a log line:
   the job's work is done and a requeue would only run it again.
 

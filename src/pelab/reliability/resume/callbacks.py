@@ -28,7 +28,7 @@ import torch
 from lightning.pytorch.callbacks import Callback
 
 from pelab.errors import ConfigError
-from pelab.member_log import logging_step
+from pelab.logging_steps import logging_step
 from pelab.metrics import selection_score
 from pelab.models.stacked import load_member_weights, member_weights
 from pelab.reliability.resume.checkpoints import (

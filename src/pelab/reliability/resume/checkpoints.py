@@ -1,20 +1,15 @@
-"""Which checkpoint a run resumes from, and whether it may: checkpoints are read with
+"""Whether a checkpoint may be resumed from, and writing one safely: checkpoints are read with
 ``torch.load(weights_only=True)`` (tensors and plain containers only, never arbitrary code) and
 carry the settings that shaped their training, so one from another config is refused with the
-keys that differ."""
+keys that differ. Which checkpoint a job starts from is ``pelab.reliability.resume.start``'s."""
 
 from __future__ import annotations
 
 import inspect
-import logging
 import os
 import pickle
-import re
-import warnings
 import zipfile
 import zlib
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +21,6 @@ from torch import nn
 
 from pelab.config_files import added_defaults
 from pelab.errors import ConfigError, causes
-
-log = logging.getLogger(__name__)
 
 # The settings that determine a run's training trajectory: a checkpoint may only resume a run
 # whose values agree on every one of them (devices, loggers, paths and evaluation may change).
@@ -50,7 +43,6 @@ IDENTITY_KEY = "pelab"  # checkpoint["callbacks"]["pelab"]: the run's identity a
 ENGINE_KEY, ENGINE = "pelab_engine", 2
 MEMBERS_KEY = "pelab_members"  # the members' own state (stopped, history, decay_from)
 SCORES_KEY = "pelab_scores"  # the last validation's scores (one per member)
-HPC_CHECKPOINT = re.compile(r"hpc_ckpt_(\d+)\.ckpt")  # Lightning's (adopt_requeue_checkpoints)
 
 
 def identity(cfg: DictConfig) -> dict[str, Any]:
@@ -175,76 +167,6 @@ def check_compatible(checkpoint: dict[str, Any], cfg: DictConfig, model: nn.Modu
             + "\n  ".join(problems[:10])
             + (f"\n  ... and {len(problems) - 10} more" if len(problems) > 10 else "")
         )
-
-
-def last_checkpoint(output_dir: str | Path) -> Path:
-    """``<output_dir>/checkpoints/last.ckpt``: saved at every validation, on SIGTERM and on
-    SLURM's requeue signal; what a re-run in ``output_dir`` resumes from."""
-    return Path(output_dir) / "checkpoints" / "last.ckpt"
-
-
-def adopt_requeue_checkpoints(output_dir: str | Path) -> None:
-    """Fold Lightning's SLURM requeue checkpoints (``hpc_ckpt_N.ckpt``, written by pelab before
-    2026-11-28 or by Lightning's own requeue handler) left in ``output_dir`` into ``last.ckpt``:
-    the newest by step becomes ``last.ckpt`` when it is newer, every other is removed (an older
-    state of the same directory). Called before any trainer starts: on SLURM, Lightning restores
-    the newest ``hpc_ckpt_N`` of its ``default_root_dir`` before every ``fit``, ``validate`` or
-    ``test`` called without a checkpoint, over the weights pelab chose (issue 42: a requeued
-    run tested the weights of the signal, recorded as completed)."""
-    root = Path(output_dir)
-    found = sorted(p for p in root.glob("hpc_ckpt_*.ckpt") if HPC_CHECKPOINT.fullmatch(p.name))
-    if not found:
-        return
-    last = last_checkpoint(root)
-    steps = {p: read_checkpoint(p).get("global_step", 0) for p in found}
-    newest = max(found, key=steps.get)
-    last_step = read_checkpoint(last).get("global_step", 0) if last.is_file() else None
-    for path in found:
-        if path == newest and (last_step is None or steps[path] > last_step):
-            last.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(path, last)
-            log.info("requeue checkpoint %s (step %d) is now %s", path.name, steps[path], last)
-        else:
-            path.unlink()
-            log.info(
-                "removed requeue checkpoint %s (step %d): %s is as new",
-                path.name,
-                steps[path],
-                last,
-            )
-
-
-def resume_path(cfg: DictConfig) -> Path | None:
-    """The checkpoint this run starts from: ``ckpt_path`` as given; for ``ckpt_path=last`` or
-    (with ``resume=true``) none given, the run directory's ``last_checkpoint`` if there is one."""
-    ckpt_path = cfg.get("ckpt_path")
-    if ckpt_path not in (None, "last"):
-        return Path(ckpt_path)
-    if ckpt_path is None and not cfg.get("resume", False):
-        return None
-    last = last_checkpoint(cfg.paths.output_dir)
-    if not last.is_file():
-        if ckpt_path == "last":
-            log.warning(
-                "ckpt_path=last: no checkpoint in %s yet, training from scratch",
-                cfg.paths.output_dir,
-            )
-        return None
-    return last
-
-
-@contextmanager
-def resuming_in_place(ckpt_path: str | Path | None) -> Iterator[None]:
-    """Without Lightning's warning "Checkpoint directory <it> exists and is not empty" for the
-    directory of ``ckpt_path``, which a run resuming from its own ``last.ckpt`` finds as it
-    left it; a directory any other run finds full (one from scratch, or resuming from
-    elsewhere) is still warned about."""
-    with warnings.catch_warnings():
-        if ckpt_path is not None:
-            directory = os.path.realpath(Path(ckpt_path).parent)  # as ModelCheckpoint says it
-            message = f"Checkpoint directory {re.escape(directory)} exists and is not empty"
-            warnings.filterwarnings("ignore", message)
-        yield
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
