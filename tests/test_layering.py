@@ -18,6 +18,7 @@ ENCODING_USERS = {
     "pelab.models.attention": "calls the hooks of the encoding interface",
     "pelab.models.transformer": "builds the encoding from the model's dimensions",
     "pelab.models.encoder_decoder": "builds one encoding for the encoder, one for the decoder",
+    "pelab.models.dims": "reads the encodings' ModelDims off the network's NetDims",
     "pelab.models.stacked": "finds the encodings of a network to stack them",
     "pelab.models.form": "leaves an encoding's parameters to it and reads what it adds to tokens",
     "pelab.models.member_encodings": "stacks an encoding's parameters and runs its hooks",
@@ -36,6 +37,10 @@ MODEL_SIDE += (
     "pelab.recorder",
     "pelab.trainer",
     "pelab.evaluate",
+    "pelab.preflight",
+    "pelab.member_state",
+    "pelab.member_optimization",
+    "pelab.running_scores",
     "pelab.sizing",
     "pelab.trained",
 )
