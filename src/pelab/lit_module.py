@@ -108,9 +108,8 @@ class SequenceModel(L.LightningModule):
         return torch.stack(list(losses.values())).sum()
 
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
-        """At a ``logging_step`` only, the step's losses (read on the host) and, under
-        ``decay_at``, each member's decay: live to the loggers, or to each member's history;
-        the other steps queue their work on the device and go on."""
+        """At a ``logging_step`` only, the step's losses (read on the host) and each member's
+        decay (``decay_at``), to the loggers or histories; other steps read nothing."""
         step = self.global_step - 1  # the optimizer has stepped
         if not logging_step(self._trainer, step):
             return

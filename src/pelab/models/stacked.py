@@ -12,9 +12,8 @@ view: its backward copies nothing), drawn as the namesake draws them: a plain ru
 for bit, what a network of ``torch.nn`` layers computes. An encoding with parameters gets them
 stacked too (``pelab.models.member_encodings``); each member's clipping and learning-rate step:
 ``pelab.models.member_steps``. ``select(net, members)`` runs a subset of the members (those
-still training, or those whose batches share a shape); ``member_weights`` and
-``load_member_weights`` move one member's weights in a single run's checkpoint format, which a
-K = 1 network also loads.
+still training, or those whose batches share a shape); ``member_weights``/``load_member_weights``
+move one member's weights in a single run's checkpoint format, which a K = 1 network loads.
 """
 
 from __future__ import annotations
