@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from scipy import stats as scipy_stats
 
-from pelab.analysis import reference
+from pelab.analysis import reference, reference_tables
 from pelab.analysis.frames import lengths_frame, runs_frame
 from pelab.analysis.sequential import LOOKS, sequential_test, shares, verdicts, welch_difference
 from pelab.analysis.table import ablation
@@ -58,8 +58,8 @@ def test_each_row_is_compared_with_the_reference_by_welch_at_the_first_look_and_
     interval = test.confidence_interval(confidence_level=1 - level)
     assert (ood.loc["a", "low"], ood.loc["a", "high"]) == pytest.approx(interval)
     assert ood.loc["a", "confidence"] == pytest.approx(1 - level)
-    assert reference.comparison_text(ood.loc["a"]).endswith("(Holm over 2) ✓")
-    assert "seeds decide" in reference.comparison_text(ood.loc["b"])
+    assert reference_tables.comparison_text(ood.loc["a"]).endswith("(Holm over 2) ✓")
+    assert "seeds decide" in reference_tables.comparison_text(ood.loc["b"])
 
 
 def test_a_declared_family_adjusts_over_its_own_comparisons_only():
@@ -74,7 +74,9 @@ def test_a_declared_family_adjusts_over_its_own_comparisons_only():
 def test_the_table_is_written_with_its_family_and_count_of_decided_comparisons(tmp_path):
     table, _ = compared()
     rows = ["pe"]
-    written = reference.write(table, rows, {"pe": "rope"}, "exact_match", tmp_path, "every row")
+    written = reference_tables.write(
+        table, rows, {"pe": "rope"}, "exact_match", tmp_path, "every row"
+    )
     text = written[0].read_text()
     assert "| rope | reference | reference |" in re.sub(" +", " ", text)
     assert "1 of 4 comparisons decided" in text  # a and b, ID and OOD; only a OOD decides
@@ -104,7 +106,7 @@ def test_a_reference_row_the_table_lacks_or_cannot_single_out_is_refused():
     "value, text", [(0.123, "+12.3"), (-0.0004, "-0.04"), (0.0, "+0.0"), (-0.25, "-25.0")]
 )
 def test_a_bound_near_zero_keeps_its_sign_and_digits(value, text):
-    assert reference.points(value) == text
+    assert reference_tables.points(value) == text
 
 
 def test_a_look_compares_the_first_seeds_never_a_later_one_in_place_of_a_missing_one():

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pelab.analysis import baseline, null_simulation, reference
+from pelab.analysis import baseline, null_simulation, reference, reference_tables
 from pelab.analysis.collect import load_records
 from pelab.analysis.frames import lengths_frame, runs_frame
 from pelab.analysis.html_report import write_html
@@ -106,7 +106,7 @@ def test_every_printed_interval_excludes_zero_exactly_where_the_comparison_is_de
     assert (excludes == tested["decided"]).all()
     assert ((tested["p_holm"] < ALPHA) == tested["decided"]).all()
     for metric in ("exact_match", "token_acc"):
-        written = reference.write(compared, whole.rows, wanted, metric, tmp_path, family)
+        written = reference_tables.write(compared, whole.rows, wanted, metric, tmp_path, family)
         mine = compared[compared["metric"] == metric]
         page = write_html(whole, records, [], tmp_path, (mine, whole.rows, wanted, family))
         csv = pd.read_csv(written[2])
@@ -118,7 +118,11 @@ def test_every_printed_interval_excludes_zero_exactly_where_the_comparison_is_de
             for low, high, p, decided in cells:
                 assert (low > 0 or high < 0) == decided, (low, high, p, decided)
                 assert (p < ALPHA) == decided, (low, high, p, decided)
-        cells = compact(written[1].read_text().replace(reference.LATEX_DECIDED, reference.DECIDED))
+        cells = compact(
+            written[1]
+            .read_text()
+            .replace(reference_tables.LATEX_DECIDED, reference_tables.DECIDED)
+        )
         assert len(cells) == int(mine["diff"].notna().sum()) and any(d for *_, d in cells)
         assert all((low > 0 or high < 0) == decided for low, high, decided in cells)
 
@@ -126,7 +130,7 @@ def test_every_printed_interval_excludes_zero_exactly_where_the_comparison_is_de
 def test_a_table_says_over_how_many_comparisons_each_p_was_adjusted(shipped, tmp_path):
     _, whole = shipped
     compared, wanted, family = comparisons(whole, asked("pe=rope", "pe=alibi,dape"), {})
-    text = reference.markdown(
+    text = reference_tables.markdown(
         compared[compared["metric"] == "token_acc"], whole.rows, wanted, family
     )
     assert "(Holm over 2)" in text and "The family, per column: pe=alibi,dape vs the" in text

@@ -17,7 +17,7 @@ from typing import Any
 import pandas as pd
 
 from pelab import provenance
-from pelab.analysis import reference
+from pelab.analysis import reference_tables
 from pelab.analysis.cells import column_header, column_notes, metric_name, pivot
 from pelab.analysis.render import LEGEND, LOOKS_NOTE, not_completed
 from pelab.analysis.table import Ablation
@@ -146,11 +146,11 @@ def write_html(
     if versus is not None:
         compared, rows, wanted, family = versus
         name = ", ".join(f"{k}={v}" for k, v in wanted.items())
-        table = reference.layout(compared, rows).map(html.escape).reset_index()
+        table = reference_tables.layout(compared, rows).map(html.escape).reset_index()
         parts += [
             f"<h2>Against the reference ({html.escape(name)})</h2>",
             table.to_html(escape=False, index=False),
-            f"<p>{html.escape(reference.caption(compared, wanted, family))}</p>",
+            f"<p>{html.escape(reference_tables.caption(compared, wanted, family))}</p>",
         ]
     for figure in figures:
         if figure.suffix == ".png":

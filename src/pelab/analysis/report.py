@@ -43,7 +43,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from pelab.analysis import add_seeds, baseline, looks, reference, summary
+from pelab.analysis import add_seeds, baseline, looks, reference, reference_tables, summary
 from pelab.analysis.browse import run_list
 from pelab.analysis.collect import (
     WANDB_PREFIX,
@@ -264,7 +264,7 @@ def tables_and_figures(
     versus = None
     if compared is not None:
         table, wanted, family = compared
-        written += reference.write(
+        written += reference_tables.write(
             table, whole.rows, wanted, result.metric, out, family, args.tex_span, dict(args.label)
         )
         mine = table[table["metric"] == result.metric]
