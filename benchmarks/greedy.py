@@ -10,6 +10,7 @@ import torch
 
 from benchmarks.common import Setup, seconds_per_call
 from pelab.model_kinds import DecoderKind
+from pelab.models.dims import NetDims
 from pelab.models.transformer import Transformer
 from pelab.pe import PE_REGISTRY
 from pelab.positions import contiguous
@@ -27,7 +28,8 @@ def greedy_eval_times(quick: bool) -> dict[str, dict]:
     lengths, batch = ((8, 32), 16) if quick else (GREEDY_LENGTHS, 256)
     torch.manual_seed(0)
     longest = 2 * max(lengths) + 2
-    net = Transformer(35, longest, True, partial(PE_REGISTRY["rope"]), d_model=64, n_layers=2)
+    dims = NetDims(vocab_size=35, max_len=longest, d_model=64, n_layers=2)
+    net = Transformer(dims, partial(PE_REGISTRY["rope"]), causal=True)
     net.eval()
     rows: dict[str, dict] = {}
     seconds: dict[int, dict[str, float]] = {}  # unrounded, for the growth

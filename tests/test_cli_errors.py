@@ -6,7 +6,7 @@ from hydra.errors import MissingConfigException
 
 from pelab.cli import user_message
 from pelab.errors import ConfigError
-from pelab.models.transformer import check_sizes
+from pelab.models.dims import check_sizes
 from tests.test_cli import cli
 
 

@@ -19,6 +19,7 @@ from pelab.data.datamodule import TaskData
 from pelab.errors import ConfigError
 from pelab.lit_module import SequenceModel
 from pelab.model_kinds import get_model_kind
+from pelab.models.dims import NetDims
 from pelab.models.encoder_decoder import EncoderDecoder
 from pelab.models.stacked import stack_members
 from pelab.models.transformer import Transformer
@@ -65,19 +66,15 @@ def build_members(
         "train_max_len": task.max_train_sequence_length(),
     }
     check_digit_tokens(cfg, task)
-    # called outside Hydra, so configuration errors reach the user unwrapped
-    build_net = instantiate(cfg.model.net, _partial_=True)
+    network: type[Transformer | EncoderDecoder] = get_class(cfg.model.net._target_)
+    net = net_dims(cfg, task, sizes)
 
     def member(seed: int) -> Transformer | EncoderDecoder:
         L.seed_everything(seed, workers=True, verbose=False)  # as its single run is seeded
-        return build_net(
-            vocab_size=task.vocab_size,
-            max_len=sizes["max_len"],
-            train_max_len=sizes["train_max_len"],
+        return network(
+            net,
             pe=build_encoding(cfg),
-            position_dims=task.position_dims,
-            digit_tokens=task.digit_tokens,
-            **({"layered_positions": True} if positions.layered else {}),
+            layered_positions=positions.layered,
             **kind.net_options,  # the model kind's structure, e.g. causal or not
         )
 
@@ -94,6 +91,20 @@ def build_members(
         learning_rates=None if len(set(rates)) == 1 else rates,
         live=live,
         **cfg.model.schedule,
+    )
+
+
+def net_dims(cfg: DictConfig, task: Task, sizes: dict[str, int]) -> NetDims:
+    """The network's ``NetDims``: ``model.net``'s options (its flat keys, as records keep them),
+    the task's vocabulary, position coordinates and digits, and the lengths ``sizes``."""
+    options = OmegaConf.to_container(cfg.model.net, resolve=True)
+    return NetDims(
+        **{k: v for k, v in options.items() if not k.startswith("_")},
+        vocab_size=task.vocab_size,
+        max_len=sizes["max_len"],
+        train_max_len=sizes["train_max_len"],
+        position_dims=task.position_dims,
+        digit_tokens=task.digit_tokens,
     )
 
 

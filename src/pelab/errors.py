@@ -1,13 +1,22 @@
 """The errors a user can act on: ``ConfigError`` for bad input (every module imports it from
-here), and ``storage_fault`` for a disk that refuses a write."""
+here), the refusal of a value its ``Literal`` type does not list (``not_a_choice``, checked for
+a constructor by ``choices_checked``), and ``storage_fault`` for a disk that refuses a write."""
 
 from __future__ import annotations
 
 import errno
+import functools
+import inspect
 import math
 import os
 import shutil
-from collections.abc import Iterator
+import sys
+import types
+import typing
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any, TypeVar
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 STORAGE_FAULTS = {
     errno.ENOSPC: "no space left on device (disk full)",
@@ -22,6 +31,80 @@ STORAGE_FAULTS = {
 class ConfigError(ValueError):
     """A configuration that cannot work, reported before any training starts: the message names
     the bad value and the valid choices."""
+
+
+def not_a_choice(key: str, value: Any, choices: Iterable[Any]) -> ConfigError:
+    """``pe.layout='spiral' is not a choice; valid choices: interleaved, concat`` (choices as
+    YAML writes them: ``null``, ``true``)."""
+    words = ", ".join(
+        "null" if c is None else str(c).lower() if isinstance(c, bool) else str(c) for c in choices
+    )
+    return ConfigError(f"{key}={value!r} is not a choice; valid choices: {words}")
+
+
+def literal_choices(hint: Any) -> tuple[Any, ...]:
+    """The values a ``Literal[...]`` type lists (of ``Literal[...] | None``: and None); () for
+    any other type."""
+    origin = typing.get_origin(hint)
+    if origin is typing.Literal:
+        return typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        parts = [(None,) if a is type(None) else literal_choices(a) for a in typing.get_args(hint)]
+        if all(parts):
+            return tuple(c for part in parts for c in part)
+    return ()
+
+
+def check_choices(owner: Callable[..., Any], section: str, values: Mapping[str, Any]) -> None:
+    """``not_a_choice`` (named ``<section>.<name>``) for the first of ``values`` whose
+    ``Literal`` annotation in ``owner`` (a function, or a dataclass's fields) does not list it."""
+    for name, valid in _literal_annotations(owner).items():
+        if name in values and values[name] not in valid:
+            raise not_a_choice(f"{section}.{name}", values[name], valid)
+
+
+def choices_checked(section: str) -> Callable[[F], F]:
+    """A decorator: the function (a constructor) refuses an argument that its ``Literal``
+    annotation does not list before its body runs (``check_choices``). A registered encoding's
+    or task's constructor has it from its registration (``register_pe``, ``register_task``); a
+    config meets the same annotations earlier, before anything is built
+    (``pelab.reliability.checks.validate``)."""
+
+    def decorate(function: F) -> F:
+        @functools.wraps(function)
+        def checked(*args: Any, **kwargs: Any) -> Any:
+            if _literal_annotations(function):
+                try:
+                    bound = inspect.signature(function).bind(*args, **kwargs)
+                except TypeError:
+                    pass  # a call the function itself refuses, as Python words it
+                else:
+                    check_choices(function, section, bound.arguments)
+            return function(*args, **kwargs)
+
+        return typing.cast(F, checked)
+
+    return decorate
+
+
+@functools.cache
+def _literal_annotations(owner: Callable[..., Any]) -> dict[str, tuple[Any, ...]]:
+    """``owner``'s names annotated with a ``Literal`` type, and the values each lists (read when
+    first needed: the module has defined its names by then; one that does not evaluate is
+    skipped)."""
+    namespace = getattr(inspect.unwrap(owner), "__globals__", None)
+    if namespace is None:
+        namespace = vars(sys.modules[owner.__module__])
+    found = {}
+    for name, annotation in inspect.get_annotations(owner).items():
+        if isinstance(annotation, str):
+            try:
+                annotation = eval(annotation, namespace)  # as typing.get_type_hints does
+            except Exception:
+                continue
+        if valid := literal_choices(annotation):
+            found[name] = valid
+    return found
 
 
 def storage_fault(error: BaseException) -> str | None:

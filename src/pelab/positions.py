@@ -20,7 +20,7 @@ import torch
 from torch import Tensor
 
 from pelab.devices import to_device
-from pelab.errors import ConfigError
+from pelab.errors import ConfigError, choices_checked
 
 
 @dataclass(eq=False)
@@ -181,6 +181,7 @@ class RandomizedPositions(PositionSampler):
     ignores them.
     """
 
+    @choices_checked("positions")
     def __init__(
         self,
         max_position: int = 2048,
@@ -189,12 +190,6 @@ class RandomizedPositions(PositionSampler):
     ) -> None:
         if max_position < 1:
             raise ConfigError(f"positions.max_position must be >= 1, got {max_position}")
-        for key, value, valid in (
-            ("per", per, ("sequence", "batch")),
-            ("layers", layers, ("shared", "each")),
-        ):
-            if value not in valid:
-                raise ConfigError(f"positions.{key}={value!r} is not a choice; valid: {valid}")
         self.max_position, self.per = max_position, per
         self.layered, self.draws = layers == "each", 1
 

@@ -54,7 +54,8 @@ def test_batches_are_a_pure_function_of_seed_and_step(copy_task):
 
 @pytest.mark.parametrize("make", [TrainBatches, TaskData])
 def test_an_unknown_length_sampling_is_a_clear_error(copy_task, make):
-    with pytest.raises(ConfigError, match="length_sampling='lengths'; valid choices: uniform"):
+    message = "data.length_sampling='lengths' is not a choice; valid choices: uniform, tokens"
+    with pytest.raises(ConfigError, match=message):
         make(copy_task, 4, 20, 0, length_sampling="lengths")
 
 

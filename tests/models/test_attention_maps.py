@@ -6,6 +6,7 @@ import torch
 
 from pelab.models.attention import Attention
 from pelab.models.attention_maps import attention_maps
+from pelab.models.dims import NetDims
 from pelab.models.encoder_decoder import EncoderDecoder
 from pelab.models.transformer import Transformer
 from pelab.pe import PE_REGISTRY
@@ -111,7 +112,8 @@ def test_every_call_is_recorded_in_order_while_decoding_with_a_cache():
 
 def test_an_encoder_decoder_records_its_encoder_decoder_and_cross_attention():
     torch.manual_seed(0)
-    net = EncoderDecoder(12, 16, PE_REGISTRY["t5_bias"], d_model=16, n_heads=2, n_layers=2)
+    dims = NetDims(vocab_size=12, max_len=16, d_model=16, n_heads=2, n_layers=2)
+    net = EncoderDecoder(dims, PE_REGISTRY["t5_bias"])
     source, target = torch.randint(0, 12, (2, 7)), torch.randint(0, 12, (2, 5))
     with torch.no_grad(), attention_maps(net.eval()) as maps:
         net(source, target)
@@ -130,7 +132,8 @@ def test_an_encoder_decoder_records_its_encoder_decoder_and_cross_attention():
 
 
 def test_the_kernel_comes_back_even_when_the_forward_fails():
-    net = Transformer(12, 16, True, partial(PE_REGISTRY["rope"]), d_model=16, n_heads=2)
+    dims = NetDims(vocab_size=12, max_len=16, d_model=16, n_heads=2)
+    net = Transformer(dims, partial(PE_REGISTRY["rope"]), causal=True)
     with pytest.raises(IndexError), attention_maps(net):
         net(torch.tensor([[99]]))  # token id out of the vocabulary
     assert all(block.attn.attend == block.attn.attend_fused for block in net.blocks)

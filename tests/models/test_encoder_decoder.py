@@ -9,6 +9,7 @@ import torch
 
 from pelab.errors import ConfigError
 from pelab.model_kinds import EncoderDecoderKind, greedy
+from pelab.models.dims import NetDims
 from pelab.models.encoder_decoder import EncoderDecoder
 from pelab.models.transformer import Memory
 from pelab.pe import PE_REGISTRY
@@ -19,10 +20,10 @@ VOCAB = 12
 FAMILIES = ["none", "sinusoidal", "rope", "t5_bias", "shaw", "urpe"]
 
 
-def build(name: str, **kwargs) -> EncoderDecoder:
-    args = dict(vocab_size=VOCAB, max_len=32, pe=partial(PE_REGISTRY[name]), d_model=16, n_heads=2)
+def build(name: str, **sizes) -> EncoderDecoder:
+    dims = NetDims(**{**dict(vocab_size=VOCAB, max_len=32, d_model=16, n_heads=2), **sizes})
     torch.manual_seed(0)
-    net = EncoderDecoder(**{**args, **kwargs})
+    net = EncoderDecoder(dims, partial(PE_REGISTRY[name]))
     for p in net.parameters():  # large weights: sharp attention, positions visibly matter
         if p.dim() > 1:
             torch.nn.init.normal_(p, std=1.0)

@@ -10,6 +10,7 @@ import torch.nn.functional as F
 
 from pelab.assembly import build_model, build_task
 from pelab.errors import ConfigError
+from pelab.models.dims import NetDims
 from pelab.models.encoder_decoder import EncoderDecoder
 from pelab.models.form import Form
 from pelab.models.transformer import Transformer
@@ -72,27 +73,35 @@ def rpe_rotary(x: torch.Tensor) -> torch.Tensor:
     return x * angles.cos() + rotated * angles.sin()
 
 
+SMALL = dict(vocab_size=10, max_len=20, d_model=16, n_heads=2)
+
+
+def encoder(pe, vocab_size: int = 12, max_len: int = 40, **sizes) -> Transformer:
+    """A bidirectional Transformer of ``pe`` (``sizes``: ``NetDims``'s)."""
+    return Transformer(NetDims(vocab_size=vocab_size, max_len=max_len, **sizes), pe, causal=False)
+
+
 def sinusoidal(dims):
     return SinusoidalPE(dims, layout="concat")
 
 
 def test_the_rpe_form_computes_the_rpe_codes_encoder():
     torch.manual_seed(0)
-    net = Transformer(12, 40, False, sinusoidal, d_model=32, n_heads=4, n_layers=3, form=RPE)
+    net = encoder(sinusoidal, d_model=32, n_heads=4, n_layers=3, form=RPE)
     for p in net.parameters():  # every weight away from its start, biases and gains included
         p.data += 0.1 * torch.randn_like(p)
     tokens = torch.randint(0, 12, (3, 9))
     positions = torch.tensor([[0, 3, 4, 9, 11, 20, 21, 30, 39]])
     expected = rpe_encoder(net, tokens, positions)
     torch.testing.assert_close(net.eval()(tokens, positions), expected, rtol=1e-5, atol=1e-5)
-    pre = Transformer(12, 40, False, sinusoidal, d_model=32, n_heads=4, n_layers=3)
+    pre = encoder(sinusoidal, d_model=32, n_heads=4, n_layers=3)
     pre.load_state_dict(net.state_dict(), strict=False)  # pelab's form on the same weights
     assert not torch.allclose(pre.eval()(tokens, positions), expected, atol=1e-2)
 
 
 def test_the_rpe_form_has_the_rpe_codes_parameters_and_start():
     torch.manual_seed(0)
-    net = Transformer(10, 40, False, NoPE, d_model=64, n_heads=8, n_layers=2, form=RPE)
+    net = encoder(NoPE, vocab_size=10, d_model=64, n_heads=8, n_layers=2, form=RPE)
     params = dict(net.named_parameters())
     assert "head.bias" in params and not any(k.startswith("norm.") for k in params)
     for name, p in params.items():
@@ -107,7 +116,7 @@ def test_the_rpe_form_has_the_rpe_codes_parameters_and_start():
         assert p.abs().max() <= bound + 1e-7, name
         assert abs(p.std().item() - spread) < 0.15 * spread, name
     assert isinstance(net.blocks[0].mlp.net[1], torch.nn.ReLU)
-    default = Transformer(10, 40, False, NoPE, d_model=64, n_heads=8, n_layers=2)
+    default = encoder(NoPE, vocab_size=10, d_model=64, n_heads=8, n_layers=2)
     assert "head.bias" not in dict(default.named_parameters())
     assert isinstance(default.blocks[0].mlp.net[1], torch.nn.GELU)
     assert abs(default.tok_emb.weight.std().item() - 1.0) < 0.05  # pelab's N(0, 1) table
@@ -115,16 +124,9 @@ def test_the_rpe_form_has_the_rpe_codes_parameters_and_start():
 
 def test_the_rpe_embedding_scales_tokens_and_drops_out_only_an_added_encoding():
     def net(pe, **form):
-        return Transformer(
-            10,
-            40,
-            False,
-            pe,
-            d_model=16,
-            n_heads=2,
-            n_layers=1,
-            dropout=0.5,
-            form=dict(embedding="rpe", **form),
+        form = dict(embedding="rpe", **form)
+        return encoder(
+            pe, vocab_size=10, d_model=16, n_heads=2, n_layers=1, dropout=0.5, form=form
         )
 
     assert net(sinusoidal).drop_embedded.p == 0.5
@@ -134,12 +136,14 @@ def test_the_rpe_embedding_scales_tokens_and_drops_out_only_an_added_encoding():
         net(RotaryPE).drop_embedded.p == 0.0
     )  # the RPE code adds nothing there, so drops nothing
     assert net(RotaryPE).token_factor == 4.0
-    table = Transformer(10, 40, False, RotaryPE, d_model=16, n_heads=2, n_layers=1, dropout=0.5)
+    table = encoder(RotaryPE, vocab_size=10, d_model=16, n_heads=2, n_layers=1, dropout=0.5)
     assert table.token_factor == 1.0 and table.drop_embedded.p == 0.0
 
 
 def test_a_bad_form_is_refused_naming_the_key_and_its_choices():
-    with pytest.raises(ConfigError, match=r"form.norm='middle' is not a choice; valid: \['pre'"):
+    with pytest.raises(
+        ConfigError, match="form.norm='middle' is not a choice; valid choices: pre, "
+    ):
         Form.of({"norm": "middle"})
     with pytest.raises(ConfigError, match="form.final_norm='no'"):
         Form.of({"final_norm": "no"})
@@ -147,25 +151,24 @@ def test_a_bad_form_is_refused_naming_the_key_and_its_choices():
         Form.of({"bias": True})
     scaled = lambda dims: SinusoidalPE(dims, token_scale="sqrt_d_model")  # noqa: E731
     with pytest.raises(ConfigError, match="pe.token_scale=sqrt_d_model would do it twice"):
-        Transformer(10, 40, False, scaled, d_model=16, n_heads=2, form={"embedding": "rpe"})
+        encoder(scaled, vocab_size=10, d_model=16, n_heads=2, form={"embedding": "rpe"})
 
 
 def test_the_encoder_decoder_takes_the_form_too():
     torch.manual_seed(0)
-    net = EncoderDecoder(10, 20, NoPE, d_model=16, n_heads=2, n_layers=1, form=RPE)
+    net = EncoderDecoder(NetDims(**SMALL, n_layers=1, form=RPE), NoPE)
     params = dict(net.named_parameters())
     assert "head.bias" in params and not any(".norm." in k for k in params)
     assert net.decoder.blocks[0].post_norm and net.token_factor == 4.0
     assert net(torch.randint(0, 10, (2, 5)), torch.randint(0, 10, (2, 3))).shape == (2, 3, 10)
     with pytest.raises(ConfigError, match="positions.layers=shared"):
-        EncoderDecoder(10, 20, NoPE, d_model=16, n_heads=2, layered_positions=True)
+        EncoderDecoder(NetDims(**SMALL), NoPE, layered_positions=True)
 
 
 def test_each_layer_reads_its_own_draw_of_positions():
     torch.manual_seed(0)
-    net = Transformer(
-        10, 64, False, sinusoidal, d_model=16, n_heads=2, n_layers=3, layered_positions=True
-    )
+    dims = NetDims(vocab_size=10, max_len=64, d_model=16, n_heads=2, n_layers=3)
+    net = Transformer(dims, sinusoidal, causal=False, layered_positions=True)
     draws = RandomizedPositions(64, per="batch", layers="each").for_layers(3)
     positions = draws(4, 3, 3, torch.Generator().manual_seed(0))  # [1, 8, 4]
     assert positions.shape == (1, 8, 4)
@@ -181,7 +184,8 @@ def test_each_layer_reads_its_own_draw_of_positions():
     with pytest.raises(ConfigError, match=r"reads positions \[b, n, 4\]"):
         net(torch.randint(0, 10, (4, 8)), positions[..., :2])
     with pytest.raises(ConfigError, match="a decoder draws them once"):
-        Transformer(10, 64, True, NoPE, d_model=16, n_heads=2, layered_positions=True)
+        dims = NetDims(vocab_size=10, max_len=64, d_model=16, n_heads=2)
+        Transformer(dims, NoPE, causal=True, layered_positions=True)
     assert Positions.of(None, 3, layered=True).layered is False  # contiguous: one draw for all
 
 
@@ -209,7 +213,7 @@ def test_the_rpe_preset_trains_a_stack_with_positions_per_batch_and_layer(tiny_c
 
 def test_the_rpe_form_with_rope_computes_the_rpe_codes_rotary_encoder():
     torch.manual_seed(1)
-    net = Transformer(12, 40, False, RotaryPE, d_model=32, n_heads=4, n_layers=2, form=RPE)
+    net = encoder(RotaryPE, d_model=32, n_heads=4, n_layers=2, form=RPE)
     for p in net.parameters():
         p.data += 0.1 * torch.randn_like(p)
     tokens = torch.randint(0, 12, (3, 9))

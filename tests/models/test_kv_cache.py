@@ -8,6 +8,7 @@ import torch
 
 from pelab.model_kinds import DecoderKind, EncoderDecoderKind, _note_full_forwards
 from pelab.models.cache import KVCache, LayerCache
+from pelab.models.dims import NetDims
 from pelab.models.encoder_decoder import EncoderDecoder
 from pelab.models.transformer import Transformer
 from pelab.pe import PE_REGISTRY
@@ -36,17 +37,17 @@ def position_dims(name: str) -> int:
 
 def decoder(name: str, **options) -> Transformer:
     factory = partial(PE_REGISTRY[name], **options)
-    net = Transformer(
-        VOCAB, MAX_LEN, True, factory, d_model=16, n_heads=2, position_dims=position_dims(name)
-    )
-    return sharpened(net)
+    return sharpened(Transformer(small(name), factory, causal=True))
 
 
 def encoder_decoder(name: str) -> EncoderDecoder:
-    net = EncoderDecoder(
-        VOCAB, MAX_LEN, PE_REGISTRY[name], d_model=16, n_heads=2, position_dims=position_dims(name)
-    )
-    return sharpened(net)
+    return sharpened(EncoderDecoder(small(name), PE_REGISTRY[name]))
+
+
+def small(name: str) -> NetDims:
+    """2 heads of 8 dims, positions of the encoding's coordinates."""
+    sizes = dict(vocab_size=VOCAB, max_len=MAX_LEN, d_model=16, n_heads=2)
+    return NetDims(**sizes, position_dims=position_dims(name))
 
 
 def positions(name: str, batch: int, n: int, randomized: bool) -> torch.Tensor:
@@ -175,7 +176,7 @@ def test_an_encoding_without_cache_support_falls_back_to_full_forwards(caplog):
 
 
 def test_an_encoder_offers_no_cache():
-    net = Transformer(VOCAB, MAX_LEN, False, PE_REGISTRY["rope"], d_model=16, n_heads=2)
+    net = Transformer(small("rope"), PE_REGISTRY["rope"], causal=False)
     assert not net.supports_kv_cache
 
 

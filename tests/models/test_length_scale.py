@@ -9,6 +9,7 @@ import torch
 
 from pelab.errors import ConfigError
 from pelab.models.attention import Attention
+from pelab.models.dims import NetDims
 from pelab.models.length_scale import LengthScale, keys_seen
 from pelab.models.stacked import stack_members
 from pelab.models.transformer import Transformer
@@ -56,18 +57,19 @@ def test_ssmax_learns_a_scale_per_head_starting_at_logn():
 
 
 def test_an_unknown_scale_names_the_valid_choices():
-    with pytest.raises(ConfigError, match="valid choices: none, logn, ssmax"):
-        LengthScale("ssmx", 2, 8)
+    message = "model.net.attn_scale='ssmx' is not a choice; valid choices: none, logn, ssmax"
+    with pytest.raises(ConfigError, match=message):
+        NetDims(vocab_size=12, max_len=64, d_model=16, n_heads=2, attn_scale="ssmx")
 
 
 def scaled_decoder(name: str, scale: str, impl: str = "auto") -> Transformer:
     factory = partial(PE_REGISTRY[name])
     torch.manual_seed(0)  # the encoding's own parameters (sharpened draws the matrices)
-    net = Transformer(
-        12, 64, True, factory, d_model=16, n_heads=2, attn_impl=impl,
+    dims = NetDims(
+        vocab_size=12, max_len=64, d_model=16, n_heads=2, attn_impl=impl,
         position_dims=position_dims(name), train_max_len=8, attn_scale=scale, digit_tokens=DIGITS,
     )  # fmt: skip
-    return sharpened(net)
+    return sharpened(Transformer(dims, factory, causal=True))
 
 
 @pytest.mark.parametrize(("scale", "names"), [("ssmax", ONE_D), ("logn", ["rope", "alibi"])])

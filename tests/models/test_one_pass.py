@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from pelab.model_kinds import BareEncoderKind, DecoderKind, EncoderDecoderKind, EncoderKind
+from pelab.models.dims import NetDims
 from pelab.models.encoder_decoder import EncoderDecoder
 from pelab.models.transformer import Transformer
 from pelab.pe import PE_REGISTRY
@@ -34,8 +35,7 @@ N, M = 5, 6  # prompt and answer tokens
 def transformer(name: str, causal: bool = True, factory=None, **options) -> Transformer:
     """A 2-layer model of ``pe=name`` (``DIGITS`` its digit tokens, for pe=abacus)."""
     factory = factory or partial(PE_REGISTRY[name], **options)
-    dims = {"d_model": 16, "n_heads": 2, "position_dims": position_dims(name)}
-    return sharpened(Transformer(VOCAB, MAX_LEN, causal, factory, digit_tokens=DIGITS, **dims))
+    return sharpened(Transformer(small(name), factory, causal))
 
 
 def decoder(name: str, **options) -> Transformer:
@@ -47,9 +47,18 @@ def encoder(name: str) -> Transformer:
 
 
 def encoder_decoder(name: str) -> EncoderDecoder:
-    dims = {"d_model": 16, "n_heads": 2, "position_dims": position_dims(name)}
-    return sharpened(
-        EncoderDecoder(VOCAB, MAX_LEN, PE_REGISTRY[name], digit_tokens=DIGITS, **dims)
+    return sharpened(EncoderDecoder(small(name), PE_REGISTRY[name]))
+
+
+def small(name: str) -> NetDims:
+    """2 heads of 8 dims (``DIGITS`` its digit tokens, for pe=abacus)."""
+    return NetDims(
+        vocab_size=VOCAB,
+        max_len=MAX_LEN,
+        d_model=16,
+        n_heads=2,
+        position_dims=position_dims(name),
+        digit_tokens=DIGITS,
     )
 
 

@@ -4,6 +4,7 @@ from collections.abc import Callable
 
 import torch
 
+from pelab.models.dims import NetDims
 from pelab.models.transformer import Transformer
 from pelab.pe import ModelDims, PositionalEncoding
 
@@ -22,17 +23,16 @@ def sharp_net(
     """A 2-head model over 12 tokens (``DIGITS`` among them) in eval mode, seeded, with weights
     drawn large (std 0.5) so attention is sharp and positions visibly matter."""
     torch.manual_seed(0)
-    net = Transformer(
+    dims = NetDims(
         vocab_size=12,
         max_len=max_len,
-        causal=causal,
-        pe=pe,
         d_model=d_model,
         n_heads=2,
         n_layers=n_layers,
         attn_impl=impl,
         digit_tokens=DIGITS,
     )
+    net = Transformer(dims, pe, causal)
     for p in net.parameters():
         torch.nn.init.normal_(p, std=0.5 if p.dim() > 1 else 1.0)
     return net.eval()

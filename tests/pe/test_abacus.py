@@ -10,6 +10,7 @@ from torch.func import vmap
 
 from pelab.assembly import build_model, build_task
 from pelab.errors import ConfigError
+from pelab.models.dims import NetDims
 from pelab.models.transformer import Transformer
 from pelab.pe.abacus import AbacusPE, digit_places
 from pelab.pe.base import ModelDims
@@ -166,7 +167,8 @@ def test_a_bad_init_std_is_refused():
 
 def test_the_model_passes_the_tasks_digits_and_decodes_without_a_cache():
     task = TASK_REGISTRY["addition"]()
-    net = Transformer(task.vocab_size, 40, True, AbacusPE, digit_tokens=task.digit_tokens)
+    dims = NetDims(vocab_size=task.vocab_size, max_len=40, digit_tokens=task.digit_tokens)
+    net = Transformer(dims, AbacusPE, causal=True)
     assert net.pe.dims.digit_tokens == task.digit_tokens == DIGITS
     assert not net.supports_kv_cache  # a place depends on the tokens before it
     # a digit's place, hence the output, changes with a digit before it in its number

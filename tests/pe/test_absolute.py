@@ -152,8 +152,9 @@ def test_concat_can_keep_a_fixed_sinusoid_in_its_own_subspace():
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        ({"token_scale": "sqrt"}, r"unknown pe.token_scale 'sqrt'.*'none', 'sqrt_d_model'"),
-        ({"join": "sum"}, r"unknown pe.join 'sum'.*'add', 'concat'"),
+        ({"token_scale": "sqrt"}, "pe.token_scale='sqrt' is not a choice; .*: none, sqrt_d_model"),
+        ({"join": "sum"}, "pe.join='sum' is not a choice; valid choices: add, concat"),
+        ({"layout": "spiral"}, "pe.layout='spiral' is not a choice; .*: interleaved, concat"),
     ],
 )
 def test_bad_knobs_are_refused_with_the_choices(options, message):

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import torch
 
+from pelab.models.dims import NetDims
 from pelab.models.transformer import Transformer
 from pelab.pe import PE_REGISTRY
 from pelab.positions import Positions
@@ -35,7 +36,7 @@ def test_the_documented_example_encoding_runs_as_written(monkeypatch):
     monkeypatch.setitem(sys.modules, "pelab.pe.log_bias", module)
     cls = module.LogBiasPE
     assert "_target_: pelab.pe.log_bias.LogBiasPE" in config and cls.shift == "relative"
-    net = Transformer(12, 16, True, partial(cls), d_model=8, n_heads=2)
+    net = Transformer(NetDims(vocab_size=12, max_len=16, d_model=8, n_heads=2), partial(cls), True)
     assert net.blocks[0].attn.attend == net.blocks[0].attn.attend_fused
     assert net(torch.randint(0, 12, (2, 7))).isfinite().all()
     bias = net.pe.logit_bias(Positions.contiguous(3), 0)  # [1, 1, i, j]

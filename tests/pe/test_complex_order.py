@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from pelab.errors import ConfigError
+from pelab.models.dims import NetDims
 from pelab.models.transformer import Transformer
 from pelab.pe.base import ModelDims
 from pelab.pe.complex_order import ComplexOrderPE
@@ -108,7 +109,8 @@ def test_one_frequency_per_token_and_complex_dimension():
 
 def test_the_model_sees_a_shift_of_all_positions():
     torch.manual_seed(0)
-    net = Transformer(12, 64, True, partial(ComplexOrderPE), d_model=16, n_heads=2, n_layers=2)
+    dims = NetDims(vocab_size=12, max_len=64, d_model=16, n_heads=2, n_layers=2)
+    net = Transformer(dims, partial(ComplexOrderPE), causal=True)
     tokens = torch.randint(0, 12, (2, 9))
     base = torch.arange(9)
     assert not torch.allclose(net(tokens, base), net(tokens, base + 13), atol=1e-3)

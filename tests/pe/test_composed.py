@@ -5,6 +5,7 @@ import torch
 
 from pelab.errors import ConfigError
 from pelab.models.attention import Attention
+from pelab.models.dims import NetDims
 from pelab.models.transformer import Transformer
 from pelab.pe import PE_REGISTRY, ModelDims
 from pelab.pe.absolute import SinusoidalPE
@@ -163,6 +164,7 @@ def test_a_part_that_refuses_the_model_names_the_composition_and_the_part():
 
 
 def test_parameters_live_under_each_parts_name():
-    net = Transformer(12, 32, True, partial(ComposedPE, parts={"t5": T5BiasPE, "xpos": XPosPE}))
+    parts = {"t5": T5BiasPE, "xpos": XPosPE}
+    net = Transformer(NetDims(vocab_size=12, max_len=32), partial(ComposedPE, parts=parts), True)
     names = [name for name, _ in net.named_parameters() if name.startswith("pe.")]
     assert names == ["pe.parts.t5.bias.weight"]

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from pelab.errors import ConfigError
+from pelab.models.dims import NetDims
 from pelab.models.transformer import Transformer
 from pelab.pe import PE_REGISTRY
 from pelab.tasks.grid import GridTask
@@ -21,17 +22,10 @@ def grid_net(name: str, causal: bool = True, impl: str = "auto") -> Transformer:
     """A seeded 2-head model over 12 tokens in eval mode, weights drawn large (std 0.5) so that
     attention is sharp and positions visibly matter (as ``tests.pe.nets.sharp_net``)."""
     torch.manual_seed(0)
-    net = Transformer(
-        vocab_size=12,
-        max_len=512,
-        causal=causal,
-        pe=partial(PE_REGISTRY[name]),
-        d_model=16,
-        n_heads=2,
-        n_layers=2,
-        attn_impl=impl,
-        position_dims=2,
+    dims = NetDims(
+        vocab_size=12, max_len=512, d_model=16, n_heads=2, attn_impl=impl, position_dims=2
     )
+    net = Transformer(dims, partial(PE_REGISTRY[name]), causal)
     for p in net.parameters():
         torch.nn.init.normal_(p, std=0.5 if p.dim() > 1 else 1.0)
     return net.eval()

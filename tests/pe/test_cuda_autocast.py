@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from pelab.model_kinds import DecoderKind, EncoderDecoderKind
+from pelab.models.dims import NetDims
 from pelab.models.encoder_decoder import EncoderDecoder
 from pelab.models.stacked import stack_members
 from pelab.models.transformer import Transformer
@@ -28,11 +29,12 @@ cuda_like = partial(torch.autocast, "cpu", dtype=torch.bfloat16)
 
 def member(pe: str, kind: str, seed: int) -> torch.nn.Module:
     torch.manual_seed(seed)
-    dims = {"d_model": 16, "n_heads": 2, "position_dims": position_dims(pe)}
+    sizes = dict(vocab_size=VOCAB, max_len=MAX_LEN, d_model=16, n_heads=2)
+    sizes["position_dims"] = position_dims(pe)
     if kind == "encoder_decoder":
-        return EncoderDecoder(VOCAB, MAX_LEN, PE_REGISTRY[pe], **dims)
-    causal = kind == "decoder"
-    return Transformer(VOCAB, MAX_LEN, causal, PE_REGISTRY[pe], **dims, digit_tokens=DIGITS)
+        return EncoderDecoder(NetDims(**sizes), PE_REGISTRY[pe])
+    dims = NetDims(**sizes, digit_tokens=DIGITS)
+    return Transformer(dims, PE_REGISTRY[pe], causal=kind == "decoder")
 
 
 def losses_and_answers(net, kind: str, pe: str):

@@ -105,7 +105,7 @@ def test_the_reference_p2c_reads_the_mirrored_row_and_matches_a_loop(buckets):
 
 
 def test_an_unknown_p2c_convention_is_refused():
-    with pytest.raises(ConfigError, match="pe.p2c of pe=deberta must be one of paper, reference"):
+    with pytest.raises(ConfigError, match="pe.p2c='hf' is not a choice; .*: paper, reference"):
         DebertaPE(dims(causal=False), p2c="hf")
 
 

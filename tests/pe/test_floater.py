@@ -186,7 +186,7 @@ def test_an_encoder_gets_positions_too():
         ({"hidden": 0}, r"hidden >= 1, got hidden=0"),
         ({"delta": 0.0}, r"delta > 0, got delta=0.0"),
         ({"delta": -0.5}, r"delta > 0, got delta=-0.5"),
-        ({"method": "dopri5"}, r"method='dopri5'; valid choices .*'euler', 'midpoint', 'rk4'"),
+        ({"method": "dopri5"}, "pe.method='dopri5' is not a choice; .*: euler, midpoint, rk4"),
         ({"substeps": 0}, r"substeps >= 1, got substeps=0"),
     ],
 )

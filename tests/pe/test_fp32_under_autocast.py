@@ -153,15 +153,17 @@ def test_a_float64_model_stays_float64_through_every_encodings_islands(attn_impl
     each encoding's own positions follow its weights' dtype, so every registered encoding runs
     in float64 end to end on both kernels, forward and backward (FIRE and GRAPE-A handed float32
     back before, issue 44)."""
+    from pelab.models.dims import NetDims
     from pelab.models.transformer import Transformer
     from tests.models.test_kv_cache import position_dims, positions
     from tests.pe.nets import DIGITS
 
     for name in sorted(PE_REGISTRY):
-        net = Transformer(
-            12, 16, True, PE_REGISTRY[name], d_model=16, n_heads=2, attn_impl=attn_impl,
+        dims = NetDims(
+            vocab_size=12, max_len=16, d_model=16, n_heads=2, attn_impl=attn_impl,
             position_dims=position_dims(name), digit_tokens=DIGITS,
-        ).double()  # fmt: skip
+        )  # fmt: skip
+        net = Transformer(dims, PE_REGISTRY[name], causal=True).double()
         out = net(torch.randint(0, 12, (2, 9)), positions(name, 2, 9, randomized=False))
         out.sum().backward()
         assert out.dtype == torch.float64, name

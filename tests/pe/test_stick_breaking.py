@@ -1,10 +1,13 @@
 """Stick-breaking attention (Tan et al. 2025): the weights against the formula, their defining
 properties, and the attention that uses them."""
 
+from functools import partial
+
 import pytest
 import torch
 
 from pelab.errors import ConfigError
+from pelab.models.dims import NetDims
 from pelab.models.transformer import Transformer
 from pelab.pe.base import ModelDims
 from pelab.pe.stick_breaking import StickBreakingPE, stick_breaking_weights
@@ -78,9 +81,10 @@ def test_the_model_uses_it_in_place_of_the_softmax_and_gradients_are_finite():
 def test_attending_to_the_current_token_changes_the_model():
     tokens = torch.randint(0, 12, (1, 6))
     torch.manual_seed(0)
-    dims = dict(vocab_size=12, max_len=16, causal=True, d_model=8, n_heads=2)
-    plain = Transformer(pe=StickBreakingPE, **dims).eval()
-    current = Transformer(pe=lambda d: StickBreakingPE(d, attend_current=True), **dims).eval()
+    dims = NetDims(vocab_size=12, max_len=16, d_model=8, n_heads=2)
+    plain = Transformer(dims, StickBreakingPE, causal=True).eval()
+    attending = partial(StickBreakingPE, attend_current=True)
+    current = Transformer(dims, attending, causal=True).eval()
     current.load_state_dict(plain.state_dict())
     assert not torch.allclose(plain(tokens), current(tokens))
     assert "attend_current=True, remainder=bias" in repr(
@@ -106,5 +110,5 @@ def test_the_remainder_adds_a_learned_head_vector_or_is_dropped():
 
 
 def test_an_unknown_remainder_is_refused():
-    with pytest.raises(ConfigError, match="unknown pe.remainder 'keep'.*'bias', 'drop'"):
+    with pytest.raises(ConfigError, match="pe.remainder='keep' is not a choice; .*: bias, drop"):
         StickBreakingPE(ModelDims(8, 2, 1, True, 8), remainder="keep")

@@ -63,6 +63,11 @@ def test_an_unknown_group_option_lists_the_valid_ones(tmp_path):
         (["+sead=3"], r"sead is not a key of the config; did you mean seed\?"),
         (["model.net.d_model=abc"], r"model.net.d_model='abc' has the wrong type: .* int"),
         (["pe.base=fast"], r"pe.base='fast' has the wrong type: RotaryPE expects float"),
+        # a choice its Literal type does not list, named with the choices
+        (["pe.layout=spiral"], r"pe.layout='spiral' is not a choice; .*: interleaved, half$"),
+        (["task=grid", "task.mode=rotate"], "task.mode='rotate' is not a choice; .*: transpose"),
+        (["model.net.attn_impl=fast"], "model.net.attn_impl='fast' is not a choice; .*: auto, "),
+        (["+model.net.causal=true"], "model.net.causal is not an option of Transformer; .*d_ff"),
         (["task.train_lengths=[1,x]"], r"task.train_lengths=\[1, 'x'\] has the wrong type"),
         (["trainer.max_steps=ten"], r"trainer.max_steps='ten' has the wrong type"),
         (["seed=abc"], r"seed='abc' has the wrong type: expected int"),

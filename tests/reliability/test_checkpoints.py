@@ -156,6 +156,12 @@ def test_a_setting_of_every_encoding_or_model_the_checkpoint_predates_is_no_diff
         "model.net.attn_scale: checkpoint None != this run 'ssmax'",
         "pe.nope_temperature: checkpoint None != this run 0.1",
     ]
+    # a network's options are its NetDims' fields (``configured_by``), not its constructor's
+    bare = {"model": {"net": {"_target_": net}}}
+    assert differences(bare, {"model": {"net": {"_target_": net, "dropout": 0.0}}}) == []
+    assert differences(bare, {"model": {"net": {"_target_": net, "dropout": 0.1}}}) == [
+        "model.net.dropout: checkpoint None != this run 0.1"
+    ]
 
 
 def test_a_checkpoint_of_the_engine_before_stacks_gets_a_one_line_refusal(tmp_path):

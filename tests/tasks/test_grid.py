@@ -91,7 +91,7 @@ def test_the_mode_keys_the_evaluation_cache():
 
 
 def test_bad_settings_are_refused_with_the_value_and_the_choices():
-    with pytest.raises(ConfigError, match=r"unknown task.mode 'rotate'.*transpose.*copy"):
+    with pytest.raises(ConfigError, match="task.mode='rotate' is not a choice; .*transpose, copy"):
         GridTask(mode="rotate")
     with pytest.raises(ConfigError, match=r"12 is not a square"):
         GridTask().solve(torch.zeros(1, 12, dtype=torch.long))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import signal
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import lightning as L
 import torch
@@ -14,18 +14,12 @@ from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
 from pelab.data.eval_sets import load_eval_set
-from pelab.errors import ConfigError
+from pelab.errors import choices_checked
 from pelab.reliability.resume.data import ResumableLoader
 from pelab.tasks.base import Task
 
 # ``data.length_sampling``: how a training batch draws its length from ``task.train_lengths``
-LENGTH_SAMPLING = ("uniform", "tokens")
-
-
-def check_length_sampling(length_sampling: str) -> None:
-    if length_sampling not in LENGTH_SAMPLING:
-        choices = ", ".join(LENGTH_SAMPLING)
-        raise ConfigError(f"data.length_sampling={length_sampling!r}; valid choices: {choices}")
+LengthSampling = Literal["uniform", "tokens"]
 
 
 class TrainBatches(Dataset):
@@ -45,15 +39,15 @@ class TrainBatches(Dataset):
     lengths, the hardest, are not starved (on copy with lengths 1-16 they get 12% of the batches
     instead of 6%; docs/performance.md, "Time to learn")."""
 
+    @choices_checked("data")
     def __init__(
         self,
         task: Task,
         batch_size: int,
         num_batches: int,
         seed: int,
-        length_sampling: str = "uniform",
+        length_sampling: LengthSampling = "uniform",
     ) -> None:
-        check_length_sampling(length_sampling)
         self.task, self.batch_size, self.num_batches = task, batch_size, num_batches
         self.seed, self.length_sampling = seed, length_sampling
         self.lengths = task.lengths_between(*task.train_lengths)
@@ -118,6 +112,7 @@ class TaskData(L.LightningDataModule):
     With workers, a run on a CUDA device gets pinned batches (pinned by the loader's own thread,
     off the training loop)."""
 
+    @choices_checked("data")
     def __init__(
         self,
         task: Task,
@@ -127,7 +122,7 @@ class TaskData(L.LightningDataModule):
         eval_batch_size: int = 256,
         cache_dir: str | Path | None = None,
         val_lengths: list[int] | None = None,
-        length_sampling: str = "uniform",
+        length_sampling: LengthSampling = "uniform",
         num_workers: int = 0,
     ) -> None:
         super().__init__()
@@ -139,7 +134,6 @@ class TaskData(L.LightningDataModule):
                 "in the training process; N: by N worker processes)"
             )
         self.num_workers = num_workers
-        check_length_sampling(length_sampling)
         self.length_sampling = length_sampling
         self.task, self.batch_size, self.num_batches = task, batch_size, num_batches
         self.seeds = [seeds] if isinstance(seeds, int) else list(seeds)

@@ -12,6 +12,7 @@ Einstein notation: ``b`` batch, ``n`` tokens, ``h`` heads, ``d`` head dim, ``i``
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -20,11 +21,11 @@ from torch import Tensor, nn
 
 from pelab.models import stacked
 from pelab.models.cache import LayerCache
-from pelab.models.length_scale import LengthScale
+from pelab.models.length_scale import AttnScale, LengthScale
 from pelab.pe.base import PositionalEncoding, in_fp32, memo_derived
 from pelab.positions import Positions
 
-ATTENTION_IMPLS = ("auto", "eager", "fused")
+AttnImpl = Literal["auto", "eager", "fused"]  # model.net.attn_impl
 
 
 def causal_mask(i: int, j: int, device: torch.device) -> Tensor:
@@ -54,13 +55,11 @@ class Attention(nn.Module):
         pe: PositionalEncoding,
         layer: int,
         dropout: float = 0.0,
-        impl: str = "auto",
-        length_scale: str = "none",
+        impl: AttnImpl = "auto",
+        length_scale: AttnScale = "none",
         train_len: int = 0,
     ) -> None:
         super().__init__()
-        if impl not in ATTENTION_IMPLS:
-            raise ValueError(f"unknown attention impl {impl!r}; valid choices: {ATTENTION_IMPLS}")
         self.n_heads, self.causal, self.layer, self.dropout = n_heads, causal, layer, dropout
         self.head_dim = d_model // n_heads
         self.scale = 1.0 / math.sqrt(self.head_dim)

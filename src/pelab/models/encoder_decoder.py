@@ -20,55 +20,47 @@ Where positions act:
   which none of the encodings defines; cross-attention is therefore invariant to permuting the
   encoder's outputs (tested).
 
-Sizes (``d_model``, ``n_heads``, ``n_layers`` each for the encoder and the decoder, ``d_ff``) are
-those of ``Transformer``. The token embedding is shared by both (one vocabulary; the paper,
-section 3.4, shares it); the output projection is separate, as in ``Transformer``, and so is
-the network's form (``model.net.form``, ``pelab.models.form``), which both stacks follow.
+Sizes and settings are one ``NetDims``, as ``Transformer``'s (``pelab.models.dims``; ``n_layers``
+each for the encoder and the decoder). The token embedding is shared by both (one vocabulary;
+the paper, section 3.4, shares it); the output projection is separate, as in ``Transformer``,
+and so is the network's form (``model.net.form``, ``pelab.models.form``), which both stacks
+follow.
 """
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable
 
 from torch import Tensor, nn
 
 from pelab.errors import ConfigError
 from pelab.models import stacked
 from pelab.models.cache import KVCache
-from pelab.models.form import PELAB, Form, init_weights
-from pelab.models.transformer import Block, Memory, model_dims, run_blocks
+from pelab.models.dims import NetDims
+from pelab.models.form import init_weights
+from pelab.models.transformer import Block, Memory, run_blocks
 from pelab.pe.base import ModelDims, PositionalEncoding
 from pelab.positions import Positions
 
 
 class Layers(nn.Module):
-    """The encoder's or the decoder's layers: its own encoding, ``n_layers`` blocks and a
-    final LayerNorm (``form.final_norm``); ``[b, n, d_model]`` token embeddings ->
-    ``[b, n, d_model]``."""
+    """The encoder's (``causal=False``) or the decoder's (``causal=True``, with
+    cross-attention) layers: its own encoding, ``n_layers`` blocks and a final LayerNorm
+    (``form.final_norm``); ``[b, n, d_model]`` token embeddings -> ``[b, n, d_model]``."""
 
     def __init__(
-        self,
-        dims: ModelDims,
-        pe: Callable[[ModelDims], PositionalEncoding],
-        d_ff: int,
-        dropout: float,
-        attn_impl: str,
-        cross_attention: bool,
-        attn_scale: str = "none",
-        form: Form = PELAB,
+        self, net: NetDims, pe: Callable[[ModelDims], PositionalEncoding], causal: bool
     ) -> None:
         super().__init__()
-        self.dims = dims
-        self.pe = pe(dims)
+        form = net.form
+        self.dims = net.encoding(causal)
+        self.pe = pe(self.dims)
         form.check_encoding(self.pe)
-        self.drop_embedded = nn.Dropout(dropout if form.drops_embeddings(self.pe) else 0.0)
+        self.drop_embedded = nn.Dropout(net.dropout if form.drops_embeddings(self.pe) else 0.0)
         self.blocks = nn.ModuleList(
-            Block(dims, d_ff, self.pe, i, dropout, attn_impl, cross_attention, attn_scale, form)
-            for i in range(dims.n_layers)
+            Block(net, self.pe, i, cross_attention=causal) for i in range(net.n_layers)
         )
-        self.norm = stacked.LayerNorm(dims.d_model) if form.final_norm else nn.Identity()
+        self.norm = stacked.LayerNorm(net.d_model) if form.final_norm else nn.Identity()
 
     def forward(
         self,
@@ -87,22 +79,12 @@ class EncoderDecoder(nn.Module):
     """``encode(source)`` -> ``Memory``; ``decode(target, memory)`` -> logits ``[b, m, vocab]``;
     ``forward(source, target)`` does both (teacher forcing). See the module docstring."""
 
+    configured_by = NetDims  # model.net's options are its fields (check_types reads them there)
+
     def __init__(
         self,
-        vocab_size: int,
-        max_len: int,
+        net: NetDims,
         pe: Callable[[ModelDims], PositionalEncoding],
-        d_model: int = 64,
-        n_heads: int = 4,
-        n_layers: int = 2,
-        d_ff: int | None = None,
-        dropout: float = 0.0,
-        attn_impl: str = "auto",
-        position_dims: int = 1,
-        train_max_len: int = 0,
-        digit_tokens: Sequence[int] = (),
-        attn_scale: str = "none",
-        form: Form | Mapping[str, Any] | None = None,
         layered_positions: bool = False,
     ) -> None:
         super().__init__()
@@ -112,31 +94,17 @@ class EncoderDecoder(nn.Module):
                 "RPE code's encoder); model=encoder_decoder draws them once: set "
                 "positions.layers=shared"
             )
-        self.form = form = Form.of(form)
-        self.token_factor = form.token_factor(d_model)
-        d_ff = d_ff or 4 * d_model
-        self.dims = model_dims(  # the decoder's; the encoder's differ only in ``causal``
-            vocab_size,
-            max_len,
-            True,
-            d_model,
-            n_heads,
-            n_layers,
-            position_dims,
-            train_max_len,
-            digit_tokens,
-        )
-        encoder_dims = dataclasses.replace(self.dims, causal=False)
-        self.tok_emb = stacked.Embedding(vocab_size, d_model)
+        self.form = form = net.form
+        self.token_factor = form.token_factor(net.d_model)
+        self.dims = net.encoding(True)  # the decoder's; the encoder's differ only in ``causal``
+        self.tok_emb = stacked.Embedding(net.vocab_size, net.d_model)
         try:
-            self.encoder = Layers(
-                encoder_dims, pe, d_ff, dropout, attn_impl, False, attn_scale, form
-            )
+            self.encoder = Layers(net, pe, causal=False)
         except ConfigError as error:
             raise ConfigError(f"the encoder of model=encoder_decoder: {error}") from None
-        self.decoder = Layers(self.dims, pe, d_ff, dropout, attn_impl, True, attn_scale, form)
-        self.head = stacked.Linear(d_model, vocab_size, bias=form.head_bias)
-        init_weights(self, n_layers, form)
+        self.decoder = Layers(net, pe, causal=True)
+        self.head = stacked.Linear(net.d_model, net.vocab_size, bias=form.head_bias)
+        init_weights(self, net.n_layers, form)
 
     def encode(self, tokens: Tensor, positions: Tensor | None = None) -> Memory:
         """``tokens: [b, n]`` and their positions (default ``0..n-1``) -> the encoder's output."""

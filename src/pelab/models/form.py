@@ -34,7 +34,7 @@ from typing import Any, Literal
 
 from torch import nn
 
-from pelab.errors import ConfigError
+from pelab.errors import ConfigError, not_a_choice
 from pelab.pe.base import PositionalEncoding
 
 ACTIVATIONS = {"gelu": nn.GELU, "relu": nn.ReLU}
@@ -64,9 +64,7 @@ class Form:
         for name, valid in self.choices().items():
             value = getattr(self, name)
             if value not in valid or type(value) is not type(valid[0]):
-                raise ConfigError(
-                    f"model.net.form.{name}={value!r} is not a choice; valid: {list(valid)}"
-                )
+                raise not_a_choice(f"model.net.form.{name}", value, valid)
 
     @classmethod
     def of(cls, form: Form | Mapping[str, Any] | None) -> Form:

@@ -19,14 +19,14 @@ applies the scale after ``transform_qk``, so the cached keys stay as they are.
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 import torch
 from torch import Tensor, nn
 
-from pelab.errors import ConfigError
 from pelab.models.stacked import Stacked
 
-ATTN_SCALES = ("none", "logn", "ssmax")
+AttnScale = Literal["none", "logn", "ssmax"]  # model.net.attn_scale
 
 
 def keys_seen(i: int, j: int, causal: bool, device: torch.device) -> Tensor:
@@ -40,13 +40,8 @@ class LengthScale(Stacked):
     """``q: [K b, h, i, d]`` -> ``q · c(n)``, ``c = log n / log L`` (``logn``) or
     ``s_h log n`` (``ssmax``, ``s: [K, h]`` learned, one row per member)."""
 
-    def __init__(self, mode: str, n_heads: int, train_len: int) -> None:
+    def __init__(self, mode: AttnScale, n_heads: int, train_len: int) -> None:
         super().__init__()
-        if mode not in ATTN_SCALES:
-            raise ConfigError(
-                f"model.net.attn_scale={mode!r} is not a length scaling; valid choices: "
-                f"{', '.join(ATTN_SCALES)}"
-            )
         self.mode = mode
         self.log_train_len = math.log(max(train_len, 2))
         self.s = None

@@ -3,9 +3,8 @@ default, or another form (``model.net.form``, ``pelab.models.form``)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from torch import Tensor, nn
 
@@ -13,7 +12,8 @@ from pelab.errors import ConfigError
 from pelab.models import stacked
 from pelab.models.attention import Attention
 from pelab.models.cache import KVCache
-from pelab.models.form import ACTIVATIONS, PELAB, Form, init_weights
+from pelab.models.dims import NetDims
+from pelab.models.form import ACTIVATIONS, init_weights
 from pelab.pe.base import ModelDims, NoPE, PositionalEncoding
 from pelab.positions import Positions
 
@@ -50,42 +50,43 @@ class Block(nn.Module):
     encoder and the decoder, as in the original Transformer and in T5 (whose relative bias acts
     on self-attention only). A relative offset between a decoder query and an encoder key
     compares positions of two different sequences, which no encoding defines.
+
+    ``net``: the network's sizes and settings; ``pe``: the encoding of the block's stack, whose
+    ``dims`` say whether the stack is causal.
     """
 
     def __init__(
-        self,
-        dims: ModelDims,
-        d_ff: int,
-        pe: PositionalEncoding,
-        layer: int,
-        dropout: float,
-        attn_impl: str,
-        cross_attention: bool = False,
-        attn_scale: str = "none",
-        form: Form = PELAB,
+        self, net: NetDims, pe: PositionalEncoding, layer: int, cross_attention: bool = False
     ) -> None:
         super().__init__()
+        form, dims = net.form, pe.dims  # the encoding's dims: its stack's, causal or not
         self.post_norm = form.norm == "post"
-        attention_dropout = dropout if form.attention_dropout else 0.0  # on the probabilities
-        self.norm1, self.norm2 = stacked.LayerNorm(dims.d_model), stacked.LayerNorm(dims.d_model)
+        attention_dropout = net.dropout if form.attention_dropout else 0.0  # on the probabilities
+        self.norm1, self.norm2 = stacked.LayerNorm(net.d_model), stacked.LayerNorm(net.d_model)
         self.attn = Attention(
-            dims.d_model,
-            dims.n_heads,
+            net.d_model,
+            net.n_heads,
             dims.causal,
             pe,
             layer,
             attention_dropout,
-            attn_impl,
-            attn_scale,
-            dims.train_max_len or dims.max_len,
+            net.attn_impl,
+            net.attn_scale,
+            net.train_max_len or net.max_len,
         )
-        self.mlp = MLP(dims.d_model, d_ff, dropout, form.activation)
-        self.drop = nn.Dropout(dropout)
+        self.mlp = MLP(net.d_model, net.d_ff, net.dropout, form.activation)
+        self.drop = nn.Dropout(net.dropout)
         self.cross = None
         if cross_attention:
-            self.norm_cross = stacked.LayerNorm(dims.d_model)
+            self.norm_cross = stacked.LayerNorm(net.d_model)
             self.cross = Attention(
-                dims.d_model, dims.n_heads, False, NoPE(dims), layer, attention_dropout, attn_impl
+                net.d_model,
+                net.n_heads,
+                False,
+                NoPE(dims),
+                layer,
+                attention_dropout,
+                net.attn_impl,
             )
 
     def forward(
@@ -139,109 +140,47 @@ def run_blocks(
     return x
 
 
-def model_dims(
-    vocab_size: int,
-    max_len: int,
-    causal: bool,
-    d_model: int,
-    n_heads: int,
-    n_layers: int,
-    position_dims: int = 1,
-    train_max_len: int = 0,
-    digit_tokens: Sequence[int] = (),
-) -> ModelDims:
-    """The dimensions a network builds its encoding with, once its sizes are checked
-    (``check_sizes``): the decoder's, the encoder's and an encoder-decoder's alike."""
-    check_sizes(d_model, n_heads, n_layers)
-    return ModelDims(
-        d_model,
-        n_heads,
-        n_layers,
-        causal,
-        max_len,
-        vocab_size,
-        position_dims,
-        train_max_len,
-        tuple(digit_tokens),
-    )
-
-
-def check_sizes(d_model: int, n_heads: int, n_layers: int) -> None:
-    """A ``ConfigError`` for sizes no Transformer can have."""
-    for name, value in (("d_model", d_model), ("n_heads", n_heads), ("n_layers", n_layers)):
-        if value < 1:
-            raise ConfigError(f"model.net.{name} must be >= 1, got {value}")
-    if d_model % n_heads:
-        valid = ", ".join(str(h) for h in range(1, d_model + 1) if d_model % h == 0)
-        raise ConfigError(
-            f"model.net.d_model={d_model} is not divisible by model.net.n_heads={n_heads}; "
-            f"valid model.net.n_heads for d_model={d_model}: {valid}"
-        )
-
-
 class Transformer(nn.Module):
     """Token embedding -> ``pe.embed`` -> blocks -> norm -> vocabulary logits.
 
-    ``pe`` is a factory (a partially configured encoding class) called with the model's
-    ``ModelDims``; one instance is shared by all layers, so its parameters are counted once.
-    ``causal=True`` gives a decoder, ``False`` an encoder. ``attn_scale``: length-scaled
-    self-attention (``pelab.models.length_scale``). ``form``: norm placement, final norm,
+    ``net``: its sizes and settings (``pelab.models.dims.NetDims``: ``model.net``'s options,
+    the task's vocabulary and lengths), among them ``attn_scale``, length-scaled
+    self-attention (``pelab.models.length_scale``), and ``form``: norm placement, final norm,
     activation, head bias, initialisation and token embedding (``pelab.models.form``).
+    ``pe`` is a factory (a partially configured encoding class) called with the model's
+    ``ModelDims`` (``net.encoding(causal)``); one instance is shared by all layers, so its
+    parameters are counted once. ``causal=True`` gives a decoder, ``False`` an encoder.
     ``layered_positions``: ``forward`` gets a draw of positions per layer,
     ``[b|1, n, 1 + n_layers]`` (``positions.layers=each``).
     """
 
+    configured_by = NetDims  # model.net's options are its fields (check_types reads them there)
+
     def __init__(
         self,
-        vocab_size: int,
-        max_len: int,
-        causal: bool,
+        net: NetDims,
         pe: Callable[[ModelDims], PositionalEncoding],
-        d_model: int = 64,
-        n_heads: int = 4,
-        n_layers: int = 2,
-        d_ff: int | None = None,
-        dropout: float = 0.0,
-        attn_impl: str = "auto",
-        position_dims: int = 1,
-        train_max_len: int = 0,
-        digit_tokens: Sequence[int] = (),
-        attn_scale: str = "none",
-        form: Form | Mapping[str, Any] | None = None,
+        causal: bool,
         layered_positions: bool = False,
     ) -> None:
         super().__init__()
-        self.form = form = Form.of(form)
+        self.form = form = net.form
         if layered_positions and causal:
             raise ConfigError(
                 "positions.layers=each draws positions per layer for encoders (the RPE code's "
                 "encoder); a decoder draws them once: set positions.layers=shared"
             )
         self.layered_positions = layered_positions
-        self.dims = model_dims(
-            vocab_size,
-            max_len,
-            causal,
-            d_model,
-            n_heads,
-            n_layers,
-            position_dims,
-            train_max_len,
-            digit_tokens,
-        )
+        self.dims = net.encoding(causal)
         self.pe = pe(self.dims)
         form.check_encoding(self.pe)
-        self.tok_emb = stacked.Embedding(vocab_size, d_model)
-        self.token_factor = form.token_factor(d_model)
-        self.drop_embedded = nn.Dropout(dropout if form.drops_embeddings(self.pe) else 0.0)
-        d_ff = d_ff or 4 * d_model
-        self.blocks = nn.ModuleList(
-            Block(self.dims, d_ff, self.pe, i, dropout, attn_impl, False, attn_scale, form)
-            for i in range(n_layers)
-        )
-        self.norm = stacked.LayerNorm(d_model) if form.final_norm else nn.Identity()
-        self.head = stacked.Linear(d_model, vocab_size, bias=form.head_bias)
-        init_weights(self, n_layers, form)
+        self.tok_emb = stacked.Embedding(net.vocab_size, net.d_model)
+        self.token_factor = form.token_factor(net.d_model)
+        self.drop_embedded = nn.Dropout(net.dropout if form.drops_embeddings(self.pe) else 0.0)
+        self.blocks = nn.ModuleList(Block(net, self.pe, i) for i in range(net.n_layers))
+        self.norm = stacked.LayerNorm(net.d_model) if form.final_norm else nn.Identity()
+        self.head = stacked.Linear(net.d_model, net.vocab_size, bias=form.head_bias)
+        init_weights(self, net.n_layers, form)
 
     @property
     def supports_kv_cache(self) -> bool:

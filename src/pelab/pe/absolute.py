@@ -3,21 +3,22 @@
 from __future__ import annotations
 
 import math
+from typing import Literal, get_args
 
 import torch
 from torch import Tensor, nn
 
-from pelab.errors import ConfigError
+from pelab.errors import ConfigError, not_a_choice
 from pelab.pe.base import ModelDims, PositionalEncoding, register_pe
 from pelab.positions import Positions
 
-SINUSOID_LAYOUTS = ("interleaved", "concat")
-TOKEN_SCALES = ("none", "sqrt_d_model")
-JOINS = ("add", "concat")
+SinusoidLayout = Literal["interleaved", "concat"]
+TokenScale = Literal["none", "sqrt_d_model"]  # pe.token_scale (AdditivePE)
+Join = Literal["add", "concat"]  # pe.join (AdditivePE)
 
 
 def sinusoid_table(
-    pos: Tensor, dim: int, base: float = 10000.0, layout: str = "interleaved"
+    pos: Tensor, dim: int, base: float = 10000.0, layout: SinusoidLayout = "interleaved"
 ) -> Tensor:
     """Vaswani et al. 2017, "Attention Is All You Need", section 3.5.
 
@@ -31,8 +32,8 @@ def sinusoid_table(
     """
     if dim % 2:
         raise ConfigError(f"sinusoidal encoding needs an even dimension, got {dim}")
-    if layout not in SINUSOID_LAYOUTS:
-        raise ConfigError(f"unknown sinusoid layout {layout!r}; valid choices: {SINUSOID_LAYOUTS}")
+    if layout not in get_args(SinusoidLayout):  # a function's argument: no constructor's
+        raise not_a_choice("layout", layout, get_args(SinusoidLayout))
     inv_freq = base ** (-torch.arange(0, dim, 2, dtype=torch.float32, device=pos.device) / dim)
     angles = pos.float()[..., None] * inv_freq  # [..., dim/2]
     if layout == "interleaved":
@@ -58,14 +59,10 @@ class AdditivePE(PositionalEncoding):
 
     adds_to_tokens = True
 
-    def __init__(self, dims: ModelDims, token_scale: str = "none", join: str = "add") -> None:
+    def __init__(
+        self, dims: ModelDims, token_scale: TokenScale = "none", join: Join = "add"
+    ) -> None:
         super().__init__(dims)
-        if token_scale not in TOKEN_SCALES:
-            raise ConfigError(
-                f"unknown pe.token_scale {token_scale!r}; valid choices: {list(TOKEN_SCALES)}"
-            )
-        if join not in JOINS:
-            raise ConfigError(f"unknown pe.join {join!r}; valid choices: {list(JOINS)}")
         self.token_scale, self.join = token_scale, join
         self.token_factor = math.sqrt(dims.d_model) if token_scale == "sqrt_d_model" else 1.0
         if join == "concat":
@@ -95,9 +92,9 @@ class SinusoidalPE(AdditivePE):
         self,
         dims: ModelDims,
         base: float = 10000.0,
-        layout: str = "interleaved",
-        token_scale: str = "none",
-        join: str = "add",
+        layout: SinusoidLayout = "interleaved",
+        token_scale: TokenScale = "none",
+        join: Join = "add",
     ) -> None:
         super().__init__(dims, token_scale, join)
         if dims.d_model % 2:
@@ -105,7 +102,6 @@ class SinusoidalPE(AdditivePE):
                 f"pe={self.pe_name} needs an even model.net.d_model, got {dims.d_model}; "
                 f"use e.g. model.net.d_model={dims.d_model + 1}"
             )
-        sinusoid_table(torch.zeros(1), dims.d_model, base, layout)  # validate layout early
         self.base, self.layout = base, layout
 
     def position_vectors(self, pos: Positions) -> Tensor:
@@ -130,8 +126,8 @@ class LearnedPE(AdditivePE):
         dims: ModelDims,
         max_len: int | None = None,
         init_std: float = 1.0,
-        token_scale: str = "none",
-        join: str = "add",
+        token_scale: TokenScale = "none",
+        join: Join = "add",
     ) -> None:
         super().__init__(dims, token_scale, join)
         max_len = dims.max_len if max_len is None else max_len

@@ -35,7 +35,7 @@ from typing import Any, ClassVar, TypeVar
 import torch
 from torch import Tensor, nn
 
-from pelab.errors import ConfigError
+from pelab.errors import ConfigError, choices_checked, not_a_choice
 from pelab.positions import Positions
 
 # What shifting all positions by the same offset (in every axis, for k-D positions) does to an
@@ -221,7 +221,8 @@ PE_REGISTRY: dict[str, type[PositionalEncoding]] = {}
 
 
 def register_pe(name: str) -> Callable[[type[PositionalEncoding]], type[PositionalEncoding]]:
-    """Class decorator: make an encoding available as ``pe=<name>``."""
+    """Class decorator: make an encoding available as ``pe=<name>``; its constructor refuses a
+    value that an option's ``Literal`` type does not list (``choices_checked``)."""
 
     def add(cls: type[PositionalEncoding]) -> type[PositionalEncoding]:
         if name in PE_REGISTRY:
@@ -233,6 +234,8 @@ def register_pe(name: str) -> Callable[[type[PositionalEncoding]], type[Position
             )
         PE_REGISTRY[name] = cls
         cls.pe_name = name
+        if "__init__" in vars(cls):
+            cls.__init__ = choices_checked("pe")(cls.__init__)
         return cls
 
     return add
@@ -242,10 +245,7 @@ def get_pe(name: str) -> type[PositionalEncoding]:
     try:
         return PE_REGISTRY[name]
     except KeyError:
-        valid = ", ".join(sorted(PE_REGISTRY))
-        raise ConfigError(
-            f"unknown positional encoding {name!r}; valid choices: {valid}"
-        ) from None
+        raise not_a_choice("pe", name, sorted(PE_REGISTRY)) from None
 
 
 @register_pe("none")

@@ -2,20 +2,19 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 import torch.nn.functional as F
 from einops import rearrange
 from torch import Tensor, nn
 
-from pelab.errors import ConfigError
 from pelab.pe.base import ModelDims, PositionalEncoding, in_fp32, register_pe
 from pelab.pe.fox import forget_bias
 from pelab.positions import Positions
 
-# pe.weight: what multiplies the summed steps of query i
-WEIGHTS = {
-    "token": "the paper's CABLE: a learned weight per query token and head",
-    "none": "the paper's CABLE_NW: no weight (1)",
-}
+# pe.weight: what multiplies the summed steps of query i. token: the paper's CABLE, a learned
+# weight per query token and head; none: the paper's CABLE_NW, no weight (1)
+CableWeight = Literal["token", "none"]
 
 
 @register_pe("cable")
@@ -63,12 +62,7 @@ class CablePE(PositionalEncoding):
     causal_only = True  # the sum runs from the key to the query: a causal order
     supports_kv_cache = False  # S needs the steps of every earlier token, not only the new ones
 
-    def __init__(self, dims: ModelDims, weight: str = "none") -> None:
-        if weight not in WEIGHTS:
-            raise ConfigError(
-                f"pe.weight={weight!r} is not a CABLE weight; valid choices: "
-                + "; ".join(f"{name} ({what})" for name, what in WEIGHTS.items())
-            )
+    def __init__(self, dims: ModelDims, weight: CableWeight = "none") -> None:
         super().__init__(dims)
         self.weighting = weight
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 import torch
 from einops import rearrange
 from torch import Tensor, nn
@@ -10,7 +12,7 @@ from pelab.errors import ConfigError
 from pelab.pe.base import PE_REGISTRY, ModelDims, PositionalEncoding, in_fp32, register_pe
 from pelab.positions import Positions
 
-DAPE_BASES = ("kerple", "alibi", "fire", "t5_bias")  # the content-free biases it adapts
+DapeBase = Literal["kerple", "alibi", "fire", "t5_bias"]  # the content-free biases it adapts
 
 
 @register_pe("dape")
@@ -36,12 +38,8 @@ class DapePE(PositionalEncoding):
     position_dims = 1
     shift = "relative"  # of the default base; an instance takes its base's
 
-    def __init__(self, dims: ModelDims, base: str = "kerple", width: int = 32) -> None:
+    def __init__(self, dims: ModelDims, base: DapeBase = "kerple", width: int = 32) -> None:
         super().__init__(dims)
-        if base not in DAPE_BASES:
-            raise ConfigError(
-                f"unknown pe.base {base!r} for pe=dape; valid choices: {list(DAPE_BASES)}"
-            )
         if width < 1:
             raise ConfigError(f"pe.width (the MLP's hidden size) must be >= 1, got {width}")
         self.base = PE_REGISTRY[base](dims)

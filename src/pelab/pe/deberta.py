@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 import torch
 from einops import rearrange
@@ -16,7 +17,7 @@ from pelab.positions import Positions
 INIT_STD = 0.02  # the authors' code: embeddings and projections ~ N(0, initializer_range=0.02)
 
 
-P2C_CONVENTIONS = ("paper", "reference")
+P2cConvention = Literal["paper", "reference"]  # pe.p2c
 
 
 def log_bucket(relative: Tensor, buckets: int, max_distance: int) -> Tensor:
@@ -86,13 +87,9 @@ class DebertaPE(PositionalEncoding):
         dims: ModelDims,
         position_buckets: int = 32,
         max_relative_positions: int = 64,
-        p2c: str = "paper",
+        p2c: P2cConvention = "paper",
     ) -> None:
         super().__init__(dims)
-        if p2c not in P2C_CONVENTIONS:
-            raise ConfigError(
-                f"pe.p2c of pe=deberta must be one of {', '.join(P2C_CONVENTIONS)}, got {p2c!r}"
-            )
         self.p2c = p2c
         for name, value in (
             ("position_buckets", position_buckets),

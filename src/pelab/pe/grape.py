@@ -14,6 +14,7 @@ Reference code: github.com/model-architectures/GRAPE (``model/llama-mha-grape-*.
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -27,14 +28,8 @@ from pelab.pe.fox import forget_bias
 from pelab.pe.rotary import rotate_interleaved
 from pelab.positions import Positions
 
-GENERATORS = ("rope", "learned_commuting", "learned")
-GATES = ("none", "query", "key", "query_key", "forget")
-
-
-def choose(option: str, value: str, valid: tuple[str, ...]) -> str:
-    if value not in valid:
-        raise ConfigError(f"unknown pe.{option} {value!r}; valid choices: {', '.join(valid)}")
-    return value
+Generators = Literal["rope", "learned_commuting", "learned"]  # pe.generators (grape_m)
+Gate = Literal["none", "query", "key", "query_key", "forget"]  # pe.gate (grape_a)
 
 
 def rank2_generators(a: Tensor, b: Tensor, freq: Tensor) -> Tensor:
@@ -69,13 +64,13 @@ class GrapeM(PositionalEncoding):
     def __init__(
         self,
         dims: ModelDims,
-        generators: str = "learned_commuting",
+        generators: Generators = "learned_commuting",
         base: float = 10000.0,
         share_across_heads: bool = True,
         log_freq_scale: float = 16.0,
     ) -> None:
         super().__init__(dims)
-        self.generators = choose("generators", generators, GENERATORS)
+        self.generators = generators
         d, h, n_layers = dims.head_dim, dims.n_heads, dims.n_layers
         if d % 2:
             raise ConfigError(f"pe=grape_m rotates pairs of dims: head_dim={d} must be even")
@@ -163,12 +158,12 @@ class GrapeA(PositionalEncoding):
     def __init__(
         self,
         dims: ModelDims,
-        gate: str = "query_key",
+        gate: Gate = "query_key",
         omega_init: float = 1.0,
         normalize_gate_vectors: bool = True,
     ) -> None:
         super().__init__(dims)
-        self.gate = choose("gate", gate, GATES)
+        self.gate = gate
         if omega_init <= 0:
             raise ConfigError(f"pe.omega_init must be > 0, got {omega_init}")
         self.normalize_gate_vectors = normalize_gate_vectors

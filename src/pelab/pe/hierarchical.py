@@ -8,7 +8,7 @@ import torch
 from torch import Tensor, nn
 
 from pelab.errors import ConfigError
-from pelab.pe.absolute import AdditivePE
+from pelab.pe.absolute import AdditivePE, Join, TokenScale
 from pelab.pe.base import ModelDims, register_pe
 from pelab.positions import Positions
 
@@ -43,8 +43,8 @@ class HierarchicalPE(AdditivePE):
         base_len: int = 32,
         alpha: float = 0.4,
         init_std: float = 1.0,
-        token_scale: str = "none",
-        join: str = "add",
+        token_scale: TokenScale = "none",
+        join: Join = "add",
     ) -> None:
         super().__init__(dims, token_scale, join)
         if not 0.0 < alpha < 1.0 or alpha == 0.5:

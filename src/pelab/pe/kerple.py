@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 import torch
 from torch import Tensor, nn
 
-from pelab.errors import ConfigError
 from pelab.pe.base import ModelDims, PositionalEncoding, register_pe
 from pelab.positions import Positions
 
@@ -28,6 +27,7 @@ def power_kernel(distance: Tensor, r1: Tensor, r2: Tensor) -> Tensor:
     return -r1 * distance.pow(r2)
 
 
+KernelName = Literal["log", "power"]  # pe.kernel: KERNELS' keys
 KERNELS = {
     "log": Kernel(log_kernel, r1_init=2.0, r2_init=1.0, r2_max=None),
     "power": Kernel(power_kernel, r1_init=1.0, r2_init=2.0, r2_max=2.0),
@@ -65,10 +65,8 @@ class KerplePE(PositionalEncoding):
     eps = 1e-2  # lower bound of r1 and r2, the authors' value
     shift = "relative"
 
-    def __init__(self, dims: ModelDims, kernel: str = "log") -> None:
+    def __init__(self, dims: ModelDims, kernel: KernelName = "log") -> None:
         super().__init__(dims)
-        if kernel not in KERNELS:
-            raise ConfigError(f"unknown pe.kernel {kernel!r}; valid choices: {list(KERNELS)}")
         self.kernel = KERNELS[kernel]
         self.r1 = nn.Parameter(torch.rand(dims.n_heads) * self.kernel.r1_init)  # [h]
         self.r2 = nn.Parameter(torch.rand(dims.n_heads) * self.kernel.r2_init)  # [h]

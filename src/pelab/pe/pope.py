@@ -7,6 +7,7 @@ Coordinate Positional Embeddings" (arXiv 2509.10534).
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -18,7 +19,7 @@ from pelab.positions import Positions
 
 # the learned key phase bias delta lives in [-2 pi, 0] (clamped where it is used)
 PHASE_BIAS_RANGE = (-2 * math.pi, 0.0)
-PHASE_BIAS_INITS = ("zero", "uniform")  # delta = 0 | delta ~ U[-2 pi, 0]
+PhaseBiasInit = Literal["zero", "uniform"]  # delta = 0 | delta ~ U[-2 pi, 0]
 
 
 def polar(magnitude: Tensor, phase: Tensor) -> Tensor:
@@ -68,16 +69,11 @@ class PolarPE(PositionalEncoding):
         dims: ModelDims,
         base: float = 10000.0,
         phase_bias: bool = True,
-        phase_bias_init: str = "zero",
+        phase_bias_init: PhaseBiasInit = "zero",
     ) -> None:
         super().__init__(dims)
         if base <= 0:
             raise ConfigError(f"pe.base (the frequency base) must be > 0, got {base}")
-        if phase_bias_init not in PHASE_BIAS_INITS:
-            raise ConfigError(
-                f"unknown pe.phase_bias_init {phase_bias_init!r}; valid choices: "
-                f"{list(PHASE_BIAS_INITS)}"
-            )
         if not phase_bias and phase_bias_init != "zero":
             raise ConfigError(
                 f"pe.phase_bias_init={phase_bias_init} has no effect with pe.phase_bias=false; "

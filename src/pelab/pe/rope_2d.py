@@ -8,7 +8,7 @@ from torch import Tensor
 
 from pelab.errors import ConfigError
 from pelab.pe.base import ModelDims, register_pe
-from pelab.pe.rotary import RotaryPE
+from pelab.pe.rotary import RotaryLayout, RotaryPE
 from pelab.positions import Positions
 
 
@@ -35,7 +35,7 @@ class AxialRotaryPE(RotaryPE):
         self,
         dims: ModelDims,
         base: float = 100.0,
-        layout: str = "interleaved",
+        layout: RotaryLayout = "interleaved",
         fraction: float = 1.0,
     ) -> None:
         super().__init__(dims, base=base, layout=layout, fraction=fraction)

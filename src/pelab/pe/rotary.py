@@ -9,7 +9,7 @@ whose rotations also scale.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch import Tensor
@@ -51,6 +51,7 @@ def rotate_half(x: Tensor, rotation: tuple[Tensor, Tensor]) -> Tensor:
     return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
 
 
+RotaryLayout = Literal["interleaved", "half"]  # pe.layout: LAYOUTS' keys
 LAYOUTS = {
     "interleaved": (interleaved_rotation, rotate_interleaved),
     "half": (half_rotation, rotate_half),
@@ -88,7 +89,7 @@ class RotaryPE(PositionalEncoding):
         self,
         dims: ModelDims,
         base: float = 10000.0,
-        layout: str = "interleaved",
+        layout: RotaryLayout = "interleaved",
         fraction: float = 1.0,
         scaling: str = "none",
         scaling_factor: float = 1.0,
@@ -100,8 +101,6 @@ class RotaryPE(PositionalEncoding):
             raise ConfigError(
                 f"pe.keep_frequencies (p-RoPE's p) must be in [0, 1], got {keep_frequencies}"
             )
-        if layout not in LAYOUTS:
-            raise ConfigError(f"unknown pe.layout {layout!r}; valid choices: {list(LAYOUTS)}")
         if not 0.0 < fraction <= 1.0:
             raise ConfigError(f"pe.fraction must be in (0, 1], got {fraction}")
         self.rot_dim = int(dims.head_dim * fraction)

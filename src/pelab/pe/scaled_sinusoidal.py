@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from pelab.pe.absolute import SinusoidalPE
+from pelab.pe.absolute import Join, SinusoidalPE, SinusoidLayout, TokenScale
 from pelab.pe.base import ModelDims, register_pe
 from pelab.positions import Positions
 
@@ -32,10 +32,10 @@ class ScaledSinusoidalPE(SinusoidalPE):
         self,
         dims: ModelDims,
         base: float = 10000.0,
-        layout: str = "interleaved",
+        layout: SinusoidLayout = "interleaved",
         init_scale: float | None = None,
-        token_scale: str = "none",
-        join: str = "add",
+        token_scale: TokenScale = "none",
+        join: Join = "add",
     ) -> None:
         super().__init__(dims, base, layout, token_scale, join)
         init = dims.d_model**-0.5 if init_scale is None else init_scale

@@ -7,7 +7,7 @@ import torch
 from torch import Tensor
 
 from pelab.errors import ConfigError
-from pelab.pe.absolute import SINUSOID_LAYOUTS, AdditivePE, sinusoid_table
+from pelab.pe.absolute import AdditivePE, Join, SinusoidLayout, TokenScale, sinusoid_table
 from pelab.pe.base import ModelDims, register_pe
 from pelab.positions import Positions
 
@@ -35,19 +35,15 @@ class Sinusoidal2dPE(AdditivePE):
         self,
         dims: ModelDims,
         base: float = 10000.0,
-        layout: str = "interleaved",
-        token_scale: str = "none",
-        join: str = "add",
+        layout: SinusoidLayout = "interleaved",
+        token_scale: TokenScale = "none",
+        join: Join = "add",
     ) -> None:
         super().__init__(dims, token_scale, join)
         if dims.d_model % 4:
             raise ConfigError(
                 f"pe={self.pe_name} gives each axis an even half of the channels, so "
                 f"model.net.d_model must be a multiple of 4, got {dims.d_model}"
-            )
-        if layout not in SINUSOID_LAYOUTS:
-            raise ConfigError(
-                f"unknown pe.layout {layout!r}; valid choices: {list(SINUSOID_LAYOUTS)}"
             )
         self.base, self.layout = base, layout
 

@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 from functools import partial
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from pelab.errors import ConfigError
 from pelab.pe.base import ModelDims, PositionalEncoding, in_fp32, register_pe
 from pelab.positions import Positions
 
-REMAINDERS = ("bias", "drop")
+Remainder = Literal["bias", "drop"]  # pe.remainder
 
 
 def stick_breaking_weights(logits: Tensor, attend_current: bool = False) -> Tensor:
@@ -59,13 +59,9 @@ class StickBreakingPE(PositionalEncoding):
     causal_only = True
 
     def __init__(
-        self, dims: ModelDims, attend_current: bool = False, remainder: str = "bias"
+        self, dims: ModelDims, attend_current: bool = False, remainder: Remainder = "bias"
     ) -> None:
         super().__init__(dims)
-        if remainder not in REMAINDERS:
-            raise ConfigError(
-                f"unknown pe.remainder {remainder!r}; valid choices: {list(REMAINDERS)}"
-            )
         self.attend_current, self.remainder = attend_current, remainder
         if remainder == "bias":  # [l, h, d]
             shape = (dims.n_layers, dims.n_heads, dims.head_dim)

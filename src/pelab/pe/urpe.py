@@ -4,6 +4,7 @@ relative bias."""
 from __future__ import annotations
 
 from functools import partial
+from typing import Literal
 
 import torch
 from einops import rearrange
@@ -16,7 +17,7 @@ from pelab.pe.composed import ComposedPE
 from pelab.pe.shaw import clipped_offset_index
 from pelab.positions import Positions
 
-URPE_BIASES = ("none", "t5")
+UrpeBias = Literal["none", "t5"]  # pe.bias
 
 
 class ToeplitzScaling(PositionalEncoding):
@@ -88,15 +89,11 @@ class UniversalRelativePE(ComposedPE):
     def __init__(
         self,
         dims: ModelDims,
-        bias: str = "t5",
+        bias: UrpeBias = "t5",
         num_buckets: int = 32,
         max_distance: int = 128,
         max_len: int | None = None,
     ) -> None:
-        if bias not in URPE_BIASES:
-            raise ConfigError(
-                f"unknown pe.bias {bias!r} for pe=urpe; valid choices: {URPE_BIASES}"
-            )
         max_len = dims.max_len if max_len is None else max_len
         # C first: pe=urpe's parameter order (runs keep their numbers)
         parts = {"toeplitz": partial(ToeplitzScaling, max_len=max_len)}

@@ -29,7 +29,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
-from pelab.errors import ConfigError
+from pelab.errors import ConfigError, choices_checked
 from pelab.lengths import expand_lengths  # noqa: F401 (re-exported: tasks' home of it)
 from pelab.tokens import N_SPECIAL
 
@@ -50,6 +50,10 @@ class Task(ABC):
     Lengths: ``check_length`` refuses lengths the task cannot build; ``__init__`` calls it on
     both ends of the train range and on every evaluation length (a subclass whose check reads
     its own parameters sets them before calling ``super().__init__``).
+
+    Choices: an option with a ``Literal`` type refuses a value it does not list, from a config
+    (``check_types``) and from a constructor call alike (``register_task`` gives the
+    constructor ``choices_checked``).
     """
 
     length_axis: ClassVar[str] = "tokens"  # what one unit of ``length`` is
@@ -240,13 +244,16 @@ TASK_REGISTRY: dict[str, type[Task]] = {}
 
 
 def register_task(name: str) -> Callable[[type[Task]], type[Task]]:
-    """Class decorator: make a task available by name."""
+    """Class decorator: make a task available by name; its constructor refuses a value that an
+    option's ``Literal`` type does not list (``choices_checked``)."""
 
     def add(cls: type[Task]) -> type[Task]:
         if name in TASK_REGISTRY:
             raise ValueError(f"task {name!r} is registered twice")
         TASK_REGISTRY[name] = cls
         cls.task_name = name
+        if "__init__" in vars(cls):
+            cls.__init__ = choices_checked("task")(cls.__init__)
         return cls
 
     return add

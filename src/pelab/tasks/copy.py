@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch import Tensor
 
-from pelab.errors import ConfigError
 from pelab.tasks.base import Task, register_task
 from pelab.tokens import N_SPECIAL
 
-VARIANTS = ("random", "repeated", "double", "double_next")
+CopyVariant = Literal["random", "repeated", "double", "double_next"]  # task.variant
 
 
 @register_task("copy")
@@ -36,11 +35,7 @@ class CopyTask(Task):
 
     variants = ({"variant": "repeated"}, {"variant": "double"}, {"variant": "double_next"})
 
-    def __init__(self, variant: str = "random", **kwargs: Any) -> None:
-        if variant not in VARIANTS:
-            raise ConfigError(
-                f"CopyTask: unknown task.variant {variant!r}; valid choices: {', '.join(VARIANTS)}"
-            )
+    def __init__(self, variant: CopyVariant = "random", **kwargs: Any) -> None:
         self.variant = variant
         super().__init__(**kwargs)
 

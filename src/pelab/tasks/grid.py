@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from math import isqrt
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from einops import rearrange
@@ -13,6 +13,7 @@ from torch import Tensor
 from pelab.errors import ConfigError
 from pelab.tasks.base import Task, register_task
 
+GridMode = Literal["transpose", "copy"]  # task.mode: SOLVERS' and REFERENCES' keys
 # mode -> the answer grid from the prompt grid, vectorised over ``[b, side, side]``
 SOLVERS: dict[str, Callable[[Tensor], Tensor]] = {
     "transpose": lambda grid: grid.transpose(-1, -2),
@@ -63,10 +64,8 @@ class GridTask(Task):
     default_eval_lengths = (3, 5, 6, 8)
     variants = ({"mode": "copy"},)
 
-    def __init__(self, mode: str = "transpose", **common: Any) -> None:
+    def __init__(self, mode: GridMode = "transpose", **common: Any) -> None:
         """``common``: the options of every task (lengths, num_symbols, n_val, ...)."""
-        if mode not in SOLVERS:
-            raise ConfigError(f"unknown task.mode {mode!r}; valid choices: {list(SOLVERS)}")
         self.mode = mode
         super().__init__(**common)
 

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch import Tensor
@@ -13,7 +13,7 @@ from pelab.errors import ConfigError
 from pelab.tasks.base import Task, register_task
 from pelab.tokens import N_SPECIAL
 
-SHIFT_FORMATS = ("digits", "token")
+ShiftFormat = Literal["digits", "token"]  # task.shift_format
 
 
 @register_task("indirect_indexing")
@@ -60,7 +60,7 @@ class IndirectIndexingTask(Task):
         self,
         num_letters: int = 52,
         max_shift: int = 15,
-        shift_format: str = "digits",
+        shift_format: ShiftFormat = "digits",
         **common: Any,
     ) -> None:
         if num_letters < 2:
@@ -70,11 +70,6 @@ class IndirectIndexingTask(Task):
             )
         if max_shift < 1:
             raise ConfigError(f"indirect_indexing: task.max_shift must be >= 1, got {max_shift}")
-        if shift_format not in SHIFT_FORMATS:
-            raise ConfigError(
-                f"indirect_indexing: task.shift_format must be one of {list(SHIFT_FORMATS)}, "
-                f"got {shift_format!r}"
-            )
         self.num_letters, self.max_shift = int(num_letters), int(max_shift)
         self.shift_format = shift_format
         self.delimiter = N_SPECIAL + self.num_letters

@@ -3,7 +3,10 @@
 
 Types come from the target's annotations (``int``, ``float``, ``bool``, ``str``, ``Literal``,
 ``X | None``, ``Sequence[X]``, ``tuple[X, Y]``, ``dict``); a hint that cannot be read, or a type
-a YAML value cannot have, is not checked here (the target's own checks still run).
+a YAML value cannot have, is not checked here (the target's own checks still run). A value
+outside its ``Literal`` is refused as its constructor refuses it (``pelab.errors.not_a_choice``).
+A target whose options are another class's (``configured_by``: a network's ``model.net`` keys
+are its ``NetDims``'s fields) is checked against that class.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from hydra.utils import get_object
 from omegaconf import DictConfig, OmegaConf
 
 from pelab.config_files import schedule_options
-from pelab.errors import ConfigError
+from pelab.errors import ConfigError, literal_choices, not_a_choice
 
 SKIPPED_SECTIONS = ("hydra",)
 # sections whose entries are user-named instantiables (``+callbacks.fault._target_=...``)
@@ -138,9 +141,9 @@ def _check_node(path: str, node: dict[str, Any]) -> None:
         raise ConfigError(
             f"{path}._target_={node['_target_']!r} cannot be imported: {error}"
         ) from None
-    params, hints, open_ended = signature(target)
-    options = list(params)
     name = getattr(target, "__name__", str(target))
+    params, hints, open_ended = signature(getattr(target, "configured_by", target))
+    options = list(params)
     for key, value in node.items():
         if key.startswith("_"):
             continue
@@ -152,6 +155,8 @@ def _check_node(path: str, node: dict[str, Any]) -> None:
             )
         hint = hints.get(key)
         if hint is not None and not matches(value, hint):
+            if choices := literal_choices(hint):
+                raise not_a_choice(f"{path}.{key}", value, choices)
             raise ConfigError(
                 f"{path}.{key}={value!r} has the wrong type: {name} expects {describe(hint)}"
             )
@@ -221,6 +226,5 @@ def matches(value: Any, hint: Any) -> bool:
 
 
 def describe(hint: Any) -> str:
-    if typing.get_origin(hint) is typing.Literal:
-        return "one of " + ", ".join(repr(a) for a in typing.get_args(hint))
+    """A type in words (a ``Literal``'s values are refused by ``not_a_choice`` instead)."""
     return getattr(hint, "__name__", None) or str(hint).replace("typing.", "")

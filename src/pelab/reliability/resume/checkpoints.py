@@ -79,14 +79,17 @@ def differences(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
 
 
 def predates(saved: dict[str, Any], current: dict[str, Any], key: str) -> bool:
-    """Whether ``key`` is an option of ``current``'s class (``_target_``) that a checkpoint
-    saved before pelab had it lacks, with this run at the option's default: it then changes
-    nothing (e.g. ``pe.keep_frequencies: 1.0`` resuming a RoPE run saved before p-RoPE)."""
+    """Whether ``key`` is an option of ``current``'s class (``_target_``, or the class its
+    options are, ``configured_by``: a network's ``NetDims``) that a checkpoint saved before
+    pelab had it lacks, with this run at the option's default: it then changes nothing (e.g.
+    ``pe.keep_frequencies: 1.0`` resuming a RoPE run saved before p-RoPE)."""
     target = current.get("_target_")
     if key in saved or key not in current or not isinstance(target, str):
         return False
     try:
-        parameter = inspect.signature(get_class(target)).parameters.get(key)
+        cls = get_class(target)
+        options = getattr(cls, "configured_by", cls)
+        parameter = inspect.signature(options).parameters.get(key)
     except (ImportError, ValueError, TypeError, AttributeError):
         return False
     return parameter is not None and parameter.default == current[key]
