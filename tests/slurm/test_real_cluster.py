@@ -29,7 +29,8 @@ if shutil.which("sinfo") is None or subprocess.run(["sinfo"], capture_output=Tru
         allow_module_level=True,
     )
 
-pytestmark = pytest.mark.integration
+# every test submits jobs that start Python processes (tests/conftest.py holds the tiers)
+pytestmark = [pytest.mark.integration, pytest.mark.processes]
 
 QUIET = ["trainer.enable_progress_bar=false", "callbacks.progress_bar=null"]
 
