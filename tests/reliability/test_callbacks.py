@@ -7,6 +7,7 @@ import pandas as pd
 import pytest
 import torch
 
+from pelab.member_state import MemberState
 from pelab.reliability.resume.callbacks import ResumeState
 from pelab.train import train
 from tests.reliability.faults import InjectFault
@@ -69,7 +70,9 @@ def test_a_fault_by_seed_fires_in_the_job_of_any_member_of_that_seed(tmp_path):
     marker = tmp_path / "fired"
     fault = InjectFault(at_step=2, action="mark", marker=str(marker), seed=3)
     trainer = SimpleNamespace(global_step=2)
-    fault.on_train_batch_start(trainer, SimpleNamespace(seeds=[0, 1]), None, 0)
+    members = [MemberState(0), MemberState(1)]
+    fault.on_train_batch_start(trainer, SimpleNamespace(members=members), None, 0)
     assert not marker.exists()  # no member of seed 3
-    fault.on_train_batch_start(trainer, SimpleNamespace(seeds=[0, 3]), None, 0)
+    members[1] = MemberState(3)
+    fault.on_train_batch_start(trainer, SimpleNamespace(members=members), None, 0)
     assert marker.exists()  # member 1 is of seed 3
