@@ -49,7 +49,7 @@ test-slow: install ## the slow tests: a small model learns each task in distribu
 test-full: install ## every test, slow ones included
 	$(PY) -m pytest
 
-test-slurm: install ## the real-SLURM campaign (root): starts a single-node cluster from Debian's packages (scripts/slurm_cluster.sh), skips saying why where it cannot start (12 tests, each interruption against its uninterrupted twin; ~21 min on 2 cores, 2026-11-28: six requeues wait ~2 min each)
+test-slurm: install ## the real-SLURM campaign (root): starts a single-node cluster from Debian's packages (scripts/slurm_cluster.sh), skips saying why where it cannot start (12 tests, each interruption against its uninterrupted twin; ~21 min on 2 idle cores, 2026-11-28: six requeues wait ~2 min each; 27 min beside two training jobs, 2026-11-29)
 	@if scripts/slurm_cluster.sh start; then \
 		PELAB_SLURM=1 $(PY) -m pytest -p no:cacheprovider -v tests/slurm; \
 	else \
