@@ -16,7 +16,7 @@ from pelab import tasks as _tasks  # noqa: F401  (registers the tasks)
 from pelab.competence import check_budget, validation_lengths
 from pelab.config_files import schedule_options
 from pelab.data.datamodule import TaskData
-from pelab.errors import ConfigError
+from pelab.errors import ConfigError, check_choices
 from pelab.lit_module import SequenceModel
 from pelab.model_kinds import get_model_kind
 from pelab.models.dims import NetDims
@@ -148,8 +148,10 @@ def data_module(cfg: DictConfig, task: Task, seeds: Sequence[int] | None = None)
 
 
 def check_training(cfg: DictConfig) -> None:
-    """A ``ConfigError`` for a setting no training run can use (types, the budget)."""
+    """A ``ConfigError`` for a setting no training run can use (types, the data's choices,
+    the budget)."""
     check_types(cfg)
+    check_choices(TaskData.__init__, "data", cfg.get("data") or {})  # no _target_ to check by
     check_threads(cfg.get("threads", "auto"))
     if cfg.trainer.max_steps < 1:
         raise ConfigError(

@@ -100,6 +100,10 @@ def test_an_unknown_group_option_lists_the_valid_ones(tmp_path):
         (["task.train_lengths=[]"], r"train_lengths must be \[min, max\].*got \[\]"),
         (["task.train_lengths=[0,4]"], r"train_lengths must be \[min, max\] with 1 <= min"),
         (["task.eval_lengths=[0,8]"], r"eval_lengths must be a non-empty list of lengths >= 1"),
+        (
+            ["data.length_sampling=lengths"],
+            r"data.length_sampling='lengths' is not a choice; valid choices: uniform, tokens",
+        ),
         # evaluation that cannot fit in memory, measured ahead or extrapolated from shorter
         # lengths (too long to measure: an eager bias at 100000 tokens)
         (
