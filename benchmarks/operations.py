@@ -91,7 +91,8 @@ def count_operations(
     pe: str, members: int, root: Path, steps: int = STEPS, *extra: str
 ) -> Counter:
     """The aten operations, by name, of ``pe``'s training run of ``members`` seeds (the
-    ``ablation_cpu`` model on copy, ``steps`` steps, one validation at the last, no stop)."""
+    ``ablation_cpu`` model on copy, ``steps`` steps, one validation at the last, no stop, no
+    final test)."""
     seeds = ",".join(map(str, range(members)))
     overrides = [
         "experiment=ablation_cpu",
@@ -104,6 +105,7 @@ def count_operations(
         "task.eval_lengths=[8]",
         "task.n_val=32",
         "task.n_test=8",
+        "test=false",  # the count ends with training (CountOperations.last)
         "logger=none",
         "trainer.enable_progress_bar=false",
         "+model.optimizer.foreach=true",  # AdamW's default on a GPU (a CPU loops over tensors)

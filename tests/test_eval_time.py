@@ -2,6 +2,7 @@
 one (``TestProgress``): issue 45's silent 10 minutes at length 2048."""
 
 import logging
+import math
 
 import pytest
 
@@ -53,9 +54,11 @@ def test_a_run_says_its_test_time_before_training_and_its_progress_during_it(tmp
     assert any(m.startswith("testing length 8 (") and "left at this length" in m for m in lines)
 
 
-def test_many_lengths_are_timed_at_a_few_and_interpolated(tmp_path, monkeypatch):
+@pytest.mark.parametrize("brief_s", [0.0, eval_time.BRIEF_S])
+def test_many_lengths_are_timed_at_a_few_and_interpolated(tmp_path, monkeypatch, brief_s):
     """A preset with hundreds of evaluation lengths (chomsky: 460) times decoding at
-    ``TIMED_LENGTHS`` of them, the shortest and the longest among them, not at every one."""
+    ``TIMED_LENGTHS`` of them, the shortest and the longest among them, not at every one; a
+    brief test (this tiny model's, under ``BRIEF_S``) at the shortest and the longest alone."""
     cfg = compose_config([*TINY, "task.eval_lengths=[2,3,4,5,6,7,8,9,10,11,12,13,14,15,16]"],
                          tmp_path)  # fmt: skip
     model = build_model(cfg, task := build_task(cfg))
@@ -64,24 +67,31 @@ def test_many_lengths_are_timed_at_a_few_and_interpolated(tmp_path, monkeypatch)
     monkeypatch.setattr(
         eval_time, "_timed", lambda m, t, n, b, d: timed.append(n) or original(m, t, n, b, d)
     )
+    monkeypatch.setattr(eval_time, "BRIEF_S", brief_s)
     found = eval_time.estimate(model, task, batch_size=8)
     assert list(found.by_length) == list(range(2, 17))
+    assert found.by_length[2] <= found.by_length[9] <= found.by_length[16]
     lengths = sorted(set(timed))
-    assert len(lengths) == eval_time.TIMED_LENGTHS and lengths[0] == 2 and lengths[-1] == 16
+    assert len(lengths) == (eval_time.TIMED_LENGTHS if brief_s == 0 else 2)
+    assert lengths[0] == 2 and lengths[-1] == 16
 
 
+@pytest.mark.parametrize("brief_s", [0.0, math.inf])
 @pytest.mark.parametrize("seeds", ["[0]", "[0,1,2]"])
-def test_a_stacks_estimate_counts_the_calls_the_test_makes(tmp_path, monkeypatch, seeds):
+def test_a_stacks_estimate_counts_the_calls_the_test_makes(tmp_path, monkeypatch, seeds, brief_s):
     """Issue 54: a 3-member test was estimated at 23 min for 20 s. The test decodes each batch
     of ``batch_size`` for every member in one call: ``ceil(n_test / batch_size)`` calls per
     length of ``K batch_size`` sequences. With a decode that costs ``o + s c`` for ``s``
-    sequences, the estimate is exactly ``calls o + K n_test c`` at each length."""
+    sequences, the estimate is exactly ``calls o + K n_test c`` at each length; so is a brief
+    test's from its probes (``n_test`` = ``PROBE`` here: one probe per call)."""
     cfg = compose_config([*TINY, f"seeds={seeds}", "task.eval_lengths=[4,8]"], tmp_path)
     model = build_members(member_configs(cfg), task := build_task(cfg))
     members, overhead, each = len(model.members), 0.5, 0.01
     monkeypatch.setattr(
         eval_time, "_timed", lambda m, t, n, b, d: overhead + n * each * b * len(m.members)
     )
+    monkeypatch.setattr(eval_time, "BRIEF_S", brief_s)
+    assert task.n_test == eval_time.PROBE
     found = eval_time.estimate(model, task, batch_size=100)
     calls = -(-task.n_test // 100)
     for n in (4, 8):

@@ -5,7 +5,10 @@ faster counts: jitter would otherwise dominate it), at up to
 ``TIMED_LENGTHS`` evaluation lengths (all of them when there are few; else the shortest, the
 longest and evenly between, the others interpolated), on the run's device (the weights do not
 change its cost). Each length's calls follow from the two (``o + s c``: a call's overhead ``o``,
-each sequence's cost ``c``, ``s`` sequences in the call). A test estimated beyond
+each sequence's cost ``c``, ``s`` sequences in the call). A brief test is not worth that: when
+the probe at the longest length bounds the whole test below ``BRIEF_S`` (no call of the test
+costs more than ``ceil(batch / PROBE)`` such probes), the probes at the shortest and the longest
+length alone give it, interpolated between them (an upper estimate). A test estimated beyond
 ``LONG_TEST_S`` is warned about, naming the lengths that cost it and what to change; the test
 itself logs its progress (``pelab.utils.plain_progress.TestProgress``)."""
 
@@ -27,6 +30,7 @@ LONG_TEST_S = 600.0  # a test estimated longer than this is warned about before 
 TIMED_LENGTHS = 6  # at most this many lengths are timed; the others are interpolated
 PROBE = 8  # sequences per member in the larger timed call (the smaller: one)
 RETRY_S = 0.25  # a timed call shorter than this is timed again, the faster counts
+BRIEF_S = 10.0  # a test bounded below this is estimated from its shortest and longest lengths
 
 
 @dataclass(frozen=True)
@@ -73,25 +77,41 @@ def estimate(model, task, batch_size: int) -> TestTime:
     """The time of testing every evaluation length of ``task``: ``ceil(n_test / batch_size)``
     calls per length, each decoding its batch for every member at once (``task.n_test``
     sequences per member in all), on the device the model is on, from decodes of one and of
-    ``PROBE`` sequences per member timed at each length."""
+    ``PROBE`` sequences per member timed at each length (a brief test: of ``PROBE`` at its
+    shortest and longest lengths)."""
     device = next(model.parameters()).device
     lengths = sorted(set(task.eval_lengths))
     timed = [lengths[round(i)] for i in np.linspace(0, len(lengths) - 1, TIMED_LENGTHS)]
     timed = sorted(set(timed))  # all of them when there are few; the ends and between else
     members = len(model.members)
+    calls = math.ceil(task.n_test / batch_size)
+    probes_per_call = math.ceil(min(batch_size, task.n_test) / PROBE)
     training = model.training
     model.eval()  # as in the test: no dropout, so the run's RNG is not drawn from
     try:
         with torch.no_grad():
             _timed(model, task, lengths[0], 1, device)  # caches, first-call costs
+            longest = _timed(model, task, lengths[-1], PROBE, device)
+            if len(lengths) * calls * probes_per_call * longest < BRIEF_S:
+                probes = {lengths[-1]: longest}  # the ends: the shortest, then the longest
+                if lengths[0] != lengths[-1]:
+                    probes = {lengths[0]: _timed(model, task, lengths[0], PROBE, device), **probes}
+                ends, per_call = list(probes), [probes_per_call * t for t in probes.values()]
+                return TestTime(
+                    {n: calls * float(np.interp(n, ends, per_call)) for n in task.eval_lengths}
+                )
             each, overhead = [], []
             for length in timed:
-                one, probe = (_timed(model, task, length, b, device) for b in (1, PROBE))
+                one = _timed(model, task, length, 1, device)
+                probe = (
+                    longest
+                    if length == lengths[-1]
+                    else _timed(model, task, length, PROBE, device)
+                )
                 each.append(max(probe - one, 0.0) / ((PROBE - 1) * members))  # a sequence's
                 overhead.append(max(one - members * each[-1], 0.0))  # a call's
     finally:
         model.train(training)
-    calls = math.ceil(task.n_test / batch_size)
     sequences = task.n_test * members
     return TestTime(
         {

@@ -40,7 +40,11 @@ def test_a_run_of_a_wandb_sweep_agent_is_tabulated(tiny_cfg, tmp_path, monkeypat
         finish(*args, **kwargs)
 
     monkeypatch.setattr(wandb, "finish", capture)
-    [record] = train(tiny_cfg("logger=wandb", "pe=rope", "task=copy"))
+    try:
+        [record] = train(tiny_cfg("logger=wandb", "pe=rope", "task=copy"))
+    finally:  # nor may the sweep's setup outlive the test: W&B would keep it for later runs,
+        monkeypatch.undo()  # which then ignore the run id pelab hands them
+        wandb.teardown()
     seen = SimpleNamespace(  # as wandb.Api returns it
         config=seen["config"],
         summary=seen["summary"],

@@ -97,8 +97,18 @@ def runs_frame(records: list[dict[str, Any]]) -> pd.DataFrame:
                 row[f"{split}/{metric}"] = metrics.get(f"test_{split}", {}).get(metric, math.nan)
         row["val_id"] = _validation_score(metrics.get("val") or {}, train)
         rows.append(row | changed)
-    added = added_defaults()  # a record from before a setting ran at its default
-    for row, record in zip(rows, records, strict=True):  # settings equal once resolved merge
+    if settings:  # (a config per record costs: none made where no setting was changed)
+        _resolved_settings(rows, records, list(settings))
+    frame = pd.DataFrame(rows)
+    frame[list(settings)] = frame[list(settings)].fillna(NOT_SET)
+    return frame.astype({"seed": "Int64"}) if len(frame) else frame
+
+
+def _resolved_settings(rows: list[dict], records: list[dict], settings: list[str]) -> None:
+    """Each row's ``settings`` as its run resolved them (settings equal once resolved merge);
+    a record from before a setting existed ran at its default (``added_defaults``)."""
+    added = added_defaults()
+    for row, record in zip(rows, records, strict=True):
         config = OmegaConf.create(record.get("config") or {})
         for key in settings:
             value = setting_text(OmegaConf.select(config, key.lstrip("+~"), default=None))
@@ -106,9 +116,6 @@ def runs_frame(records: list[dict[str, Any]]) -> pd.DataFrame:
                 value = setting_text(added[key.lstrip("+~")])
             if value is not None:
                 row[key] = value
-    frame = pd.DataFrame(rows)
-    frame[list(settings)] = frame[list(settings)].fillna(NOT_SET)
-    return frame.astype({"seed": "Int64"}) if len(frame) else frame
 
 
 def lengths_frame(records: list[dict[str, Any]]) -> pd.DataFrame:
