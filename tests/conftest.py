@@ -169,4 +169,3 @@ def tiny_cfg(tmp_path: Path):
 @pytest.fixture(scope="session")
 def repo_root() -> Path:
     return Path(__file__).resolve().parents[1]
-
