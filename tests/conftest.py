@@ -13,9 +13,14 @@ import lightning
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
+from hydra._internal.config_loader_impl import ConfigLoaderImpl, get_overrides_dirname
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import Override
+from hydra.errors import ConfigCompositionException
 from omegaconf import DictConfig, open_dict
+from omegaconf.errors import OmegaConfBaseException
 
 from pelab.threads import available_cores
 from tests import zygote
@@ -129,14 +134,65 @@ def _torch_threads() -> None:
 
 
 @functools.lru_cache(maxsize=512)
-def _composed(config_name: str, overrides: tuple[str, ...], cwd: str) -> DictConfig:
-    """Hydra's composition (with its ``hydra`` node), once per worker for each config name,
-    overrides and working directory (``hydra.runtime.cwd``): a composition reads and merges ~85
-    YAML files (0.3-0.7 s), a copy of it takes 0.04 s (docs/performance.md, "Test times"). Never
-    handed out itself: ``compose_config`` copies it."""
+def _composed(config_name: str, choices: tuple[str, ...], cwd: str) -> DictConfig:
+    """Hydra's composition (with its ``hydra`` node) of ``config_name`` with the overrides that
+    choose its configs (``_chooses``), once per worker for each config name, choices and working
+    directory (``hydra.runtime.cwd``): a composition reads and merges ~85 YAML files (0.3-0.7 s),
+    a copy of it takes 0.04 s (docs/performance.md, "Test times"). Never handed out itself:
+    ``compose_config`` copies it."""
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-        return compose(config_name, overrides=list(overrides), return_hydra_config=True)
+        return compose(config_name, overrides=list(choices), return_hydra_config=True)
+
+
+@functools.cache
+def _parsed(override: str) -> Override:
+    (parsed,) = OverridesParser.create().parse_overrides([override])  # Hydra's errors, as is
+    return parsed
+
+
+@functools.cache
+def _is_group(key: str) -> bool:
+    """Whether ``key`` is a config group (``pe``, ``hydra/launcher``), as Hydra says."""
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        return GlobalHydra.instance().hydra.config_loader.repository.group_exists(key)
+
+
+def _chooses(override: Override) -> bool:
+    """Whether Hydra reads ``override`` while it composes (a config group's choice, a sweep, a
+    setting of Hydra's) rather than setting a value of the composed config afterwards
+    (``defaults_list.Overrides``: a value is a dict or its key is no group)."""
+    if override.is_hydra_override() or override.is_sweep_override():
+        return True
+    return not isinstance(override.value(), dict) and _is_group(override.key_or_group)
+
+
+def _hydra_composed(config_name: str, overrides: list[str]) -> DictConfig:
+    """Hydra's composition of ``config_name`` with ``overrides``, and with its ``hydra`` node, as
+    ``ConfigLoaderImpl.load_configuration`` makes it: the composition of the overrides that
+    choose configs (shared: ``_composed``), then the other overrides applied to a copy of it by
+    Hydra's own code, in their order, and recorded in ``hydra.overrides.task`` and
+    ``hydra.job.override_dirname`` in the order given. Tests make many runs that differ only in
+    values (``TINY`` and one setting), and each saves a composition this way
+    (tests/test_configs.py checks it equals Hydra's own composition)."""
+    parsed = [_parsed(override) for override in overrides]
+    choices = tuple(o.input_line for o in parsed if _chooses(o))
+    cfg = copy.deepcopy(_composed(config_name, choices, os.getcwd()))
+    try:
+        ConfigLoaderImpl._apply_overrides_to_config([o for o in parsed if not _chooses(o)], cfg)
+    except OmegaConfBaseException as error:  # as load_configuration raises it
+        raise ConfigCompositionException().with_traceback(error.__traceback__) from error
+    task = [o for o in parsed if not o.is_hydra_override()]
+    job = cfg.hydra.job
+    cfg.hydra.overrides.task = [o.input_line for o in task]
+    job.override_dirname = get_overrides_dirname(
+        overrides=task,
+        kv_sep=job.config.override_dirname.kv_sep,
+        item_sep=job.config.override_dirname.item_sep,
+        exclude_keys=job.config.override_dirname.exclude_keys,
+    )
+    return cfg
 
 
 def compose_config(
@@ -144,15 +200,31 @@ def compose_config(
 ) -> DictConfig:
     """``configs/<config_name>.yaml`` composed as its script would, with the Hydra context set,
     and every path inside ``tmp_path``."""
-    cfg = copy.deepcopy(_composed(config_name, tuple(overrides), os.getcwd()))
+    cfg = _hydra_composed(config_name, overrides)
     HydraConfig().set_config(cfg)
     with open_dict(cfg):
         del cfg["hydra"]
         if tmp_path is not None:
             cfg.paths.root_dir = str(tmp_path)
             cfg.paths.output_dir = str(tmp_path / "run")
-            cfg.paths.cache_dir = str(tmp_path / "cache")
+            cfg.paths.cache_dir = str(EVAL_SETS or tmp_path / "cache")
     return cfg
+
+
+EVAL_SETS: Path | None = None  # the worker's evaluation sets (``_shared_eval_sets``)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _shared_eval_sets(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """One evaluation-set cache (``paths.cache_dir``) for every run ``compose_config`` makes in
+    this worker, as a user's runs share ``.cache/pelab``: a set is keyed by everything that
+    changes its data (``pelab.data.eval_sets``), so runs of one task read the sets the first
+    built (a set built and written costs ~50 ms, one read ~6 ms; a tiny run uses ~10). A test of
+    the cache itself names its own directory."""
+    global EVAL_SETS
+    EVAL_SETS = tmp_path_factory.mktemp("eval_sets")
+    yield
+    EVAL_SETS = None
 
 
 @pytest.fixture

@@ -173,3 +173,62 @@ def test_a_jobs_directory_is_named_by_its_choices_and_key_and_keeps_it_when_the_
         name
         == f"alibi_sort_s1_{job_key(['pe=alibi', 'task=sort', 'seed=1', 'model.net.d_model=32'])}"
     )
+
+
+# one or more of each kind of override: a value (``model.net.d_model=16``), a config group's choice
+# (``pe=alibi``), an experiment that chooses groups itself, an addition, a forced one, a deletion
+# of a group and of a value, a dict value, a setting of Hydra's
+COMPOSED = [
+    ["model.net.d_model=16", "pe=alibi", "task=reverse", "trainer.max_steps=4"],
+    ["experiment=ablation_cpu", "pe=rope", "seeds=[0,1]", "learning_rates=[0.001]"],
+    ["model=encoder_decoder", "positions=randomized", "+trainer.extra=1", "~logger"],
+    ["++data.batch_size=8", "task.n_val=8", "hydra.job.name=named", "debug=quick"],
+    ["pe=t5_bias", "pe.num_buckets=8", "tags=[a,b]", "+extra={a: 1}", "~pe.num_buckets"],
+]
+# each refused by Hydra: a deletion of what is not there, an unknown key, a group's unknown
+# option, an addition of a key that exists, a sweep in a single run, an override it cannot parse
+REFUSED = [
+    ["model.net.d_model=["],
+    ["pe=rope", "~no_such_key"],
+    ["pe=rope", "no_such_key=1"],
+    ["pe=no_such_encoding"],
+    ["+model.net.d_model=8"],
+    ["pe=rope,alibi"],
+]
+
+
+def hydras_own(overrides: list[str]):
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        return compose("train", overrides=overrides, return_hydra_config=True)
+
+
+@pytest.mark.parametrize("overrides", COMPOSED)
+def test_a_tests_composition_equals_hydras_own(overrides):
+    """``compose_config`` composes the overrides that choose configs once and applies the
+    others to a copy (``tests.conftest._hydra_composed``): the config, its ``hydra`` node and
+    its flags are what Hydra's own composition makes of the same overrides."""
+    from omegaconf import OmegaConf
+
+    from tests.conftest import _hydra_composed
+
+    hydras, ours = hydras_own(overrides), _hydra_composed("train", overrides)
+    plain = {"resolve": False, "enum_to_str": False}
+    assert OmegaConf.to_container(ours, **plain) == OmegaConf.to_container(hydras, **plain)
+    assert OmegaConf.is_struct(ours) and not OmegaConf.is_readonly(ours.hydra)
+    assert list(ours.hydra.overrides.task) == [o for o in overrides if not o.startswith("hydra.")]
+
+
+@pytest.mark.parametrize("overrides", REFUSED)
+def test_a_tests_composition_refuses_what_hydra_refuses(overrides):
+    from tests.conftest import _hydra_composed
+
+    with pytest.raises(Exception) as hydras:
+        hydras_own(overrides)
+    with pytest.raises(type(hydras.value)) as ours:
+        _hydra_composed("train", overrides)
+    assert type(ours.value.__cause__) is type(hydras.value.__cause__)
+    assert str(ours.value) == str(hydras.value)
