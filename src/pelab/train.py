@@ -32,7 +32,7 @@ from pelab.phase_times import PhaseTimes
 from pelab.preflight import Preflight
 from pelab.recorder import TrainingRecorder
 from pelab.reliability.cluster import requeue
-from pelab.reliability.resume.callbacks import BestCheckpoints, Tested
+from pelab.reliability.resume.callbacks import Tested
 from pelab.reliability.resume.completed import completed_record
 from pelab.reliability.resume.lock import run_lock
 from pelab.reliability.resume.signals import exit_status_on_sigterm
@@ -64,11 +64,7 @@ def fit_and_test(job: Job, preflight: Preflight, resume: Resume) -> Fitted:
     if cfg.get("learned_at") is not None:
         stop = LearnedStop(cfg.learned_at, cfg.get("learned_patience", 2), len(job.members))
     fitted = Fitted(model, resume, stop, PhaseTimes(preflight.started))
-    best = BestCheckpoints(
-        [m.directory / "checkpoints" / "best.ckpt" for m in job.members],
-        [m.identity for m in job.members],
-    )
-    callbacks: list[L.Callback] = [best, resume.state(), fitted.kernels, fitted.phases]
+    callbacks: list[L.Callback] = [*resume.callbacks, fitted.kernels, fitted.phases]
     callbacks += [stop] if stop is not None else []
     note = no_extrapolation_note(model.task.train_lengths, model.task.eval_lengths)
     if note and cfg.test:  # said before the hours of training, and kept in the record
@@ -79,10 +75,8 @@ def fit_and_test(job: Job, preflight: Preflight, resume: Resume) -> Fitted:
     trainer = make_trainer(cfg, loggers, callbacks)
     data = data_module(cfg, model.task, job.seeds)
     with exit_status_on_sigterm():
-        if cfg.train:
-            resume.fit(trainer, model, data)
+        fitted.tested = resume.fit(trainer, model, data, train=cfg.train, test=cfg.test)
         if cfg.test:
-            fitted.tested = best.load_best(model)
             trainer.test(model, datamodule=data, verbose=False)
     return fitted
 
@@ -141,7 +135,8 @@ def train(job: Job | DictConfig) -> list[dict[str, Any]]:
         try:
             with TrainingRecorder(job) as recorder:
                 preflight = Preflight.training(job)  # a refusal writes no record
-                resume = Resume.chosen(cfg, preflight.model, [m.directory for m in job.members])
+                runs = [m.directory for m in job.members], [m.identity for m in job.members]
+                resume = Resume.chosen(cfg, preflight.model, *runs)
                 recorder.started()
                 fitted = fit_and_test(job, preflight, resume)
                 return recorder.completed(lambda k: member_outcome(fitted, job.members[k]))

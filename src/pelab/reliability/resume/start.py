@@ -1,11 +1,15 @@
-"""Where a job's training starts, decided once before any trainer exists: ``Resume``.
+"""Where a job's training starts and the checkpoints it leaves, decided once before any trainer
+exists: ``Resume``.
 
 A job starts from scratch or from a checkpoint (``resume_path``): the ``ckpt_path`` given, or
 with ``resume=true`` (the default) the ``last_checkpoint`` of its directory, into which the
 requeue checkpoints Lightning may have left are folded first (``adopt_requeue_checkpoints``).
 That checkpoint is read and checked against the job (``checkpoints.read_checkpoint``,
 ``checkpoints.check_compatible``) before any work; a job from scratch forgets its directories'
-W&B run ids (``pelab.utils.wandb_mode.forget_run_id``)."""
+W&B run ids (``pelab.utils.wandb_mode.forget_run_id``). Its training then writes, through the
+callbacks ``Resume`` holds, each member's ``best.ckpt`` (``BestCheckpoints``) and the job's
+identity and RNG state into every checkpoint (``ResumeState``); ``Resume.fit`` trains and
+hands back each member's best weights for the test."""
 
 from __future__ import annotations
 
@@ -13,7 +17,7 @@ import logging
 import os
 import re
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +27,7 @@ import lightning as L
 from omegaconf import DictConfig
 from torch import nn
 
-from pelab.reliability.resume.callbacks import ResumeState
+from pelab.reliability.resume.callbacks import BestCheckpoints, ResumeState, Tested
 from pelab.reliability.resume.checkpoints import check_compatible, identity, read_checkpoint
 from pelab.utils.wandb_mode import forget_run_id
 
@@ -36,41 +40,57 @@ HPC_CHECKPOINT = re.compile(r"hpc_ckpt_(\d+)\.ckpt")  # Lightning's (adopt_reque
 class Resume:
     """Where a job's training starts: the checkpoint at ``path``, written at ``step``, or from
     scratch (both ``None``); ``identity``: the job's ``checkpoints.identity``, which that
-    checkpoint matched and which every checkpoint of this training carries (``state``)."""
+    checkpoint matched and which every checkpoint of this training carries; ``callbacks``: what
+    writes them (``ResumeState``) and each member's best (``BestCheckpoints``, first)."""
 
     path: Path | None
     step: int | None
     identity: dict[str, Any]
+    callbacks: tuple[BestCheckpoints, ResumeState]
 
     @classmethod
-    def chosen(cls, cfg: DictConfig, model: nn.Module, run_dirs: Iterable[Path]) -> Resume:
-        """Where the job of ``cfg`` (its ``model``, its runs' directories ``run_dirs``) starts,
-        chosen before any trainer can restore a requeue checkpoint: a ``ConfigError`` for a
-        checkpoint it may not start from (unreadable, of other settings or other shapes)."""
+    def chosen(
+        cls,
+        cfg: DictConfig,
+        model: nn.Module,
+        run_dirs: Sequence[Path],
+        identities: Sequence[dict[str, Any]],
+    ) -> Resume:
+        """Where the job of ``cfg`` (its ``model``; its runs' directories ``run_dirs``, whose
+        ``checkpoints.identity`` are ``identities``) starts, chosen before any trainer can
+        restore a requeue checkpoint: a ``ConfigError`` for a checkpoint it may not start from
+        (unreadable, of other settings or other shapes)."""
         adopt_requeue_checkpoints(cfg.paths.output_dir)
         path = resume_path(cfg) if cfg.train else None
-        resume = cls(path, None if path is None else start_step(path, cfg, model), identity(cfg))
+        step = None if path is None else start_step(path, cfg, model)
+        best = BestCheckpoints([best_checkpoint(d) for d in run_dirs], list(identities))
+        job = identity(cfg)
         if cfg.train and path is None:  # from scratch: not an earlier attempt's W&B run
             for run_dir in run_dirs:
                 forget_run_id(run_dir)
-        return resume
+        return cls(path, step, job, (best, ResumeState(job)))
 
     @property
     def resumed_from(self) -> str | None:
         """The record's ``resumed_from``: the checkpoint's path, ``None`` from scratch."""
         return None if self.path is None else str(self.path)
 
-    def state(self) -> ResumeState:
-        """The callback that stores the job's identity and RNG state in each checkpoint, and
-        restores the RNG state of a resumed one."""
-        return ResumeState(self.identity)
-
     def fit(
-        self, trainer: L.Trainer, model: L.LightningModule, data: L.LightningDataModule
-    ) -> None:
-        """``trainer.fit`` from here (``weights_only``: tensors and plain containers only)."""
-        with resuming_in_place(self.path):
-            trainer.fit(model, datamodule=data, ckpt_path=self.path, weights_only=True)
+        self,
+        trainer: L.Trainer,
+        model: L.LightningModule,
+        data: L.LightningDataModule,
+        *,
+        train: bool,
+        test: bool,
+    ) -> list[Tested]:
+        """``trainer.fit`` from here when ``train`` (``weights_only``: tensors and plain
+        containers only); then, when ``test``, each member's best weights loaded into ``model``
+        (``BestCheckpoints.load_best``), which it returns: what the test scores."""
+        if train:
+            with resuming_in_place(self.path):
+                trainer.fit(model, datamodule=data, ckpt_path=self.path, weights_only=True)
+        return self.callbacks[0].load_best(model) if test else []
 
 
 def start_step(path: Path, cfg: DictConfig, model: nn.Module) -> int | None:
@@ -87,6 +107,12 @@ def last_checkpoint(output_dir: str | Path) -> Path:
     """``<output_dir>/checkpoints/last.ckpt``: saved at every validation, on SIGTERM and on
     SLURM's requeue signal; what a re-run in ``output_dir`` resumes from."""
     return Path(output_dir) / "checkpoints" / "last.ckpt"
+
+
+def best_checkpoint(run_dir: str | Path) -> Path:
+    """``<run_dir>/checkpoints/best.ckpt``: a run's weights at its best validation
+    (``BestCheckpoints``), which its test, ``eval.py`` and ``load_run`` read."""
+    return Path(run_dir) / "checkpoints" / "best.ckpt"
 
 
 def adopt_requeue_checkpoints(output_dir: str | Path) -> None:
