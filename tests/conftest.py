@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import copy
 import functools
+import hashlib
 import multiprocessing.process
 import os
+import pickle
 import subprocess
 from pathlib import Path
 
@@ -133,16 +134,31 @@ def _torch_threads() -> None:
     torch.set_num_threads(SESSION_THREADS)
 
 
-@functools.lru_cache(maxsize=512)
-def _composed(config_name: str, choices: tuple[str, ...], cwd: str) -> DictConfig:
-    """Hydra's composition (with its ``hydra`` node) of ``config_name`` with the overrides that
-    choose its configs (``_chooses``), once per worker for each config name, choices and working
-    directory (``hydra.runtime.cwd``): a composition reads and merges the 20 configs of its
-    defaults list (0.3-0.7 s), a copy of it takes 0.04 s (docs/performance.md, "Test times").
-    Never handed out itself: ``compose_config`` copies it."""
+def _hydras_composition(config_name: str, choices: tuple[str, ...]) -> DictConfig:
+    """Hydra's own composition (with its ``hydra`` node) of ``config_name`` with ``choices``,
+    the overrides that choose its configs (``_chooses``)."""
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
         return compose(config_name, overrides=list(choices), return_hydra_config=True)
+
+
+@functools.cache
+def _composed(config_name: str, choices: tuple[str, ...], cwd: str) -> bytes:
+    """``_hydras_composition`` pickled, made once per session for each config name, choices
+    and working directory (``hydra.runtime.cwd``): a composition reads and merges the 20
+    configs of its defaults list (0.3-0.7 s), an unpickled copy of it takes 4 ms (a deep copy
+    26 ms). The workers of one session share what they compose (``COMPOSITIONS``): its inputs
+    are the config files and the code, which a session does not change."""
+    key = hashlib.sha256(repr((config_name, choices, cwd)).encode()).hexdigest()
+    shared = COMPOSITIONS / f"{key}.pickle" if COMPOSITIONS else None
+    if shared and shared.exists():
+        return shared.read_bytes()
+    composed = pickle.dumps(_hydras_composition(config_name, choices))
+    if shared:
+        partial = shared.with_suffix(f".{os.getpid()}")
+        partial.write_bytes(composed)
+        partial.replace(shared)  # whole or absent for another worker
+    return composed
 
 
 @functools.cache
@@ -178,7 +194,7 @@ def _hydra_composed(config_name: str, overrides: list[str]) -> DictConfig:
     (tests/test_configs.py checks it equals Hydra's own composition)."""
     parsed = [_parsed(override) for override in overrides]
     choices = tuple(o.input_line for o in parsed if _chooses(o))
-    cfg = copy.deepcopy(_composed(config_name, choices, os.getcwd()))
+    cfg = pickle.loads(_composed(config_name, choices, os.getcwd()))
     try:
         ConfigLoaderImpl._apply_overrides_to_config([o for o in parsed if not _chooses(o)], cfg)
     except OmegaConfBaseException as error:  # as load_configuration raises it
@@ -211,20 +227,29 @@ def compose_config(
     return cfg
 
 
-EVAL_SETS: Path | None = None  # the worker's evaluation sets (``_shared_eval_sets``)
+# What the workers of one session share (``_shared_between_workers``)
+COMPOSITIONS: Path | None = None  # Hydra's compositions, pickled (``_composed``)
+EVAL_SETS: Path | None = None  # the evaluation sets of the runs ``compose_config`` makes
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _shared_eval_sets(tmp_path_factory: pytest.TempPathFactory) -> None:
-    """One evaluation-set cache (``paths.cache_dir``) for every run ``compose_config`` makes in
-    this worker, as a user's runs share ``.cache/pelab``: a set is keyed by everything that
-    changes its data (``pelab.data.eval_sets``), so runs of one task read the sets the first
-    built (a set built and written costs ~50 ms, one read ~6 ms; a tiny run uses ~10). A test of
-    the cache itself names its own directory."""
-    global EVAL_SETS
-    EVAL_SETS = tmp_path_factory.mktemp("eval_sets")
+def _shared_between_workers(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """A directory that the session's pytest-xdist workers share (the parent of each worker's
+    base directory, as pytest-xdist's docs do it), for two caches whose writers are atomic:
+    - ``COMPOSITIONS``: a composition one worker made, read by the others (``_composed``);
+    - ``EVAL_SETS``: one evaluation-set cache (``paths.cache_dir``) for every run
+      ``compose_config`` makes, as a user's runs share ``.cache/pelab``: a set is keyed by
+      everything that changes its data and written under a file lock (``pelab.data.eval_sets``),
+      so runs of one task read the sets the first built (a set built and written costs ~50 ms,
+      one read ~6 ms; a tiny run uses ~10). A test of the cache itself names its own directory.
+    """
+    global COMPOSITIONS, EVAL_SETS
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    COMPOSITIONS, EVAL_SETS = shared / "compositions", shared / "eval_sets"
+    COMPOSITIONS.mkdir(exist_ok=True)
     yield
-    EVAL_SETS = None
+    COMPOSITIONS = EVAL_SETS = None
 
 
 @pytest.fixture

@@ -198,12 +198,10 @@ REFUSED = [
 
 
 def hydras_own(overrides: list[str]):
-    """Hydra's own composition of ``train`` with ``overrides``: ``_composed`` uncached."""
-    import os
+    """Hydra's own composition of ``train`` with ``overrides``, uncached."""
+    from tests.conftest import _hydras_composition
 
-    from tests.conftest import _composed
-
-    return _composed.__wrapped__("train", tuple(overrides), os.getcwd())
+    return _hydras_composition("train", tuple(overrides))
 
 
 @pytest.mark.parametrize("overrides", COMPOSED)
