@@ -119,7 +119,7 @@ def test_the_commands_are_those_that_started_each_job_also_for_a_baseline():
     """Issue 54: the report showed a bare ``python scripts/train.py`` for the shipped baseline
     (its records keep no Hydra files) and a sweep's re-run (``skip_completed=true``) instead of
     the command that started the job."""
-    shipped = commands(baseline.load("ablation_cpu"))
+    shipped = commands(baseline.load("ablation_cpu_3seeds"))  # the grid with seeds added later
     assert "python scripts/train.py" not in shipped and len(shipped) >= 75
     start = "python scripts/train.py experiment=ablation_cpu model=decoder pe=alibi task=copy"
     assert f"{start} positions=contiguous trainer=default 'seeds=[0,1,2]'" in shipped
