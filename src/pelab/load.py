@@ -44,6 +44,7 @@ from pelab.errors import ConfigError
 from pelab.lit_module import SequenceModel
 from pelab.metrics import Scores
 from pelab.record import RESULTS
+from pelab.reliability.resume.start import run_checkpoint
 from pelab.tasks.base import Task
 from pelab.threads import set_threads
 from pelab.tokens import BLANK, BOS, N_SPECIAL, SEP
@@ -211,7 +212,7 @@ def load_run(
                 f"checkpoint={checkpoint!r} is neither best, last nor a .ckpt file (a run "
                 f"directory is the first argument: load_run('{checkpoint}'))"
             )
-        path = Path(run_dir) / "checkpoints" / f"{checkpoint}.ckpt"
+        path = run_checkpoint(run_dir, checkpoint)
     directory, record = training_record(path)
     config = OmegaConf.create(record["config"])
     task = build_task(config)

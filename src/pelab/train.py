@@ -135,8 +135,9 @@ def train(job: Job | DictConfig) -> list[dict[str, Any]]:
         try:
             with TrainingRecorder(job) as recorder:
                 preflight = Preflight.training(job)  # a refusal writes no record
-                runs = [m.directory for m in job.members], [m.identity for m in job.members]
-                resume = Resume.chosen(cfg, preflight.model, *runs)
+                directories = [m.directory for m in job.members]
+                identities = [m.identity for m in job.members]
+                resume = Resume.chosen(cfg, preflight.model, directories, identities)
                 recorder.started()
                 fitted = fit_and_test(job, preflight, resume)
                 return recorder.completed(lambda k: member_outcome(fitted, job.members[k]))

@@ -262,3 +262,22 @@ def test_the_shipped_ablation_holds_three_seeds_of_every_cell_of_its_grid():
     shipped = [pe for pe in grid["pe"] if pe not in new]
     assert cells == {(pe, task): 3 for pe in shipped for task in grid["task"]}
     assert {(r["choices"]["pe"], r["choices"]["task"]) for r in records} == set(cells)
+
+
+def test_the_table_docs_results_shows_is_the_shipped_baselines_own():
+    """docs/results.md prints the shipped baseline's token-accuracy table (issue 53, item 5):
+    regenerated from ``baselines/ablation_cpu``'s records, every row and cell is as printed, so a
+    baseline refreshed without its page, or a page edited by hand, fails here."""
+    from pelab.analysis.collect import load_records
+    from pelab.analysis.frames import lengths_frame, runs_frame
+    from pelab.analysis.render import to_markdown
+    from pelab.analysis.table import ablation
+
+    records = load_records([baseline.find("ablation_cpu")])
+    result = ablation(runs_frame(records), lengths_frame(records), "token_acc")
+    (table,) = [t for t in result.per_metric() if t.stem == "table_tasks.token_acc"]
+    expected = to_markdown(table.stats, result.rows, table.cols)
+    page = (baseline.find("ablation_cpu").parents[1] / "docs" / "results.md").read_text()
+    section = page.split("## The CPU ablation at 5 seeds", 1)[1].split("\n## ", 1)[0]
+    assert expected in section
+    assert "| path " in expected and "(5/5)" in expected  # the 5-seed records, not another

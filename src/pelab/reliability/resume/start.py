@@ -2,8 +2,9 @@
 exists: ``Resume``.
 
 A job starts from scratch or from a checkpoint (``resume_path``): the ``ckpt_path`` given, or
-with ``resume=true`` (the default) the ``last_checkpoint`` of its directory, into which the
-requeue checkpoints Lightning may have left are folded first (``adopt_requeue_checkpoints``).
+with ``resume=true`` (the default) the ``last`` checkpoint of its directory (``run_checkpoint``),
+into which the requeue checkpoints Lightning may have left are folded first
+(``adopt_requeue_checkpoints``).
 That checkpoint is read and checked against the job (``checkpoints.read_checkpoint``,
 ``checkpoints.check_compatible``) before any work; a job from scratch forgets its directories'
 W&B run ids (``pelab.utils.wandb_mode.forget_run_id``). Its training then writes, through the
@@ -40,13 +41,19 @@ HPC_CHECKPOINT = re.compile(r"hpc_ckpt_(\d+)\.ckpt")  # Lightning's (adopt_reque
 class Resume:
     """Where a job's training starts: the checkpoint at ``path``, written at ``step``, or from
     scratch (both ``None``); ``identity``: the job's ``checkpoints.identity``, which that
-    checkpoint matched and which every checkpoint of this training carries; ``callbacks``: what
-    writes them (``ResumeState``) and each member's best (``BestCheckpoints``, first)."""
+    checkpoint matched and which every checkpoint of this training carries (``state`` writes
+    it); ``best``: what writes and reads each member's best weights."""
 
     path: Path | None
     step: int | None
     identity: dict[str, Any]
-    callbacks: tuple[BestCheckpoints, ResumeState]
+    best: BestCheckpoints
+    state: ResumeState
+
+    @property
+    def callbacks(self) -> list[L.Callback]:
+        """The training's callbacks that write its checkpoints."""
+        return [self.best, self.state]
 
     @classmethod
     def chosen(
@@ -63,12 +70,12 @@ class Resume:
         adopt_requeue_checkpoints(cfg.paths.output_dir)
         path = resume_path(cfg) if cfg.train else None
         step = None if path is None else start_step(path, cfg, model)
-        best = BestCheckpoints([best_checkpoint(d) for d in run_dirs], list(identities))
+        best = BestCheckpoints([run_checkpoint(d, "best") for d in run_dirs], list(identities))
         job = identity(cfg)
         if cfg.train and path is None:  # from scratch: not an earlier attempt's W&B run
             for run_dir in run_dirs:
                 forget_run_id(run_dir)
-        return cls(path, step, job, (best, ResumeState(job)))
+        return cls(path, step, job, best, ResumeState(job))
 
     @property
     def resumed_from(self) -> str | None:
@@ -90,7 +97,7 @@ class Resume:
         if train:
             with resuming_in_place(self.path):
                 trainer.fit(model, datamodule=data, ckpt_path=self.path, weights_only=True)
-        return self.callbacks[0].load_best(model) if test else []
+        return self.best.load_best(model) if test else []
 
 
 def start_step(path: Path, cfg: DictConfig, model: nn.Module) -> int | None:
@@ -103,16 +110,12 @@ def start_step(path: Path, cfg: DictConfig, model: nn.Module) -> int | None:
     return step
 
 
-def last_checkpoint(output_dir: str | Path) -> Path:
-    """``<output_dir>/checkpoints/last.ckpt``: saved at every validation, on SIGTERM and on
-    SLURM's requeue signal; what a re-run in ``output_dir`` resumes from."""
-    return Path(output_dir) / "checkpoints" / "last.ckpt"
-
-
-def best_checkpoint(run_dir: str | Path) -> Path:
-    """``<run_dir>/checkpoints/best.ckpt``: a run's weights at its best validation
-    (``BestCheckpoints``), which its test, ``eval.py`` and ``load_run`` read."""
-    return Path(run_dir) / "checkpoints" / "best.ckpt"
+def run_checkpoint(run_dir: str | Path, name: str) -> Path:
+    """``<run_dir>/checkpoints/<name>.ckpt``. ``last``: saved at every validation, on SIGTERM
+    and on SLURM's requeue signal, what a re-run in ``run_dir`` resumes from; ``best``: a run's
+    weights at its best validation (``BestCheckpoints``), which its test, ``eval.py`` and
+    ``load_run`` read."""
+    return Path(run_dir) / "checkpoints" / f"{name}.ckpt"
 
 
 def adopt_requeue_checkpoints(output_dir: str | Path) -> None:
@@ -127,7 +130,7 @@ def adopt_requeue_checkpoints(output_dir: str | Path) -> None:
     found = sorted(p for p in root.glob("hpc_ckpt_*.ckpt") if HPC_CHECKPOINT.fullmatch(p.name))
     if not found:
         return
-    last = last_checkpoint(root)
+    last = run_checkpoint(root, "last")
     steps = {p: read_checkpoint(p).get("global_step", 0) for p in found}
     newest = max(found, key=steps.get)
     last_step = read_checkpoint(last).get("global_step", 0) if last.is_file() else None
@@ -148,13 +151,13 @@ def adopt_requeue_checkpoints(output_dir: str | Path) -> None:
 
 def resume_path(cfg: DictConfig) -> Path | None:
     """The checkpoint this run starts from: ``ckpt_path`` as given; for ``ckpt_path=last`` or
-    (with ``resume=true``) none given, the run directory's ``last_checkpoint`` if there is one."""
+    (with ``resume=true``) none given, the run directory's ``last`` checkpoint if there is one."""
     ckpt_path = cfg.get("ckpt_path")
     if ckpt_path not in (None, "last"):
         return Path(ckpt_path)
     if ckpt_path is None and not cfg.get("resume", False):
         return None
-    last = last_checkpoint(cfg.paths.output_dir)
+    last = run_checkpoint(cfg.paths.output_dir, "last")
     if not last.is_file():
         if ckpt_path == "last":
             log.warning(
