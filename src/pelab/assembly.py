@@ -144,6 +144,7 @@ def data_module(cfg: DictConfig, task: Task, seeds: Sequence[int] | None = None)
         val_lengths=validation_lengths(task, cfg.get("learned_at")),
         length_sampling=cfg.data.get("length_sampling", "uniform"),
         num_workers=cfg.data.get("num_workers", 0),
+        curriculum_steps=cfg.data.get("curriculum_steps", 0),
     )
 
 
@@ -157,6 +158,13 @@ def check_training(cfg: DictConfig) -> None:
         raise ConfigError(
             f"trainer.max_steps must be >= 1, got {cfg.trainer.max_steps}: pelab trains by steps, "
             "with a fresh batch every step (epochs have no meaning here)"
+        )
+    curriculum = cfg.data.get("curriculum_steps", 0)
+    if curriculum > cfg.trainer.max_steps:
+        raise ConfigError(
+            f"data.curriculum_steps={curriculum} exceeds trainer.max_steps="
+            f"{cfg.trainer.max_steps}: training would end before the curriculum reaches the "
+            "longest training length; set it to at most the training steps (0: no curriculum)"
         )
     check_budget(cfg.get("learned_at"), cfg.get("learned_patience", 2))
     check_devices(cfg.trainer)

@@ -51,6 +51,7 @@ def added_defaults() -> dict[str, Any]:
             for key, value in _load("model/decoder.yaml").net.form.items()
         },
         **{f"pe.{key}": value for key, value in _load("train.yaml").pe.items()},
+        "data.curriculum_steps": _load("train.yaml").data.curriculum_steps,
     }
 
 

@@ -9,6 +9,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from pelab.assembly import check_training, data_module
 from pelab.data.datamodule import TaskData, TrainBatches, ignore_job_signals
 from pelab.errors import ConfigError
 from pelab.reliability.checks.validate import check_types
@@ -57,6 +58,45 @@ def test_an_unknown_length_sampling_is_a_clear_error(copy_task, make):
     message = "data.length_sampling='lengths' is not a choice; valid choices: uniform, tokens"
     with pytest.raises(ConfigError, match=message):
         make(copy_task, 4, 20, 0, length_sampling="lengths")
+
+
+@pytest.mark.parametrize("sampling", ["uniform", "tokens"])
+def test_a_curriculum_opens_the_lengths_one_at_a_time_shortest_first(copy_task, sampling):
+    """Lengths 1-16 over 1600 steps: length n opens at step 100 (n - 1); each stage draws
+    among the lengths open so far, the newest among them; from step 1600 on, all of them."""
+    batches = TrainBatches(
+        copy_task, 1, 2400, seed=1, length_sampling=sampling, curriculum_steps=1600
+    )
+    drawn = lengths(batches)
+    for stage in range(16):
+        in_stage = set(drawn[100 * stage : 100 * (stage + 1)])
+        assert max(in_stage) == stage + 1, (stage, sorted(in_stage))
+    assert set(drawn[1600:]) == set(range(1, 17))
+    # off: the stream of every run trained before the option existed
+    plain = TrainBatches(copy_task, 1, 50, seed=1, length_sampling=sampling)
+    assert lengths(plain) == lengths(
+        TrainBatches(copy_task, 1, 50, seed=1, length_sampling=sampling, curriculum_steps=0)
+    )
+
+
+def test_a_curriculum_is_set_by_data_curriculum_steps_and_checked(copy_task, tmp_path):
+    cfg = compose_config(["data.curriculum_steps=10", "trainer.max_steps=20"], tmp_path)
+    data = data_module(cfg, copy_task)
+    assert [member.curriculum_steps for member in data.train_batches().members] == [10]
+    check_training(cfg)
+    with pytest.raises(
+        ConfigError, match=r"data.curriculum_steps=30 exceeds trainer.max_steps=20"
+    ):
+        check_training(
+            compose_config(["data.curriculum_steps=30", "trainer.max_steps=20"], tmp_path)
+        )
+    with pytest.raises(
+        ConfigError, match=r"data.curriculum_steps=-1 is out of range: it must be >= 0"
+    ):
+        check_types(compose_config(["data.curriculum_steps=-1"], tmp_path), [])
+    for steps in (-1, 21, 1.5, True):
+        with pytest.raises(ValueError, match=rf"data.curriculum_steps={steps!r}: it must be"):
+            TaskData(copy_task, 4, 20, 0, curriculum_steps=steps)
 
 
 def loaders(data: TaskData) -> list[DataLoader]:

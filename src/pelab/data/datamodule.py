@@ -37,7 +37,14 @@ class TrainBatches(Dataset):
     ``tokens``, a length in proportion to itself (``P(n) = n / sum of the buildable lengths``),
     so that every token position of the training range is trained equally often and the longest
     lengths, the hardest, are not starved (on copy with lengths 1-16 they get 12% of the batches
-    instead of 6%; docs/performance.md, "Time to learn")."""
+    instead of 6%; docs/performance.md, "Time to learn").
+
+    ``curriculum_steps``: a length curriculum over the first N batches (0: none). Batch ``i``
+    draws, as ``length_sampling`` says, among the buildable lengths up to
+    ``lo + floor((hi - lo + 1) * i / N)`` of the range ``lo..hi`` (at least the shortest): the
+    range opens one length at a time, each newest length for ``N / (hi - lo + 1)`` batches, and
+    the shorter ones stay in the mix (the "naive" curriculum of Zaremba & Sutskever 2014,
+    "Learning to Execute"); from batch ``N`` on, the whole range."""
 
     @choices_checked("data")
     def __init__(
@@ -47,25 +54,35 @@ class TrainBatches(Dataset):
         num_batches: int,
         seed: int,
         length_sampling: LengthSampling = "uniform",
+        curriculum_steps: int = 0,
     ) -> None:
         self.task, self.batch_size, self.num_batches = task, batch_size, num_batches
         self.seed, self.length_sampling = seed, length_sampling
         self.lengths = task.lengths_between(*task.train_lengths)
+        self.curriculum_steps = curriculum_steps
 
     def __len__(self) -> int:
         return self.num_batches
 
-    def draw_length(self, generator: torch.Generator) -> int:
-        lengths = self.lengths
+    def lengths_at(self, index: int) -> list[int]:
+        """The lengths batch ``index`` may draw (``curriculum_steps``)."""
+        if index >= self.curriculum_steps:
+            return self.lengths
+        low, high = self.task.train_lengths
+        longest = low + (high - low + 1) * index // self.curriculum_steps
+        return [length for length in self.lengths if length <= longest] or self.lengths[:1]
+
+    def draw_length(self, generator: torch.Generator, index: int) -> int:
+        lengths = self.lengths_at(index)
         if self.length_sampling == "uniform":
             return lengths[int(torch.randint(len(lengths), (1,), generator=generator))]
         weights = torch.tensor(lengths, dtype=torch.float64)
         return lengths[int(torch.multinomial(weights, 1, generator=generator))]
 
     def __getitem__(self, index: int) -> tuple[Tensor, Tensor]:
-        length = self.draw_length(torch.Generator().manual_seed(index))
+        length = self.draw_length(torch.Generator().manual_seed(index), index)
         generator = torch.Generator().manual_seed(self.seed * 1_000_003 + index)
-        self.draw_length(generator)  # its own draw: seed 0's stream as it always was
+        self.draw_length(generator, index)  # its own draw: seed 0's stream as it always was
         return self.task.sample(self.batch_size, length, generator)
 
 
@@ -110,7 +127,7 @@ class TaskData(L.LightningDataModule):
     resumed run (whose loaders start afresh) would draw otherwise than the uninterrupted one;
     persistent evaluation loaders would also keep ``num_workers`` idle processes per length.
     With workers, a run on a CUDA device gets pinned batches (pinned by the loader's own thread,
-    off the training loop)."""
+    off the training loop). ``curriculum_steps``: ``TrainBatches``'s length curriculum."""
 
     @choices_checked("data")
     def __init__(
@@ -124,6 +141,7 @@ class TaskData(L.LightningDataModule):
         val_lengths: list[int] | None = None,
         length_sampling: LengthSampling = "uniform",
         num_workers: int = 0,
+        curriculum_steps: int = 0,
     ) -> None:
         super().__init__()
         if batch_size < 1 or eval_batch_size < 1:
@@ -133,7 +151,15 @@ class TaskData(L.LightningDataModule):
                 f"data.num_workers={num_workers!r}: it must be an int >= 0 (0: batches are made "
                 "in the training process; N: by N worker processes)"
             )
-        self.num_workers = num_workers
+        if isinstance(curriculum_steps, bool) or not isinstance(curriculum_steps, int):
+            raise ValueError(f"data.curriculum_steps={curriculum_steps!r}: it must be an int")
+        if not 0 <= curriculum_steps <= num_batches:
+            raise ValueError(
+                f"data.curriculum_steps={curriculum_steps}: it must be in [0, {num_batches}], the "
+                "training steps (0: no curriculum; N: the longest training length is reached at "
+                "step N)"
+            )
+        self.num_workers, self.curriculum_steps = num_workers, curriculum_steps
         self.length_sampling = length_sampling
         self.task, self.batch_size, self.num_batches = task, batch_size, num_batches
         self.seeds = [seeds] if isinstance(seeds, int) else list(seeds)
@@ -143,7 +169,14 @@ class TaskData(L.LightningDataModule):
     def train_batches(self) -> MemberBatches:
         """The training set: item ``i`` is training step ``i``'s batch of every member."""
         return MemberBatches(
-            TrainBatches(self.task, self.batch_size, self.num_batches, seed, self.length_sampling)
+            TrainBatches(
+                self.task,
+                self.batch_size,
+                self.num_batches,
+                seed,
+                self.length_sampling,
+                self.curriculum_steps,
+            )
             for seed in self.seeds
         )
 

@@ -40,6 +40,7 @@ PLAIN: dict[str, tuple[type, typing.Callable[[Any], bool] | None, str]] = {
     "data.batch_size": (int, lambda v: v >= 1, ">= 1"),
     "data.eval_batch_size": (int, lambda v: v >= 1, ">= 1"),
     "data.num_workers": (int, lambda v: v >= 0, ">= 0 (0: batches made in the training process)"),
+    "data.curriculum_steps": (int, lambda v: v >= 0, ">= 0 (0: no length curriculum)"),
     "model.compile": (bool, None, ""),
     "model.optimizer.lr": (float, lambda v: v > 0, "> 0, e.g. 3e-3"),
     "model.schedule.warmup_steps": (int, lambda v: v >= 0, ">= 0"),
