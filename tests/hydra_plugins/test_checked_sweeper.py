@@ -74,6 +74,44 @@ def test_a_sweep_of_good_jobs_is_launched_as_hydras_basic_sweeper_launches_it(tm
     assert (tmp_path / "sweep" / "multirun.yaml").exists()
 
 
+def test_each_job_is_composed_once_the_launcher_reading_what_the_check_composed(
+    tmp_path, monkeypatch
+):
+    """The check composes every job; the launcher's job directories (and its placement and
+    sizing, through the same ``job_config``) read those compositions instead of composing
+    again. A sweep of another config composes its own jobs."""
+    from hydra_plugins.pelab_launcher.job_config import job_config, job_dir
+
+    composed = []
+
+    class DirectoryLauncher(RecordingLauncher):
+        """Asks each job's directory, as the pool and submitit launchers do."""
+
+        def launch(self, job_overrides, initial_job_idx):
+            self.dirs = [
+                job_dir(job_config(self.context, self.config, list(o), initial_job_idx + i))
+                for i, o in enumerate(job_overrides)
+            ]
+            return super().launch(job_overrides, initial_job_idx)
+
+    for sweep in ("a", "b"):
+        checked = sweeper(tmp_path / sweep)
+        loader = checked.hydra_context.config_loader
+        compose_job = loader.load_sweep_config
+        monkeypatch.setattr(
+            loader, "load_sweep_config", lambda c, o, f=compose_job: composed.append(o) or f(c, o)
+        )
+        checked.launcher = DirectoryLauncher()
+        checked.launcher.context, checked.launcher.config = checked.hydra_context, checked.config
+        checked.sweep([*TINY, "pe=none,alibi", "logger=csv"])
+        assert [d.parent for d in checked.launcher.dirs] == [tmp_path / sweep / "sweep"] * 2
+        assert len(set(checked.launcher.dirs)) == 2
+    assert [o[-2:] for o in composed] == [
+        ["pe=none", "logger=csv"],
+        ["pe=alibi", "logger=csv"],
+    ] * 2
+
+
 def test_a_presets_grid_is_checked_as_the_sweeps_record_expands_it(tmp_path):
     """``experiment=ablation_cpu``: the jobs checked are those ``pelab.analysis.sweep_grid``
     expands from the sweep's ``multirun.yaml`` (the missing-run detection), and a grid key on

@@ -2,21 +2,35 @@
 in it: what the sweeper checks, the launchers size and place, and the worker runs."""
 
 from pathlib import Path
+from typing import Any
 
 from hydra.types import HydraContext
 from omegaconf import DictConfig, OmegaConf, open_dict
+
+# The compositions of the sweep this process launches (its config, whose every job reads it;
+# job number and overrides -> composed config): the checking sweeper composes each job, and the
+# launcher (its job directories, placement and sizing) reads the same compositions instead of
+# composing each job again (a composition takes ~0.35 s: 81 jobs of ``ablation_cpu``, ~30 s).
+_SWEEP: dict[str, Any] = {"config": None, "jobs": {}}
 
 
 def job_config(
     hydra_context: HydraContext, config: DictConfig, overrides: list[str], num: int
 ) -> DictConfig:
     """Job ``num``'s config, as Hydra's launchers make it: the sweep's config with the job's
-    overrides, and its ``hydra.job.id`` and ``hydra.job.num`` (a job directory may use them)."""
-    sweep_config = hydra_context.config_loader.load_sweep_config(config, overrides)
-    with open_dict(sweep_config):
-        sweep_config.hydra.job.id = f"{sweep_config.hydra.job.name}_{num}"
-        sweep_config.hydra.job.num = num
-    return sweep_config
+    overrides, and its ``hydra.job.id`` and ``hydra.job.num`` (a job directory may use them).
+    Composed once per job of the sweep whose config is ``config`` (``_SWEEP``); callers read
+    it and copy before they change it (``run_config``)."""
+    if _SWEEP["config"] is not config:  # another sweep: this one's jobs only
+        _SWEEP.update(config=config, jobs={})
+    key = (num, tuple(overrides))
+    if key not in _SWEEP["jobs"]:
+        sweep_config = hydra_context.config_loader.load_sweep_config(config, overrides)
+        with open_dict(sweep_config):
+            sweep_config.hydra.job.id = f"{sweep_config.hydra.job.name}_{num}"
+            sweep_config.hydra.job.num = num
+        _SWEEP["jobs"][key] = sweep_config
+    return _SWEEP["jobs"][key]
 
 
 def job_dir(config: DictConfig) -> Path:
