@@ -112,6 +112,47 @@ def test_each_job_is_composed_once_the_launcher_reading_what_the_check_composed(
     ] * 2
 
 
+def test_a_config_read_once_composes_every_job_as_a_fresh_read(tmp_path, monkeypatch):
+    """``configs_read_once``: each config file is read once for the whole sweep, and every job
+    composes as with files read afresh (its whole config, Hydra's node included); outside it
+    the sources read their files again."""
+    from omegaconf import OmegaConf
+
+    from hydra_plugins.pelab_launcher import job_config as jobs
+
+    checked = sweeper(tmp_path)
+    context, config = checked.hydra_context, checked.config
+    grid = [
+        [*TINY, f"pe={pe}", f"task={task}"]
+        for pe in ("rope", "t5_bias")
+        for task in ("copy", "sort")
+    ]
+    reads = []
+    (files,) = {type(s) for s in context.config_loader.get_sources() if s.scheme() == "file"}
+    read = files.load_config  # (Hydra's plugin scan may have loaded its module twice)
+    monkeypatch.setattr(
+        files,
+        "load_config",
+        lambda s, config_path: reads.append(config_path) or read(s, config_path),
+    )
+
+    def composed() -> list[str]:
+        monkeypatch.setattr(jobs, "_SWEEP", {"config": None, "jobs": {}})
+        return [
+            OmegaConf.to_yaml(jobs.job_config(context, config, o, n)) for n, o in enumerate(grid)
+        ]
+
+    fresh = composed()
+    assert len(reads) > len(set(reads))  # each job reads the files afresh
+    reads.clear()
+    with jobs.configs_read_once(context.config_loader):
+        assert composed() == fresh
+    assert sorted(reads) == sorted(set(reads)) and "pe/t5_bias" in reads
+    reads.clear()
+    composed()
+    assert len(reads) > len(set(reads))  # as before, outside it
+
+
 def test_a_presets_grid_is_checked_as_the_sweeps_record_expands_it(tmp_path):
     """``experiment=ablation_cpu``: the jobs checked are those ``pelab.analysis.sweep_grid``
     expands from the sweep's ``multirun.yaml`` (the missing-run detection), and a grid key on

@@ -22,7 +22,12 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.types import HydraContext
 from omegaconf import DictConfig
 
-from hydra_plugins.pelab_launcher.job_config import job_config, job_dir, run_config
+from hydra_plugins.pelab_launcher.job_config import (
+    configs_read_once,
+    job_config,
+    job_dir,
+    run_config,
+)
 from pelab.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -73,31 +78,45 @@ def refusals(hydra_context: HydraContext, config: DictConfig, jobs: list[list[st
     run would refuse (``check_training_job``; an error that is no user's mistake is named by
     its type, as the job would fail on it), or that its re-evaluation would refuse
     (``check_evaluation``)."""
-    from pelab.cli import user_message
-
     previous = HydraConfig.instance().cfg
     swept = swept_keys(jobs)
-    refused = []
     try:
-        for num, overrides in enumerate(jobs):
-            try:
-                composed = job_config(hydra_context, config, overrides, num)
-                HydraConfig.instance().set_config(composed)  # ${hydra:...} resolves as in the job
-                job = run_config(composed, job_dir(composed))
-                if "model" in composed:
-                    check_training_job(job)
-                else:  # a re-evaluation: its model is its checkpoint's
-                    from pelab.evaluate import check_evaluation
-
-                    check_evaluation(job)
-            except Exception as error:
-                message = user_message(error) or f"{type(error).__name__}: {error}"
-                named = [o for o in overrides if o.split("=", 1)[0] in swept] or overrides
-                refused.append(f"#{num} {' '.join(named)}: {message.splitlines()[0]}")
+        with configs_read_once(hydra_context.config_loader):
+            found = [
+                refusal(hydra_context, config, overrides, num, swept)
+                for num, overrides in enumerate(jobs)
+            ]
     finally:
         if previous is not None:
             HydraConfig.instance().set_config(previous)
-    return refused
+    return [line for line in found if line is not None]
+
+
+def refusal(
+    hydra_context: HydraContext,
+    config: DictConfig,
+    overrides: list[str],
+    num: int,
+    swept: set[str],
+) -> str | None:
+    """``refusals``'s line for job ``num``, None when nothing refuses it."""
+    from pelab.cli import user_message
+
+    try:
+        composed = job_config(hydra_context, config, overrides, num)
+        HydraConfig.instance().set_config(composed)  # ${hydra:...} resolves as in the job
+        job = run_config(composed, job_dir(composed))
+        if "model" in composed:
+            check_training_job(job)
+        else:  # a re-evaluation: its model is its checkpoint's
+            from pelab.evaluate import check_evaluation
+
+            check_evaluation(job)
+    except Exception as error:
+        message = user_message(error) or f"{type(error).__name__}: {error}"
+        named = [o for o in overrides if o.split("=", 1)[0] in swept] or overrides
+        return f"#{num} {' '.join(named)}: {message.splitlines()[0]}"
+    return None
 
 
 def swept_keys(jobs: list[list[str]]) -> set[str]:

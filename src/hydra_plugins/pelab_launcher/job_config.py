@@ -1,9 +1,14 @@
 """A sweep job's config as Hydra's launchers compose it, its directory, and the run's settings
 in it: what the sweeper checks, the launchers size and place, and the worker runs."""
 
+import contextlib
+import pickle
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from hydra.core.config_loader import ConfigLoader
+from hydra.plugins.config_source import ConfigResult
 from hydra.types import HydraContext
 from omegaconf import DictConfig, OmegaConf, open_dict
 
@@ -31,6 +36,35 @@ def job_config(
             sweep_config.hydra.job.num = num
         _SWEEP["jobs"][key] = sweep_config
     return _SWEEP["jobs"][key]
+
+
+# the sources that read config files: a directory (``configs/``) and a package (Hydra's own);
+# by scheme, as Hydra's plugin scan may load their classes' module twice
+READ_ONCE_SCHEMES = ("file", "pkg")
+
+
+@contextlib.contextmanager
+def configs_read_once(config_loader: ConfigLoader) -> Iterator[None]:
+    """Within it, each config file of ``config_loader``'s sources (``configs/`` and Hydra's own)
+    is read once (its YAML parsed and made a config), and every composition gets an unpickled
+    copy of what was read, as Hydra's loader changes what it loads: a sweep's jobs read the same
+    files, and reading them was a third of a composition. A file is read as it is when the
+    sweep composes its first job. Structured configs (Hydra's schema) are read as before."""
+    sources = [s for s in config_loader.get_sources() if s.scheme() in READ_ONCE_SCHEMES]
+    for source in sources:
+        read: dict[str, bytes] = {}
+
+        def load_config(config_path: str, source=source, read=read) -> ConfigResult:
+            if config_path not in read:
+                read[config_path] = pickle.dumps(type(source).load_config(source, config_path))
+            return pickle.loads(read[config_path])
+
+        source.load_config = load_config  # a copy of the repository shares it
+    try:
+        yield
+    finally:
+        for source in sources:
+            del source.load_config  # the class's own again
 
 
 def job_dir(config: DictConfig) -> Path:
