@@ -156,8 +156,8 @@ class TaskData(L.LightningDataModule):
         if not 0 <= curriculum_steps <= num_batches:
             raise ValueError(
                 f"data.curriculum_steps={curriculum_steps}: it must be in [0, {num_batches}], the "
-                "training steps (0: no curriculum; N: the longest training length is reached at "
-                "step N)"
+                "training steps (0: no curriculum; N: the training lengths open over the first "
+                "N steps)"
             )
         self.num_workers, self.curriculum_steps = num_workers, curriculum_steps
         self.length_sampling = length_sampling
