@@ -13,7 +13,7 @@ from hydra.errors import MissingConfigException
 
 from pelab.errors import ConfigError
 from pelab.record import RESULTS
-from pelab.reliability.checks.validate import check_added_keys, check_types
+from pelab.reliability.checks.validate import check_added_keys, check_types, missing_keys
 from pelab.train import train
 from tests.conftest import TINY, compose_config
 from tests.reliability.runs import results
@@ -118,6 +118,18 @@ def test_an_unknown_group_option_lists_the_valid_ones(tmp_path):
 )
 def test_bad_settings_are_refused_before_training(tiny_cfg, overrides, message):
     assert_refused_before_training(tiny_cfg(*overrides), message)
+
+
+def test_the_keys_left_missing_are_omegaconfs_without_resolving(tiny_cfg):
+    """``missing_keys`` names what ``OmegaConf.missing_keys`` names, in dicts, lists and behind
+    an interpolation, from the unresolved container."""
+    from omegaconf import OmegaConf
+
+    made = {"a": "???", "b": {"c": "???", "d": [1, "???", {"e": "???"}]}, "f": "${g}", "g": 2}
+    for cfg in (OmegaConf.create(made), tiny_cfg("task=from_dataset"), tiny_cfg()):
+        unresolved = OmegaConf.to_container(cfg, resolve=False)
+        assert sorted(missing_keys(unresolved)) == sorted(OmegaConf.missing_keys(cfg))
+    assert sorted(missing_keys(made)) == ["a", "b.c", "b.d[1]", "b.d[2].e"]
 
 
 def test_keys_added_under_a_target_or_in_an_open_section_are_left_to_their_checks(tiny_cfg):

@@ -44,20 +44,26 @@ READ_ONCE_SCHEMES = ("file", "pkg")
 
 
 @contextlib.contextmanager
-def configs_read_once(config_loader: ConfigLoader) -> Iterator[None]:
+def configs_read_once(
+    config_loader: ConfigLoader, read: dict[tuple[str, str], dict[str, bytes]] | None = None
+) -> Iterator[None]:
     """Within it, each config file of ``config_loader``'s sources (``configs/`` and Hydra's own)
     is read once (its YAML parsed and made a config), and every composition gets an unpickled
     copy of what was read, as Hydra's loader changes what it loads: a sweep's jobs read the same
     files, and reading them was a third of a composition. A file is read as it is when the
-    sweep composes its first job. Structured configs (Hydra's schema) are read as before."""
+    sweep composes its first job. Structured configs (Hydra's schema) are read as before.
+    ``read``: what was read, by source (scheme, path) and file, kept by a caller whose loaders
+    read the same unchanging files one after another (a test session); by default, this
+    block's own."""
+    read = {} if read is None else read
     sources = [s for s in config_loader.get_sources() if s.scheme() in READ_ONCE_SCHEMES]
     for source in sources:
-        read: dict[str, bytes] = {}
+        files = read.setdefault((source.scheme(), source.path), {})
 
-        def load_config(config_path: str, source=source, read=read) -> ConfigResult:
-            if config_path not in read:
-                read[config_path] = pickle.dumps(type(source).load_config(source, config_path))
-            return pickle.loads(read[config_path])
+        def load_config(config_path: str, source=source, files=files) -> ConfigResult:
+            if config_path not in files:
+                files[config_path] = pickle.dumps(type(source).load_config(source, config_path))
+            return pickle.loads(files[config_path])
 
         source.load_config = load_config  # a copy of the repository shares it
     try:

@@ -16,14 +16,14 @@ import difflib
 import inspect
 import types
 import typing
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import OverrideType
 from hydra.utils import get_object
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import MISSING, DictConfig, OmegaConf
 
 from pelab.config_files import schedule_options
 from pelab.errors import ConfigError, literal_choices, not_a_choice
@@ -61,7 +61,8 @@ def check_types(cfg: DictConfig, overrides: Sequence[str] | None = None) -> None
     key, the value and the valid choices. A required value left unset (``???`` in a config, e.g.
     ``task.path`` of ``from_dataset``) is named first, then a key added (``+key=value``) where
     pelab reads no such key. ``overrides``: the command line's (default: Hydra's, if running)."""
-    missing = sorted(k for k in OmegaConf.missing_keys(cfg) if not k.startswith(SKIPPED_SECTIONS))
+    unresolved = OmegaConf.to_container(cfg, resolve=False)
+    missing = sorted(k for k in missing_keys(unresolved) if not k.startswith(SKIPPED_SECTIONS))
     if missing:
         raise ConfigError(
             f"{', '.join(missing)}: required, with no default; set it on the command line "
@@ -83,6 +84,20 @@ def check_types(cfg: DictConfig, overrides: Sequence[str] | None = None) -> None
     for key, value in config.items():
         if key not in SKIPPED_SECTIONS:
             _walk(str(key), value)
+
+
+def missing_keys(config: Any, key: str = "") -> Iterator[str]:
+    """The keys of ``config`` (a container, unresolved) whose value is ``???``, as
+    ``OmegaConf.missing_keys`` names them (``a.b``, ``a[0]``), without resolving every
+    interpolation on the way as it does (a third of this check's time)."""
+    if isinstance(config, dict):
+        for name, value in config.items():
+            yield from missing_keys(value, f"{key}.{name}" if key else str(name))
+    elif isinstance(config, list):
+        for index, value in enumerate(config):
+            yield from missing_keys(value, f"{key}[{index}]")
+    elif config == MISSING:
+        yield key
 
 
 def check_added_keys(cfg: DictConfig, overrides: Sequence[str]) -> None:
