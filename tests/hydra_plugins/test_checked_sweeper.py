@@ -3,6 +3,8 @@ first runs; a sweep with a bad job is refused, one line per bad job, and leaves 
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
@@ -142,15 +144,18 @@ def test_a_config_read_once_composes_every_job_as_a_fresh_read(tmp_path, monkeyp
             OmegaConf.to_yaml(jobs.job_config(context, config, o, n)) for n, o in enumerate(grid)
         ]
 
+    (schema,) = [s for s in context.config_loader.get_sources() if s.scheme() == "structured"]
     fresh = composed()
     assert len(reads) > len(set(reads))  # each job reads the files afresh
     reads.clear()
     with jobs.configs_read_once(context.config_loader):
         assert composed() == fresh
+        assert copy.deepcopy(schema) is schema  # the repository's copies share Hydra's schema
     assert sorted(reads) == sorted(set(reads)) and "pe/t5_bias" in reads
     reads.clear()
     composed()
     assert len(reads) > len(set(reads))  # as before, outside it
+    assert copy.deepcopy(schema) is not schema
 
 
 def test_a_presets_grid_is_checked_as_the_sweeps_record_expands_it(tmp_path):

@@ -51,12 +51,17 @@ def configs_read_once(
     is read once (its YAML parsed and made a config), and every composition gets an unpickled
     copy of what was read, as Hydra's loader changes what it loads: a sweep's jobs read the same
     files, and reading them was a third of a composition. A file is read as it is when the
-    sweep composes its first job. Structured configs (Hydra's schema) are read as before.
+    sweep composes its first job. Structured configs (Hydra's schema) are read as before, but
+    their source is no longer deep-copied with the repository that each composition copies (it
+    holds Hydra's whole ``ConfigStore``, 8 ms a copy, and a composition only reads it).
     ``read``: what was read, by source (scheme, path) and file, kept by a caller whose loaders
     read the same unchanging files one after another (a test session); by default, this
     block's own."""
     read = {} if read is None else read
     sources = [s for s in config_loader.get_sources() if s.scheme() in READ_ONCE_SCHEMES]
+    schemas = [s for s in config_loader.get_sources() if s.scheme() == "structured"]
+    for schema in schemas:
+        schema.__deepcopy__ = lambda memo, schema=schema: schema  # copy.deepcopy asks the object
     for source in sources:
         files = read.setdefault((source.scheme(), source.path), {})
 
@@ -71,6 +76,8 @@ def configs_read_once(
     finally:
         for source in sources:
             del source.load_config  # the class's own again
+        for schema in schemas:
+            del schema.__deepcopy__
 
 
 def job_dir(config: DictConfig) -> Path:
