@@ -7,7 +7,7 @@ import pytest
 from hydra.core.hydra_config import HydraConfig
 from hydra.errors import MissingConfigException
 from hydra.utils import get_class, instantiate
-from omegaconf import open_dict
+from omegaconf import DictConfig, open_dict
 
 from pelab.assembly import build_model
 from pelab.config_files import encoding_options
@@ -45,10 +45,23 @@ def test_every_group_directory_is_covered():
     assert sorted(p.name for p in Path(CONFIG_DIR).iterdir() if p.is_dir()) == sorted(GROUPS)
 
 
+def encoding_task(pe: str) -> str:
+    """A task that encoding ``pe`` applies to: a grid for 2-D positions, numbers for digit
+    tokens (abacus), else copy."""
+    task = "grid" if PE_REGISTRY[pe].position_dims == 2 else "copy"
+    return "addition" if PE_REGISTRY[pe].needs_digit_tokens else task
+
+
+def composed_encoding(pe: str, model: str = "decoder") -> DictConfig:
+    """``model=<model> pe=<pe>`` on its ``encoding_task``: one composition per encoding and
+    model for every test of this file."""
+    return compose_config([f"model={model}", f"pe={pe}", f"task={encoding_task(pe)}"])
+
+
 def test_config_files_and_encoding_registry_agree():
     assert options("pe") == sorted(PE_REGISTRY)
     for name in options("pe"):
-        cfg = compose_config([f"pe={name}"])
+        cfg = composed_encoding(name)
         assert get_class(cfg.pe._target_) is PE_REGISTRY[name]
 
 
@@ -59,7 +72,7 @@ def test_an_encodings_config_file_sets_every_option_so_a_re_evaluation_can_chang
     for name, cls in PE_REGISTRY.items():
         parameters = list(inspect.signature(cls).parameters.values())[1:]  # after ``dims``
         expected = {p.name for p in parameters if p.kind in named}
-        in_file = set(compose_config([f"pe={name}"]).pe) - {"_target_", "_partial_"}
+        in_file = set(composed_encoding(name).pe) - {"_target_", "_partial_"}
         assert expected <= in_file, f"configs/pe/{name}.yaml lacks {expected - in_file}"
         assert expected <= set(encoding_options()), name
 
@@ -89,9 +102,7 @@ MODEL_AND_ENCODING = [("decoder", pe) for pe in options("pe")] + [
 
 @pytest.mark.parametrize(("model", "pe"), MODEL_AND_ENCODING)
 def test_every_model_and_encoding_builds(model, pe):
-    task = "grid" if PE_REGISTRY[pe].position_dims == 2 else "copy"  # 2-D encodings need a grid
-    task = "addition" if PE_REGISTRY[pe].needs_digit_tokens else task  # abacus: numbers
-    cfg = compose_config([f"model={model}", f"pe={pe}", f"task={task}"])
+    cfg = composed_encoding(pe, model)
     if model != "decoder" and PE_REGISTRY[pe].causal_only:  # an encoder (stack) refuses it
         with pytest.raises(ConfigError, match="causal"):
             build_model(cfg, instantiate(cfg.task))
