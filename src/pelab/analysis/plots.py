@@ -286,11 +286,9 @@ def _task_panel(ax, cells: pd.DataFrame, rows: list[str], keys: list[tuple]):
 
 
 def save(fig: Figure, stem: Path, dpi: int = 150) -> list[Path]:
-    """``<stem>.png`` (at ``dpi``) and ``<stem>.pdf`` (``stem`` may hold dots:
-    ``heatmap.token_acc``), each cut to what is drawn plus ``savefig.pad_inches``, as
-    ``bbox_inches="tight"`` cuts it; closes the figure. The cut is measured once, at the PNG's
-    resolution, for both files: ``"tight"`` lays the whole figure out again for each file to
-    measure it (a third of the report's drawing time)."""
+    """``<stem>.png`` (at ``dpi``) and ``<stem>.pdf`` (``stem`` may hold dots), cut as
+    ``bbox_inches="tight"`` cuts, but measured once, at the PNG's resolution, for both (a
+    layout less per file); closes the figure."""
     stem.parent.mkdir(parents=True, exist_ok=True)
     paths = [stem.parent / f"{stem.name}.png", stem.parent / f"{stem.name}.pdf"]
     fig.set_dpi(dpi)
