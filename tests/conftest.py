@@ -242,6 +242,15 @@ def _hydra_composed(config_name: str, overrides: list[str]) -> DictConfig:
     return cfg
 
 
+def encoding_task(pe: str) -> str:
+    """A task that encoding ``pe`` applies to: a grid for 2-D positions, numbers for digit
+    tokens (abacus), else copy."""
+    from pelab.pe import PE_REGISTRY
+
+    task = "grid" if PE_REGISTRY[pe].position_dims == 2 else "copy"
+    return "addition" if PE_REGISTRY[pe].needs_digit_tokens else task
+
+
 def compose_config(
     overrides: list[str], tmp_path: Path | None = None, config_name: str = "train"
 ) -> DictConfig:

@@ -18,7 +18,7 @@ from pelab.record import job_key
 from pelab.tasks import TASK_REGISTRY
 from pelab.tasks.dataset_files import write_example
 from pelab.trainer import instantiate_all
-from tests.conftest import CONFIG_DIR, compose_config
+from tests.conftest import CONFIG_DIR, compose_config, encoding_task
 
 
 def options(group: str) -> list[str]:
@@ -43,13 +43,6 @@ GROUPS = [
 
 def test_every_group_directory_is_covered():
     assert sorted(p.name for p in Path(CONFIG_DIR).iterdir() if p.is_dir()) == sorted(GROUPS)
-
-
-def encoding_task(pe: str) -> str:
-    """A task that encoding ``pe`` applies to: a grid for 2-D positions, numbers for digit
-    tokens (abacus), else copy."""
-    task = "grid" if PE_REGISTRY[pe].position_dims == 2 else "copy"
-    return "addition" if PE_REGISTRY[pe].needs_digit_tokens else task
 
 
 def composed_encoding(pe: str, model: str = "decoder") -> DictConfig:

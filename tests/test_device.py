@@ -20,7 +20,7 @@ from pelab.models.member_steps import clip_member_norms
 from pelab.models.stacked import member_weights
 from pelab.pe.base import PE_REGISTRY
 from pelab.train import train
-from tests.conftest import TINY, compose_config
+from tests.conftest import TINY, compose_config, encoding_task
 from tests.device import DEVICE, DevicelessTensors, OnDevice, second_device, to_second_device
 
 ENGINE = [
@@ -47,8 +47,7 @@ SYNCING = {
 
 
 def engine_case(tmp_path, pe: str, model: str = "decoder"):
-    task = "grid" if pe.endswith("_2d") else "copy"
-    task = "addition" if PE_REGISTRY[pe].needs_digit_tokens else task
+    task = encoding_task(pe)
     lengths = ["task.train_lengths=[2,3]", "task.eval_lengths=[3]"] if task == "grid" else SHORT
     cfg = compose_config(
         [*ENGINE, *lengths, f"pe={pe}", f"task={task}", f"model={model}"], tmp_path

@@ -28,7 +28,7 @@ from pelab.pe.base import PE_REGISTRY
 from pelab.reliability.resume.callbacks import BestCheckpoints
 from pelab.train import train
 from pelab.trained import load_weights
-from tests.conftest import TINY, compose_config
+from tests.conftest import TINY, compose_config, encoding_task
 from tests.reliability.runs import checkpoint, fault
 
 STACK = [
@@ -193,10 +193,7 @@ def test_the_bare_encoder_stacks_with_each_members_single_loss(tmp_path, pe):
 
 
 def check_stacked_losses(tmp_path, pe, model):
-    # 2-D encodings need a grid; those that index digits (abacus) a task with numbers
-    task = "grid" if pe.endswith("_2d") else "copy"
-    task = "addition" if PE_REGISTRY[pe].needs_digit_tokens else task
-    cfg = stack_config(tmp_path, f"pe={pe}", f"task={task}", f"model={model}")
+    cfg = stack_config(tmp_path, f"pe={pe}", f"task={encoding_task(pe)}", f"model={model}")
     configs = member_configs(cfg)
     try:
         stack = stack_of(cfg)

@@ -285,10 +285,10 @@ def _task_panel(ax, cells: pd.DataFrame, rows: list[str], keys: list[tuple]):
     return image, words
 
 
-def save(fig: Figure, stem: Path, dpi: int = 150) -> list[Path]:
-    """``<stem>.png`` (at ``dpi``) and ``<stem>.pdf`` (``stem`` may hold dots), cut as
-    ``bbox_inches="tight"`` cuts, but measured once, at the PNG's resolution, for both (a
-    layout less per file); closes the figure."""
+def save(fig: Figure, stem: Path) -> list[Path]:
+    """``<stem>.png`` (150 dpi) and ``<stem>.pdf``, cut as ``bbox_inches="tight"`` cuts but
+    measured once, at the PNG's resolution, for both (a layout less per file); closes it."""
+    dpi = 150
     stem.parent.mkdir(parents=True, exist_ok=True)
     paths = [stem.parent / f"{stem.name}.png", stem.parent / f"{stem.name}.pdf"]
     fig.set_dpi(dpi)
