@@ -65,7 +65,9 @@ def test_many_lengths_are_timed_at_a_few_and_interpolated(tmp_path, monkeypatch,
     timed = []
     original = eval_time._timed
     monkeypatch.setattr(
-        eval_time, "_timed", lambda m, t, n, b, d: timed.append(n) or original(m, t, n, b, d)
+        eval_time,
+        "_timed",
+        lambda m, t, n, b, d, **kw: timed.append(n) or original(m, t, n, b, d, **kw),
     )
     monkeypatch.setattr(eval_time, "BRIEF_S", brief_s)
     found = eval_time.estimate(model, task, batch_size=8)
@@ -88,7 +90,7 @@ def test_a_stacks_estimate_counts_the_calls_the_test_makes(tmp_path, monkeypatch
     model = build_members(member_configs(cfg), task := build_task(cfg))
     members, overhead, each = len(model.members), 0.5, 0.01
     monkeypatch.setattr(
-        eval_time, "_timed", lambda m, t, n, b, d: overhead + n * each * b * len(m.members)
+        eval_time, "_timed", lambda m, t, n, b, d, **_: overhead + n * each * b * len(m.members)
     )
     monkeypatch.setattr(eval_time, "BRIEF_S", brief_s)
     assert task.n_test == eval_time.PROBE
@@ -97,3 +99,27 @@ def test_a_stacks_estimate_counts_the_calls_the_test_makes(tmp_path, monkeypatch
     for n in (4, 8):
         expected = calls * overhead + members * task.n_test * n * each
         assert found.by_length[n] == pytest.approx(expected)
+
+
+def test_a_brief_test_is_estimated_from_three_decodes(tmp_path, monkeypatch):
+    """A brief test (this tiny model's) is not worth timing a decode twice: one warm-up, one
+    try at the longest length and one at the shortest, each decoding once; a test that is not
+    brief times its longest probe again (``RETRY_S``) and every length between."""
+    cfg = compose_config([*TINY, "task.eval_lengths=[4,8,16]"], tmp_path)
+    model = build_model(cfg, task := build_task(cfg))
+    decoded = []
+    original = type(model).correct
+    monkeypatch.setattr(
+        type(model),
+        "correct",
+        lambda m, p, *a, **kw: decoded.append(p.shape) or original(m, p, *a, **kw),
+    )
+    monkeypatch.setattr(eval_time, "RETRY_S", math.inf)  # every timed call short
+    eval_time.estimate(model, task, batch_size=8)
+    assert [shape[0] for shape in decoded] == [1, eval_time.PROBE, eval_time.PROBE]
+    decoded.clear()
+    monkeypatch.setattr(eval_time, "BRIEF_S", 0.0)
+    eval_time.estimate(model, task, batch_size=8)
+    # a warm-up, the longest probe and its second timing (twice), then one sequence at each of
+    # the 3 lengths and a probe at the 2 others, each timed twice
+    assert len(decoded) == 1 + 1 + 2 + 3 * 2 + 2 * 2

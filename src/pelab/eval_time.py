@@ -6,11 +6,12 @@ faster counts: jitter would otherwise dominate it), at up to
 longest and evenly between, the others interpolated), on the run's device (the weights do not
 change its cost). Each length's calls follow from the two (``o + s c``: a call's overhead ``o``,
 each sequence's cost ``c``, ``s`` sequences in the call). A brief test is not worth that: when
-the probe at the longest length bounds the whole test below ``BRIEF_S`` (no call of the test
-costs more than ``ceil(batch / PROBE)`` such probes), the probes at the shortest and the longest
-length alone give it, interpolated between them (an upper estimate). A test estimated beyond
-``LONG_TEST_S`` is warned about, naming the lengths that cost it and what to change; the test
-itself logs its progress (``pelab.utils.plain_progress.TestProgress``)."""
+one try of the probe at the longest length bounds the whole test below ``BRIEF_S`` (no call of
+the test costs more than ``ceil(batch / PROBE)`` such probes; jitter only lengthens a try), one
+try at the shortest length and that one alone give it, interpolated between them (an upper
+estimate): three decodes in all, the first a warm-up, which is never timed twice. A test
+estimated beyond ``LONG_TEST_S`` is warned about, naming the lengths that cost it and what to
+change; the test itself logs its progress (``pelab.utils.plain_progress.TestProgress``)."""
 
 from __future__ import annotations
 
@@ -55,16 +56,19 @@ class TestTime:
         return kept
 
 
-def _timed(model, task, length: int, batch: int, device: torch.device) -> float:
+def _timed(
+    model, task, length: int, batch: int, device: torch.device, retry: bool = True
+) -> float:
     """Seconds of greedily decoding ``batch`` sequences at ``length`` for every member at once,
-    as the test calls it; the faster of two tries when the first is short (``RETRY_S``)."""
+    as the test calls it; with ``retry``, the faster of two tries when the first is short
+    (``RETRY_S``)."""
     generator = torch.Generator().manual_seed(0)  # the run's own RNG stays untouched
     prompt, answer = task.sample(batch, length, generator)
     prompt, answer = prompt.to(device), answer.to(device)
     members = list(range(len(model.members)))
     synchronize = torch.cuda.synchronize if device.type == "cuda" else lambda *_: None
     tries: list[float] = []
-    while not tries or (len(tries) < 2 and tries[0] < RETRY_S):
+    while not tries or (retry and len(tries) < 2 and tries[0] < RETRY_S):
         synchronize(device)
         start = time.perf_counter()
         model.correct(prompt, answer, length, batch_idx=0, members=members)
@@ -90,16 +94,18 @@ def estimate(model, task, batch_size: int) -> TestTime:
     model.eval()  # as in the test: no dropout, so the run's RNG is not drawn from
     try:
         with torch.no_grad():
-            _timed(model, task, lengths[0], 1, device)  # caches, first-call costs
-            longest = _timed(model, task, lengths[-1], PROBE, device)
+            _timed(model, task, lengths[0], 1, device, retry=False)  # caches, first-call costs
+            longest = _timed(model, task, lengths[-1], PROBE, device, retry=False)
             if len(lengths) * calls * probes_per_call * longest < BRIEF_S:
                 probes = {lengths[-1]: longest}  # the ends: the shortest, then the longest
                 if lengths[0] != lengths[-1]:
-                    probes = {lengths[0]: _timed(model, task, lengths[0], PROBE, device), **probes}
+                    shortest = _timed(model, task, lengths[0], PROBE, device, retry=False)
+                    probes = {lengths[0]: shortest, **probes}
                 ends, per_call = list(probes), [probes_per_call * t for t in probes.values()]
                 return TestTime(
                     {n: calls * float(np.interp(n, ends, per_call)) for n in task.eval_lengths}
                 )
+            longest = min(longest, _timed(model, task, lengths[-1], PROBE, device))
             each, overhead = [], []
             for length in timed:
                 one = _timed(model, task, length, 1, device)
