@@ -34,6 +34,28 @@ def test_eval_set_is_built_once_then_read_from_the_cache(tmp_path, monkeypatch):
     assert torch.equal(first[:]["answer"], second[:]["answer"])
 
 
+def test_a_verified_set_is_read_from_disk_once_per_process_while_its_files_stay(
+    tmp_path, monkeypatch
+):
+    """A run reads its test sets twice (its test, then the chance levels): the second read is
+    the set this process verified, until the set's files change (then it is read and verified
+    again; the corrupt sets below are caught so)."""
+    task = copy_task()
+    eval_sets.load_eval_set(task, "test", 8, 16, tmp_path)
+    reads = []
+    load = eval_sets.datasets.load_from_disk
+    monkeypatch.setattr(
+        eval_sets.datasets, "load_from_disk", lambda path: reads.append(path) or load(path)
+    )
+    again = eval_sets.load_eval_set(task, "test", 8, 16, tmp_path)
+    assert reads == [] and len(again) == 16
+    (path,) = visible(tmp_path)
+    manifest = path / eval_sets.MANIFEST
+    manifest.write_text(manifest.read_text() + "\n")  # a file changed: read and verified again
+    assert len(eval_sets.load_eval_set(task, "test", 8, 16, tmp_path)) == 16
+    assert reads == [str(path)]
+
+
 def test_cached_sets_hold_correct_answers(tmp_path):
     task = TASK_REGISTRY["reverse"]()
     data = eval_sets.load_eval_set(task, "test", 5, 32, tmp_path)

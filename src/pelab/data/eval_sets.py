@@ -9,7 +9,10 @@ manifest (``pelab.json``: the key, the row count and a SHA-256 of the contents);
 manifest is missing or does not match what is read is corrupt or partial, and is rebuilt (with a
 warning), never used. Writers take a per-set file lock and write to a temporary directory renamed
 into place, so concurrent jobs building the same set build it once and a crashed writer never
-leaves a half-written set under the final name.
+leaves a half-written set under the final name. A set read and verified is kept for the process
+(``_VERIFIED``) while its files stay as they were (names, inodes, sizes, modification times): a run
+reads its test sets twice (its test, then the chance levels of what it was scored on), a
+process's runs share their task's sets, and reading one was most of a short run's data time.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import logging
 import os
 import shutil
 import uuid
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +35,10 @@ from pelab.tasks.base import Task
 
 log = logging.getLogger(__name__)
 
+# sets read and verified in this process, by directory: (its files' signature, the set);
+# at most ``VERIFIED_KEPT``, the least recently read dropped first
+_VERIFIED: OrderedDict[Path, tuple[tuple, datasets.Dataset]] = OrderedDict()
+VERIFIED_KEPT = 64
 FORMAT_VERSION = 4  # 2: sets carry a manifest with a checksum; 3: built by Task.sample_eval;
 # 4: copy's repeated answers end with an end marker
 MANIFEST = "pelab.json"
@@ -98,18 +106,45 @@ def load_eval_set(
 
 def read_verified(path: Path, key: str, n: int) -> datasets.Dataset | None:
     """The set at ``path`` if it is complete and intact; None if absent, or (with a warning) if
-    its manifest is missing or disagrees with its contents."""
-    if not path.exists():
+    its manifest is missing or disagrees with its contents. A set this process verified is
+    not read again while its files are unchanged (``_VERIFIED``)."""
+    signature = files_signature(path)
+    if signature is None:
         return None
+    if path in _VERIFIED and _VERIFIED[path][0] == signature:
+        _VERIFIED.move_to_end(path)
+        return _VERIFIED[path][1]
     try:
         data = datasets.load_from_disk(str(path))
         problem = mismatch(json.loads((path / MANIFEST).read_text()), data, key, n)
     except Exception as error:  # unreadable: missing files, truncated arrow data, bad JSON
         problem = f"it cannot be read ({type(error).__name__}: {error})"
     if not problem:
-        return data
+        return kept(path, signature, data)
     log.warning("evaluation set %s is corrupt or partial (%s): rebuilding it", path, problem)
     return None
+
+
+def kept(path: Path, signature: tuple | None, data: datasets.Dataset) -> datasets.Dataset:
+    """``data``, the intact set at ``path`` whose files have ``signature``, kept for this
+    process (``_VERIFIED``)."""
+    if signature is not None:
+        _VERIFIED[path] = (signature, data)
+        while len(_VERIFIED) > VERIFIED_KEPT:
+            _VERIFIED.popitem(last=False)
+    return data
+
+
+def files_signature(path: Path) -> tuple | None:
+    """What changes when a set directory's files do: each file's name, inode, size and
+    modification time (a rebuilt set is renamed into place, with new inodes); None when the
+    directory is absent."""
+    try:
+        entries = list(os.scandir(path))
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    stats = [(e.name, e.stat()) for e in entries]
+    return tuple(sorted((name, st.st_ino, st.st_size, st.st_mtime_ns) for name, st in stats))
 
 
 def mismatch(manifest: dict[str, Any], data: datasets.Dataset, key: str, n: int) -> str:
@@ -135,4 +170,4 @@ def write_set(data: datasets.Dataset, path: Path, key: str, spec: dict[str, Any]
         os.replace(path, corrupt)
         shutil.rmtree(corrupt, ignore_errors=True)
     os.replace(tmp, path)
-    return datasets.load_from_disk(str(path))
+    return kept(path, files_signature(path), datasets.load_from_disk(str(path)))
