@@ -18,7 +18,7 @@ from hydra._internal.config_loader_impl import ConfigLoaderImpl, get_overrides_d
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.core.override_parser.types import Override
+from hydra.core.override_parser.types import Override, OverrideType
 from hydra.errors import ConfigCompositionException
 from omegaconf import DictConfig, open_dict
 from omegaconf.errors import OmegaConfBaseException
@@ -215,6 +215,47 @@ def _chooses(override: Override) -> bool:
     return not isinstance(override.value(), dict) and _is_group(override.key_or_group)
 
 
+@functools.cache
+def _defaults(config_name: str, cwd: str) -> dict[str, str]:
+    """The option each config group of ``config_name`` takes when no override chooses one."""
+    bare = pickle.loads(_composed(config_name, (), cwd))
+    return dict(bare.hydra.runtime.choices)
+
+
+def _chosen(config_name: str, choices: list[Override]) -> DictConfig:
+    """A copy of the composition of ``choices`` (``_composed``), shared with every list of
+    choices that differs from it by group choices the composition makes anyway: ``pe=rope``
+    chooses what the defaults list does, so it composes the config ``model=encoder`` alone
+    does (``hydra.runtime.choices`` says what was chosen; whatever ``hydra.overrides`` and
+    ``hydra.job.override_dirname`` hold, ``_hydra_composed`` sets). A choice is left out when
+    the defaults choose it, and kept when the composition without it chooses otherwise (an
+    experiment's ``override /pe: alibi``) or when a group is named twice."""
+    cwd, lines = os.getcwd(), tuple(o.input_line for o in choices)
+    plain = [  # ``group=option``: no addition, deletion, package, sweep or Hydra setting
+        o
+        for o in choices
+        if o.type == OverrideType.CHANGE
+        and o.package is None
+        and not o.is_sweep_override()
+        and not o.is_hydra_override()
+    ]
+    groups = [o.key_or_group for o in choices]
+    defaults = _defaults(config_name, cwd)
+    made = [
+        o
+        for o in plain
+        if groups.count(o.key_or_group) == 1
+        and isinstance(o.value(), str)
+        and defaults.get(o.key_or_group) == o.value()
+    ]
+    if made:
+        rest = tuple(o.input_line for o in choices if all(o is not m for m in made))
+        cfg = pickle.loads(_composed(config_name, rest, cwd))
+        if all(cfg.hydra.runtime.choices.get(o.key_or_group) == o.value() for o in made):
+            return cfg
+    return pickle.loads(_composed(config_name, lines, cwd))
+
+
 def _hydra_composed(config_name: str, overrides: list[str]) -> DictConfig:
     """Hydra's composition of ``config_name`` with ``overrides``, and with its ``hydra`` node, as
     ``ConfigLoaderImpl.load_configuration`` makes it: the composition of the overrides that
@@ -224,8 +265,7 @@ def _hydra_composed(config_name: str, overrides: list[str]) -> DictConfig:
     values (``TINY`` and one setting), and each saves a composition this way
     (tests/test_configs.py checks it equals Hydra's own composition)."""
     parsed = [_parsed(override) for override in overrides]
-    choices = tuple(o.input_line for o in parsed if _chooses(o))
-    cfg = pickle.loads(_composed(config_name, choices, os.getcwd()))
+    cfg = _chosen(config_name, [o for o in parsed if _chooses(o)])
     try:
         ConfigLoaderImpl._apply_overrides_to_config([o for o in parsed if not _chooses(o)], cfg)
     except OmegaConfBaseException as error:  # as load_configuration raises it

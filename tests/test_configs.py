@@ -181,8 +181,12 @@ def test_a_jobs_directory_is_named_by_its_choices_and_key_and_keeps_it_when_the_
 
 # one or more of each kind of override: a value (``model.net.d_model=16``), a config group's choice
 # (``pe=alibi``), an experiment that chooses groups itself, an addition, a forced one, a deletion
-# of a group and of a value, a dict value, a setting of Hydra's
+# of a group and of a value, a dict value, a setting of Hydra's; choices the defaults make anyway
+# (shared with the composition without them: ``tests.conftest._chosen``), and one that an
+# experiment would change (randomized_cpu: ``override /positions: randomized``)
 COMPOSED = [
+    ["model=decoder", "pe=rope", "task=copy", "logger=csv"],
+    ["experiment=randomized_cpu", "positions=contiguous", "pe=alibi"],
     ["model.net.d_model=16", "pe=alibi", "task=reverse", "trainer.max_steps=4"],
     ["experiment=ablation_cpu", "pe=rope", "seeds=[0,1]", "learning_rates=[0.001]"],
     ["model=encoder_decoder", "positions=randomized", "+trainer.extra=1", "~logger"],
@@ -190,7 +194,8 @@ COMPOSED = [
     ["pe=t5_bias", "pe.num_buckets=8", "tags=[a,b]", "+extra={a: 1}", "~pe.num_buckets"],
 ]
 # each refused by Hydra: a deletion of what is not there, an unknown key, a group's unknown
-# option, an addition of a key that exists, a sweep in a single run, an override it cannot parse
+# option, an addition of a key that exists, a sweep in a single run, an override it cannot parse,
+# a group's null choice
 REFUSED = [
     ["model.net.d_model=["],
     ["pe=rope", "~no_such_key"],
@@ -198,6 +203,7 @@ REFUSED = [
     ["pe=no_such_encoding"],
     ["+model.net.d_model=8"],
     ["pe=rope,alibi"],
+    ["experiment=null", "pe=rope"],
 ]
 
 
