@@ -105,6 +105,7 @@ def count_operations(
         "task.eval_lengths=[8]",
         "task.n_val=32",
         "task.n_test=8",
+        "data.eval_batch_size=32",  # one validation batch, as at 256; the memory check measures 32
         "test=false",  # the count ends with training (CountOperations.last)
         "logger=none",
         "trainer.enable_progress_bar=false",
