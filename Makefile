@@ -6,9 +6,10 @@ PY := $(VENV)/bin/python
 TORCH ?= torch==2.13.0
 TORCH_INDEX ?=
 # pytest-xdist: one worker process per core (PYTEST_WORKERS=0: one process); a file's tests stay
-# on one worker, so a module's fixture (a sweep, a trained run) is built once
+# on one worker, so a module's fixture (a sweep, a trained run) is built once; files are handed
+# out in the suite's order (tests/conftest.py: the Trainer's first), not re-sorted by test count
 PYTEST_WORKERS ?= auto
-XDIST = -n $(PYTEST_WORKERS) --dist loadfile
+XDIST = -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 .PHONY: help install train test test-processes test-unit test-encoding test-faults test-slow test-full test-slurm benchmark gpu-check sync lint clean
 
