@@ -216,9 +216,10 @@ def _chooses(override: Override) -> bool:
 
 
 @functools.cache
-def _defaults(config_name: str, cwd: str) -> dict[str, str]:
-    """The option each config group of ``config_name`` takes when no override chooses one."""
-    bare = pickle.loads(_composed(config_name, (), cwd))
+def _defaults(config_name: str) -> dict[str, str]:
+    """The option each config group of ``config_name`` takes when no override chooses one
+    (wherever it is composed from: the working directory is only recorded)."""
+    bare = pickle.loads(_composed(config_name, (), os.getcwd()))
     return dict(bare.hydra.runtime.choices)
 
 
@@ -240,7 +241,7 @@ def _chosen(config_name: str, choices: list[Override]) -> DictConfig:
         and not o.is_hydra_override()
     ]
     groups = [o.key_or_group for o in choices]
-    defaults = _defaults(config_name, cwd)
+    defaults = _defaults(config_name)
     made = [
         o
         for o in plain
