@@ -101,13 +101,13 @@ def load_eval_set(
             if data is None:
                 spec = cache_spec(task, split, length, n)
                 data = write_set(build_eval_set(task, split, length, n), path, key, spec)
-    return data.with_format("torch")
+    return data
 
 
 def read_verified(path: Path, key: str, n: int) -> datasets.Dataset | None:
-    """The set at ``path`` if it is complete and intact; None if absent, or (with a warning) if
-    its manifest is missing or disagrees with its contents. A set this process verified is
-    not read again while its files are unchanged (``_VERIFIED``)."""
+    """The set at ``path``, in torch format, if it is complete and intact; None if absent, or
+    (with a warning) if its manifest is missing or disagrees with its contents. A set this
+    process verified is not read again while its files are unchanged (``_VERIFIED``)."""
     signature = files_signature(path)
     if signature is None:
         return None
@@ -126,8 +126,10 @@ def read_verified(path: Path, key: str, n: int) -> datasets.Dataset | None:
 
 
 def kept(path: Path, signature: tuple | None, data: datasets.Dataset) -> datasets.Dataset:
-    """``data``, the intact set at ``path`` whose files have ``signature``, kept for this
-    process (``_VERIFIED``)."""
+    """``data``, the intact set at ``path`` whose files have ``signature``, in torch format
+    (a format is a copy of the set and a hash of its state: made once), kept for this process
+    (``_VERIFIED``)."""
+    data = data.with_format("torch")
     if signature is not None:
         _VERIFIED[path] = (signature, data)
         while len(_VERIFIED) > VERIFIED_KEPT:
