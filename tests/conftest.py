@@ -28,6 +28,11 @@ from pelab.threads import available_cores
 from tests import zygote
 
 CONFIG_DIR = str(Path(__file__).resolve().parents[1] / "configs")
+# No garbage collection while the session starts (imports, then collection: the objects it makes
+# live to its end, so the collector's passes over them find nothing): it cost a worker 5-6 s of
+# its ~21 s start. Back on once the tests are collected (``pytest_collection_finish``), or where
+# nothing is collected (pytest-xdist's controller: ``pytest_configure``).
+gc.disable()
 
 # A model and budget small enough for a test: a full run in a few seconds.
 TINY = [
@@ -85,6 +90,7 @@ def pytest_configure(config: pytest.Config) -> None:
     only hands the tests out, and so starts its workers without these imports (~7 s here)."""
     global SESSION_THREADS
     if config.getoption("dist", "no") != "no":  # the controller (a worker's is "no")
+        gc.enable()
         return
     import lightning
     import torch
@@ -112,6 +118,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     the end: ``gc.freeze`` keeps it out of the garbage collector's full passes, which would walk
     it again and again (the collector's time 10.5 s -> 7.5 s in 172 s of tests, idle)."""
     gc.freeze()
+    gc.enable()
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
