@@ -17,6 +17,8 @@ from pelab.analysis.table import ablation
 from pelab.errors import ConfigError
 from tests.analysis.records import record
 
+pytestmark = pytest.mark.usefixtures("tables_only")  # they read tables, notes and plans
+
 # copy OOD (lengths 32 and 48 beyond training 1-16): alibi best; rope below and noisy
 # (undecided, decidable by the last look); none far below (decided); sinusoidal 0.3 points
 # below (no planned look decides it)

@@ -17,6 +17,8 @@ from tests.analysis.records import record, write_job
 from tests.conftest import compose_config
 from tests.readme_rows import not_shipped, readme_names
 
+pytestmark = pytest.mark.usefixtures("tables_only")  # they read tables, notes and plans
+
 SEEDS = [0, 1, 2]
 
 
