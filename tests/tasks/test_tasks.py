@@ -136,7 +136,6 @@ def task_overrides(name: str, settings: dict[str, Any]) -> list[str]:
 
 
 @functools.cache
-@functools.cache
 def kind_model(kind: str) -> DictConfig:
     """The composed ``model`` of ``model=<kind>`` (tiny): no other group changes it, so one task's
     config with it is that task's config with ``model=<kind>`` (checked below)."""
